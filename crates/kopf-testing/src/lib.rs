@@ -1,1 +1,506 @@
-//! stub
+//! # kopf-testing
+//!
+//! An in-memory Kubernetes API server that real clients accept — kubectl, kube-rs
+//! (`Api`, `watcher`, discovery), the Python `kubernetes` client, Python Kopf — served over
+//! plain HTTP on loopback. Use it to test operators without a cluster, or run it standalone
+//! with `kopf fake-apiserver`.
+//!
+//! It keeps one global resourceVersion, a bounded change history (watches resume from any
+//! retained RV, older ones get `410 Expired`), list pagination, label/field selectors,
+//! bookmarks, status subresources, generation, finalizers and deletion, namespaces,
+//! CustomResourceDefinitions that register endpoints, discovery and OpenAPI v3, garbage
+//! collection by ownerReferences, and the four patch types. It logs and counts every
+//! request and can inject faults.
+//!
+//! ```no_run
+//! use kopf_testing::FakeApiServer;
+//! use kube::api::{Api, PostParams};
+//! # use k8s_openapi::api::core::v1::ConfigMap;
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = FakeApiServer::start().await?;
+//! let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("c1".into());
+//! cms.create(&PostParams::default(), &cm).await?;
+//! assert_eq!(server.counters().get("create", "configmaps", ""), 1);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod catalog;
+pub mod control;
+pub mod discovery;
+pub mod error;
+pub mod events;
+pub mod patch;
+pub mod schema;
+pub mod selectors;
+pub mod server;
+pub mod state;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use control::{
+    CONTROL_PREFIX, Counters, FaultRule, LatencyRule, RequestPattern, RequestRecord,
+};
+pub use server::{OpenWatch, Settings, VersionInfo};
+
+use server::{Shared, lock};
+use state::WriteOptions;
+
+/// Errors of the fake API server's Rust API.
+#[derive(Debug, thiserror::Error)]
+pub enum FakeError {
+    /// Binding or serving failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Building a kube client failed.
+    #[error("cannot build a kube client for {url}: {reason}")]
+    Client {
+        /// The server URL.
+        url: String,
+        /// The cause.
+        reason: String,
+    },
+    /// Writing the kubeconfig failed.
+    #[error("cannot write the kubeconfig to {path}: {source}")]
+    Kubeconfig {
+        /// The path.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A manifest could not be read, parsed or stored.
+    #[error("manifest {source_name}, document {document}: {reason}")]
+    Manifest {
+        /// The file (or `<inline>`).
+        source_name: String,
+        /// The 1-based document index.
+        document: usize,
+        /// What went wrong (the server's answer).
+        reason: String,
+    },
+}
+
+/// Options for starting a server.
+#[derive(Debug, Clone)]
+pub struct FakeApiServerBuilder {
+    port: u16,
+    settings: Settings,
+}
+
+impl FakeApiServerBuilder {
+    /// The TCP port on 127.0.0.1 (0 = any free port; the default).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The version reported by `/version` (the minor selects kubectl's version).
+    pub fn version(mut self, major: &str, minor: &str) -> Self {
+        self.settings.version = VersionInfo {
+            major: major.into(),
+            minor: minor.into(),
+            git_version: format!("v{major}.{minor}.0"),
+        };
+        self
+    }
+
+    /// How many changes are retained for watches and consistent lists.
+    pub fn history_limit(mut self, n: usize) -> Self {
+        self.settings.history_limit = n;
+        self
+    }
+
+    /// Interval between watch bookmarks.
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.settings.bookmark_interval = d;
+        self
+    }
+
+    /// Watch duration when clients give no `timeoutSeconds`.
+    pub fn default_watch_timeout(mut self, d: Duration) -> Self {
+        self.settings.default_watch_timeout = Some(d);
+        self
+    }
+
+    /// Delay between CRD creation and its `Established` condition.
+    pub fn crd_establish_delay(mut self, d: Duration) -> Self {
+        self.settings.crd_establish_delay = d;
+        self
+    }
+
+    /// Serve aggregated discovery (true, the default) or only legacy documents.
+    pub fn aggregated_discovery(mut self, on: bool) -> Self {
+        self.settings.aggregated_discovery = on;
+        self
+    }
+
+    /// Starts the server.
+    pub async fn start(self) -> Result<FakeApiServer, FakeError> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| FakeError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| FakeError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+        let shared = Shared::new(self.settings);
+        *lock(&shared.address) = local.to_string();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let app_shared = shared.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let s = app_shared.clone();
+            async move { server::handle(s, req).await }
+        });
+        let close_tx = shared.close_tx.clone();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+                // End open watch streams so the graceful shutdown can complete.
+                let _ = close_tx.send(None);
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "the fake API server stopped with an error");
+            }
+        });
+        tracing::info!(url = %format!("http://{local}"), "fake API server listening");
+        Ok(FakeApiServer {
+            shared,
+            addr: local,
+            stop: Some(stop_tx),
+            task: Some(task),
+        })
+    }
+}
+
+/// An in-memory Kubernetes API server on 127.0.0.1. Stops on drop or [`shutdown`](Self::shutdown).
+pub struct FakeApiServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl FakeApiServer {
+    /// Options for a server.
+    pub fn builder() -> FakeApiServerBuilder {
+        FakeApiServerBuilder {
+            port: 0,
+            settings: Settings::default(),
+        }
+    }
+
+    /// Starts a server on a random port with default settings.
+    pub async fn start() -> Result<Self, FakeError> {
+        Self::builder().start().await
+    }
+
+    /// The socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube client for this server.
+    pub fn client(&self) -> kube::Client {
+        // Building a client for a plain-HTTP URL cannot fail; fall back loudly if it ever does.
+        match self.try_client() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "building a kube client failed");
+                unreachable!("a kube client for a loopback http URL must build: {e}")
+            }
+        }
+    }
+
+    /// A kube client for this server, reporting failures.
+    pub fn try_client(&self) -> Result<kube::Client, FakeError> {
+        let url = self.url();
+        let uri: axum::http::Uri =
+            url.parse()
+                .map_err(|e: axum::http::uri::InvalidUri| FakeError::Client {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?;
+        let config = kube::Config::new(uri);
+        kube::Client::try_from(config).map_err(|e| FakeError::Client {
+            url,
+            reason: e.to_string(),
+        })
+    }
+
+    /// The kubeconfig YAML for this server (context `fake`, namespace `default`).
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\nusers:\n- name: fake\n  user:\n    token: fake-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\ncurrent-context: fake\npreferences: {{}}\n",
+            url = self.url()
+        )
+    }
+
+    /// Writes the kubeconfig to a file.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), FakeError> {
+        let path = path.as_ref();
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent).map_err(|source| FakeError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        std::fs::write(path, self.kubeconfig()).map_err(|source| FakeError::Kubeconfig {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Stores the objects of a multi-document YAML (or JSON) text: CRDs first, then the
+    /// rest; existing objects are merge-patched. Returns the number of objects applied.
+    pub fn apply_yaml(&self, source_name: &str, text: &str) -> Result<usize, FakeError> {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple::<Value>(text).map_err(|e| FakeError::Manifest {
+                source_name: source_name.into(),
+                document: 0,
+                reason: format!("not valid YAML: {e}"),
+            })?;
+        let mut indexed: Vec<(usize, Value)> = Vec::new();
+        for (i, doc) in docs.into_iter().enumerate() {
+            if doc.is_null() {
+                continue;
+            }
+            if doc.get("kind").and_then(Value::as_str) == Some("List") {
+                for item in doc
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                {
+                    indexed.push((i + 1, item));
+                }
+            } else {
+                indexed.push((i + 1, doc));
+            }
+        }
+        indexed.sort_by_key(|(_, d)| {
+            d.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition")
+        });
+        let count = indexed.len();
+        for (doc_no, doc) in indexed {
+            self.apply_object(doc)
+                .map_err(|reason| FakeError::Manifest {
+                    source_name: source_name.into(),
+                    document: doc_no,
+                    reason,
+                })?;
+        }
+        Ok(count)
+    }
+
+    /// Reads and applies a manifest file (see [`apply_yaml`](Self::apply_yaml)).
+    pub fn apply_file(&self, path: impl AsRef<Path>) -> Result<usize, FakeError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| FakeError::Manifest {
+            source_name: path.display().to_string(),
+            document: 0,
+            reason: format!("cannot read the file: {e}"),
+        })?;
+        self.apply_yaml(&path.display().to_string(), &text)
+    }
+
+    /// Creates or merge-patches one object given as JSON.
+    pub fn apply_object(&self, obj: Value) -> Result<Value, String> {
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .ok_or("apiVersion is missing")?
+            .to_string();
+        let kind = obj
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or("kind is missing")?
+            .to_string();
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), api_version.clone()),
+        };
+        let mut state = lock(&self.shared.state);
+        let def = state
+            .defs()
+            .into_iter()
+            .find(|d| d.group == group && d.version == version && d.kind == kind)
+            .cloned()
+            .ok_or_else(|| {
+                format!("no resource of kind {kind} is served in {api_version} (is its CRD applied first?)")
+            })?;
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{kind}: metadata.name is missing"))?
+            .to_string();
+        let ns = if def.namespaced {
+            Some(
+                obj.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string(),
+            )
+        } else {
+            None
+        };
+        let opts = WriteOptions {
+            field_manager: Some("kopf-fake-apply".into()),
+            ..Default::default()
+        };
+        let result = match state.get(&def, ns.as_deref(), &name) {
+            Ok(_) => state.patch(
+                &def,
+                ns.as_deref(),
+                &name,
+                None,
+                state::PatchType::Merge,
+                obj.to_string().as_bytes(),
+                &opts,
+            ),
+            Err(_) => state.create(&def, ns.as_deref(), obj, &opts),
+        };
+        drop(state);
+        self.shared.schedule_establish();
+        result.map(|w| w.body).map_err(|e| e.message)
+    }
+
+    /// The request log, in arrival order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.shared.intro).log.clone()
+    }
+
+    /// Clears the request log.
+    pub fn clear_requests(&self) {
+        lock(&self.shared.intro).log.clear();
+    }
+
+    /// The request counters.
+    pub fn counters(&self) -> Counters {
+        lock(&self.shared.intro).counters.clone()
+    }
+
+    /// Resets the request counters.
+    pub fn reset_counters(&self) {
+        lock(&self.shared.intro).counters = Counters::default();
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        lock(&self.shared.state).store.rv()
+    }
+
+    /// The open watch streams.
+    pub fn watches(&self) -> Vec<OpenWatch> {
+        lock(&self.shared.intro).watches.clone()
+    }
+
+    /// A snapshot of every stored object.
+    pub fn objects(&self) -> Vec<Value> {
+        let state = lock(&self.shared.state);
+        state
+            .store
+            .resources()
+            .iter()
+            .flat_map(|r| state.store.list(r, None))
+            .map(|(_, o)| (*o).clone())
+            .collect()
+    }
+
+    /// Fails matching requests with an error status (see [`FaultRule`]).
+    pub fn inject_fault(&self, rule: FaultRule) {
+        lock(&self.shared.faults).responses.push(rule);
+    }
+
+    /// Delays matching requests.
+    pub fn add_latency(&self, pattern: RequestPattern, delay: Duration) {
+        lock(&self.shared.faults).latency.push(LatencyRule {
+            pattern,
+            millis: delay.as_millis() as u64,
+        });
+    }
+
+    /// Delays every watch event by `delay`.
+    pub fn set_watch_event_delay(&self, delay: Duration) {
+        lock(&self.shared.faults).watch_event_delay = delay;
+    }
+
+    /// The next watch of `resource` (plural; None = any) gets a 410 ERROR event and closes.
+    pub fn expire_next_watch(&self, resource: Option<&str>) {
+        lock(&self.shared.faults)
+            .expire_next_watch
+            .push(resource.map(str::to_string));
+    }
+
+    /// Forgets the change history up to `upto` (None = the current RV): older RVs get 410.
+    pub fn compact_history(&self, upto: Option<u64>) {
+        lock(&self.shared.state).store.compact(upto);
+    }
+
+    /// Ends open watch streams cleanly (of one resource plural, or all).
+    pub fn close_watches(&self, resource: Option<&str>) {
+        let _ = self.shared.close_tx.send(resource.map(str::to_string));
+    }
+
+    /// Removes every fault, delay and pending expiry.
+    pub fn clear_faults(&self) {
+        *lock(&self.shared.faults) = control::Faults::default();
+    }
+
+    /// Changes the reported version at run time.
+    pub fn set_version(&self, major: &str, minor: &str) {
+        lock(&self.shared.settings).version = VersionInfo {
+            major: major.into(),
+            minor: minor.into(),
+            git_version: format!("v{major}.{minor}.0"),
+        };
+    }
+
+    /// Stops serving and waits for the server task to end.
+    pub async fn shutdown(mut self) {
+        self.stop_now();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+
+    fn stop_now(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        self.stop_now();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

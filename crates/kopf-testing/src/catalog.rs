@@ -1,0 +1,525 @@
+//! The resource catalogue: which group/version/plural the server serves, with the
+//! facts discovery, OpenAPI and the storage rules need (scope, kind, subresources,
+//! whether `metadata.generation` is tracked).
+//!
+//! Built-in types are listed here; custom resources are added and removed as
+//! CustomResourceDefinitions become Established or are deleted.
+
+use serde_json::Value;
+
+/// The `/scale` subresource of a custom resource: where its numbers live.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleSpec {
+    /// JSON path of the desired replicas, e.g. `.spec.replicas`.
+    pub spec_replicas_path: String,
+    /// JSON path of the observed replicas, e.g. `.status.replicas`.
+    pub status_replicas_path: String,
+    /// Optional JSON path of the label selector string.
+    pub label_selector_path: Option<String>,
+}
+
+/// One served resource in one group-version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceDef {
+    /// API group (`""` for core).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Plural resource name (the URL segment).
+    pub plural: String,
+    /// Singular name.
+    pub singular: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Short names for kubectl.
+    pub short_names: Vec<String>,
+    /// Categories (`all`).
+    pub categories: Vec<String>,
+    /// Has a `/status` subresource.
+    pub status: bool,
+    /// Has a `/scale` subresource (built-ins: true with no spec; CRs: with paths).
+    pub scale: Option<ScaleSpec>,
+    /// `metadata.generation` is maintained.
+    pub generation: bool,
+    /// Served from a CustomResourceDefinition (the name of the CRD).
+    pub crd: Option<String>,
+    /// The CRD's `openAPIV3Schema` for this version.
+    pub schema: Option<Value>,
+    /// Preferred (first served / storage) version of the group for this resource.
+    pub storage_version: bool,
+    /// DELETE answers with the deleted object rather than a Status (Pods, ServiceAccounts).
+    pub return_deleted_object: bool,
+}
+
+impl ResourceDef {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Whether this is a custom resource.
+    pub fn is_custom(&self) -> bool {
+        self.crd.is_some()
+    }
+
+    /// The storage key of the resource (version-independent).
+    pub fn storage_key(&self) -> (String, String) {
+        (self.group.clone(), self.plural.clone())
+    }
+
+    /// The verbs of the main resource.
+    pub fn verbs() -> &'static [&'static str] {
+        &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn builtin(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kind: &str,
+    namespaced: bool,
+    short: &[&str],
+    status: bool,
+    scale: bool,
+    generation: bool,
+) -> ResourceDef {
+    let workloads = [
+        "pods",
+        "services",
+        "deployments",
+        "replicasets",
+        "statefulsets",
+        "daemonsets",
+        "jobs",
+        "cronjobs",
+    ];
+    ResourceDef {
+        group: group.into(),
+        version: version.into(),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        kind: kind.into(),
+        namespaced,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: if workloads.contains(&plural) {
+            vec!["all".into()]
+        } else {
+            vec![]
+        },
+        status,
+        scale: scale.then(|| ScaleSpec {
+            spec_replicas_path: ".spec.replicas".into(),
+            status_replicas_path: ".status.replicas".into(),
+            label_selector_path: None,
+        }),
+        generation,
+        crd: None,
+        schema: None,
+        storage_version: true,
+        return_deleted_object: matches!(plural, "pods" | "serviceaccounts"),
+    }
+}
+
+/// The built-in resources the server serves.
+pub fn builtins() -> Vec<ResourceDef> {
+    vec![
+        builtin(
+            "",
+            "v1",
+            "namespaces",
+            "Namespace",
+            false,
+            &["ns"],
+            true,
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "configmaps",
+            "ConfigMap",
+            true,
+            &["cm"],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "secrets",
+            "Secret",
+            true,
+            &[],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            false,
+            false,
+            false,
+        ),
+        builtin("", "v1", "pods", "Pod", true, &["po"], true, false, false),
+        builtin(
+            "",
+            "v1",
+            "services",
+            "Service",
+            true,
+            &["svc"],
+            true,
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "endpoints",
+            "Endpoints",
+            true,
+            &["ep"],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "events",
+            "Event",
+            true,
+            &["ev"],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "nodes",
+            "Node",
+            false,
+            &["no"],
+            true,
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "v1",
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            true,
+            &["pvc"],
+            true,
+            false,
+            false,
+        ),
+        builtin(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "Event",
+            true,
+            &["ev"],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+            &[],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+            true,
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "replicasets",
+            "ReplicaSet",
+            true,
+            &["rs"],
+            true,
+            true,
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "statefulsets",
+            "StatefulSet",
+            true,
+            &["sts"],
+            true,
+            true,
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "daemonsets",
+            "DaemonSet",
+            true,
+            &["ds"],
+            true,
+            false,
+            true,
+        ),
+        builtin("batch", "v1", "jobs", "Job", true, &[], true, false, true),
+        builtin(
+            "batch",
+            "v1",
+            "cronjobs",
+            "CronJob",
+            true,
+            &["cj"],
+            true,
+            false,
+            true,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "roles",
+            "Role",
+            true,
+            &[],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+            false,
+            false,
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            true,
+            false,
+            true,
+        ),
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            false,
+            &[],
+            false,
+            false,
+            true,
+        ),
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            false,
+            &[],
+            false,
+            false,
+            true,
+        ),
+    ]
+}
+
+/// Builds the resource definitions served by one CRD object (one per served version).
+/// Returns an error text when the CRD is malformed.
+pub fn from_crd(crd: &Value) -> Result<Vec<ResourceDef>, String> {
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .ok_or("metadata.name is missing")?;
+    let spec = crd.get("spec").ok_or("spec is missing")?;
+    let group = spec
+        .get("group")
+        .and_then(Value::as_str)
+        .ok_or("spec.group is missing")?;
+    let names = spec.get("names").ok_or("spec.names is missing")?;
+    let plural = names
+        .get("plural")
+        .and_then(Value::as_str)
+        .ok_or("spec.names.plural is missing")?;
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or("spec.names.kind is missing")?;
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let short_names = strings(names.get("shortNames"));
+    let categories = strings(names.get("categories"));
+    let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .ok_or("spec.versions is missing")?;
+    let mut defs = Vec::new();
+    for v in versions {
+        if v.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        let version = v
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("spec.versions[].name is missing")?;
+        let subresources = v.get("subresources");
+        let status = subresources.and_then(|s| s.get("status")).is_some();
+        let scale = subresources
+            .and_then(|s| s.get("scale"))
+            .map(|s| ScaleSpec {
+                spec_replicas_path: s
+                    .get("specReplicasPath")
+                    .and_then(Value::as_str)
+                    .unwrap_or(".spec.replicas")
+                    .to_string(),
+                status_replicas_path: s
+                    .get("statusReplicasPath")
+                    .and_then(Value::as_str)
+                    .unwrap_or(".status.replicas")
+                    .to_string(),
+                label_selector_path: s
+                    .get("labelSelectorPath")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            });
+        defs.push(ResourceDef {
+            group: group.to_string(),
+            version: version.to_string(),
+            plural: plural.to_string(),
+            singular: singular.clone(),
+            kind: kind.to_string(),
+            namespaced,
+            short_names: short_names.clone(),
+            categories: categories.clone(),
+            status,
+            scale,
+            generation: true,
+            crd: Some(name.to_string()),
+            schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+            storage_version: v.get("storage").and_then(Value::as_bool) == Some(true),
+            return_deleted_object: false,
+        });
+    }
+    Ok(defs)
+}
+
+/// Orders versions as Kubernetes does for preference: GA > beta > alpha, higher numbers first,
+/// non-conforming names last in alphabetical order.
+pub fn version_priority(v: &str) -> (u8, u8, u64, u64, String) {
+    let parse = |s: &str| -> Option<(u64, u8, u64)> {
+        let rest = s.strip_prefix('v')?;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let major: u64 = digits.parse().ok()?;
+        let tail = &rest[digits.len()..];
+        if tail.is_empty() {
+            return Some((major, 3, 0));
+        }
+        let (level, num) = if let Some(n) = tail.strip_prefix("beta") {
+            (2, n)
+        } else if let Some(n) = tail.strip_prefix("alpha") {
+            (1, n)
+        } else {
+            return None;
+        };
+        Some((major, level, num.parse().ok()?))
+    };
+    match parse(v) {
+        // Reverse so that sorting ascending puts the preferred first.
+        Some((major, level, minor)) => (
+            0,
+            3 - level,
+            u64::MAX - major,
+            u64::MAX - minor,
+            String::new(),
+        ),
+        None => (1, 0, 0, 0, v.to_string()),
+    }
+}

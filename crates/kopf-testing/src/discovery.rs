@@ -1,0 +1,445 @@
+//! Discovery documents (legacy and aggregated) and OpenAPI v3 documents, generated from
+//! the served resource definitions.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha512};
+
+use crate::catalog::{ResourceDef, version_priority};
+
+/// Groups with their versions in preference order.
+pub fn groups(defs: &[&ResourceDef]) -> Vec<(String, Vec<String>)> {
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for d in defs {
+        let versions = map.entry(d.group.clone()).or_default();
+        if !versions.contains(&d.version) {
+            versions.push(d.version.clone());
+        }
+    }
+    // Built-in groups first in a stable order, then custom groups alphabetically.
+    let mut out: Vec<(String, Vec<String>)> = map
+        .into_iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, mut vs)| {
+            vs.sort_by_key(|v| version_priority(v));
+            (g, vs)
+        })
+        .collect();
+    let builtin_rank = |g: &str| -> usize {
+        const ORDER: &[&str] = &[
+            "apps",
+            "events.k8s.io",
+            "batch",
+            "rbac.authorization.k8s.io",
+            "admissionregistration.k8s.io",
+            "apiextensions.k8s.io",
+            "coordination.k8s.io",
+        ];
+        ORDER.iter().position(|o| *o == g).unwrap_or(ORDER.len())
+    };
+    out.sort_by(|a, b| {
+        builtin_rank(&a.0)
+            .cmp(&builtin_rank(&b.0))
+            .then(a.0.cmp(&b.0))
+    });
+    out
+}
+
+/// `GET /api`.
+pub fn api_versions(address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
+    })
+}
+
+fn group_json(group: &str, versions: &[String]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({
+        "name": group,
+        "versions": vs,
+        "preferredVersion": vs.first().cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// `GET /apis`.
+pub fn api_group_list(defs: &[&ResourceDef]) -> Value {
+    let groups: Vec<Value> = groups(defs)
+        .iter()
+        .map(|(g, vs)| group_json(g, vs))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `GET /apis/<group>`; None when unknown.
+pub fn api_group(defs: &[&ResourceDef], group: &str) -> Option<Value> {
+    let (g, vs) = groups(defs).into_iter().find(|(g, _)| g == group)?;
+    let mut doc = group_json(&g, &vs);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    Some(doc)
+}
+
+fn storage_hash(d: &ResourceDef) -> String {
+    let digest = Sha512::digest(format!("{}/{}/{}", d.group, d.version, d.kind).as_bytes());
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
+}
+
+/// `GET /api/v1` or `/apis/<group>/<version>`; None when unknown.
+pub fn api_resource_list(defs: &[&ResourceDef], group: &str, version: &str) -> Option<Value> {
+    let selected: Vec<&&ResourceDef> = defs
+        .iter()
+        .filter(|d| d.group == group && d.version == version)
+        .collect();
+    if selected.is_empty() {
+        return None;
+    }
+    let mut resources = Vec::new();
+    for d in selected {
+        let mut r = json!({
+            "name": d.plural,
+            "singularName": d.singular,
+            "namespaced": d.namespaced,
+            "kind": d.kind,
+            "verbs": ResourceDef::verbs(),
+            "storageVersionHash": storage_hash(d),
+        });
+        if !d.short_names.is_empty() {
+            r["shortNames"] = json!(d.short_names);
+        }
+        if !d.categories.is_empty() {
+            r["categories"] = json!(d.categories);
+        }
+        resources.push(r);
+        if d.status {
+            resources.push(
+                json!({"name": format!("{}/status", d.plural), "singularName": "",
+                "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}),
+            );
+        }
+        if d.scale.is_some() {
+            resources.push(json!({"name": format!("{}/scale", d.plural), "singularName": "",
+                "namespaced": d.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"]}));
+        }
+        if d.group.is_empty() && d.plural == "namespaces" {
+            resources.push(json!({"name": "namespaces/finalize", "singularName": "",
+                "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
+        }
+    }
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut doc =
+        json!({"kind": "APIResourceList", "groupVersion": group_version, "resources": resources});
+    if !group.is_empty() {
+        doc["apiVersion"] = json!("v1");
+    }
+    Some(doc)
+}
+
+fn aggregated_resource(d: &ResourceDef) -> Value {
+    let mut subs = Vec::new();
+    if d.scale.is_some() {
+        subs.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "verbs": ["get", "patch", "update"]}));
+    }
+    if d.status {
+        subs.push(json!({"subresource": "status", "responseKind": {"group": "", "version": "", "kind": d.kind},
+            "verbs": ["get", "patch", "update"]}));
+    }
+    let mut r = json!({
+        "resource": d.plural,
+        "responseKind": {"group": "", "version": "", "kind": d.kind},
+        "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": d.singular,
+        "verbs": ResourceDef::verbs(),
+    });
+    if !d.short_names.is_empty() {
+        r["shortNames"] = json!(d.short_names);
+    }
+    if !d.categories.is_empty() {
+        r["categories"] = json!(d.categories);
+    }
+    if !subs.is_empty() {
+        r["subresources"] = json!(subs);
+    }
+    r
+}
+
+/// The aggregated discovery document for `/api` (core) or `/apis` (groups).
+pub fn aggregated(defs: &[&ResourceDef], core: bool) -> Value {
+    let group_list: Vec<(String, Vec<String>)> = if core {
+        vec![(String::new(), vec!["v1".to_string()])]
+    } else {
+        groups(defs)
+    };
+    let items: Vec<Value> = group_list
+        .iter()
+        .map(|(g, vs)| {
+            let versions: Vec<Value> = vs
+                .iter()
+                .map(|v| {
+                    let resources: Vec<Value> = defs
+                        .iter()
+                        .filter(|d| &d.group == g && &d.version == v)
+                        .map(|d| aggregated_resource(d))
+                        .collect();
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            let metadata = if core {
+                json!({"creationTimestamp": null})
+            } else {
+                json!({"name": g, "creationTimestamp": null})
+            };
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+/// Uppercase hex SHA-512 of a document (ETags, OpenAPI hashes).
+pub fn hash(doc: &Value) -> String {
+    let digest = Sha512::digest(doc.to_string().as_bytes());
+    digest.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// The OpenAPI v3 path of a group-version: `api/v1` or `apis/<g>/<v>`.
+pub fn openapi_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+fn reversed_group(group: &str) -> String {
+    if group.is_empty() {
+        "io.k8s.api.core".into()
+    } else {
+        let mut parts: Vec<&str> = group.split('.').collect();
+        parts.reverse();
+        parts.join(".")
+    }
+}
+
+/// The schema name of a kind: `dev.kopf.v1.KopfExample`.
+pub fn schema_name(d: &ResourceDef) -> String {
+    format!("{}.{}.{}", reversed_group(&d.group), d.version, d.kind)
+}
+
+fn param(name: &str, description: &str) -> Value {
+    json!({"name": name, "in": "query", "description": description, "schema": {"type": "string", "uniqueItems": true}})
+}
+
+fn write_params() -> Vec<Value> {
+    vec![
+        param(
+            "dryRun",
+            "When present, indicates that modifications should not be persisted.",
+        ),
+        param(
+            "fieldManager",
+            "fieldManager is a name associated with the actor or entity that is making these changes.",
+        ),
+        param(
+            "fieldValidation",
+            "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields.",
+        ),
+        json!({"name": "force", "in": "query", "description": "Force is going to \"force\" Apply requests.", "schema": {"type": "boolean", "uniqueItems": true}}),
+    ]
+}
+
+fn op(d: &ResourceDef, action: &str, id: &str, schema_ref: &str, params: Vec<Value>) -> Value {
+    json!({
+        "operationId": id,
+        "parameters": params,
+        "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": schema_ref}}}}},
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": {"group": d.group, "version": d.version, "kind": d.kind},
+    })
+}
+
+/// The OpenAPI v3 document of one group-version.
+pub fn openapi_document(
+    defs: &[&ResourceDef],
+    group: &str,
+    version: &str,
+    k8s_version: &str,
+) -> Value {
+    let mut paths = serde_json::Map::new();
+    let mut schemas = serde_json::Map::new();
+    let object_meta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+    schemas.insert(
+        object_meta.into(),
+        json!({"type": "object", "description": "ObjectMeta is metadata that all persisted resources must have.",
+            "properties": {
+                "name": {"type": "string"}, "namespace": {"type": "string"}, "generateName": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                "finalizers": {"type": "array", "items": {"type": "string"}, "x-kubernetes-patch-strategy": "merge"},
+                "resourceVersion": {"type": "string"}, "uid": {"type": "string"}, "generation": {"type": "integer", "format": "int64"},
+                "creationTimestamp": {"type": "string", "format": "date-time"}, "deletionTimestamp": {"type": "string", "format": "date-time"},
+                "ownerReferences": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "x-kubernetes-patch-merge-key": "uid", "x-kubernetes-patch-strategy": "merge"},
+                "managedFields": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }}),
+    );
+    schemas.insert(
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Status".into(),
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    );
+    for d in defs
+        .iter()
+        .filter(|d| d.group == group && d.version == version)
+    {
+        let name = schema_name(d);
+        let schema_ref = format!("#/components/schemas/{name}");
+        let gvk = json!([{"group": d.group, "version": d.version, "kind": d.kind}]);
+        let mut schema = match &d.schema {
+            Some(s) => s.clone(),
+            None => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        };
+        if let Some(props) = schema
+            .as_object_mut()
+            .map(|o| o.entry("properties").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut)
+        {
+            props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
+            props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
+            props.insert(
+                "metadata".into(),
+                json!({"allOf": [{"$ref": format!("#/components/schemas/{object_meta}")}]}),
+            );
+        }
+        schema["x-kubernetes-group-version-kind"] = gvk.clone();
+        schema["type"] = json!("object");
+        schemas.insert(name.clone(), schema);
+        schemas.insert(
+            format!("{name}List"),
+            json!({"type": "object", "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                "items": {"type": "array", "items": {"$ref": schema_ref}},
+                "metadata": {"type": "object"}},
+              "required": ["items"],
+              "x-kubernetes-group-version-kind": [{"group": d.group, "version": d.version, "kind": format!("{}List", d.kind)}]}),
+        );
+        let base = if d.group.is_empty() {
+            format!("/api/{}", d.version)
+        } else {
+            format!("/apis/{}/{}", d.group, d.version)
+        };
+        let collection = if d.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", d.plural)
+        } else {
+            format!("{base}/{}", d.plural)
+        };
+        let item = format!("{collection}/{{name}}");
+        let k = &d.kind;
+        paths.insert(
+            collection.clone(),
+            json!({
+                "get": op(d, "list", &format!("list{k}"), &format!("{schema_ref}List"), vec![]),
+                "post": op(d, "post", &format!("create{k}"), &schema_ref, write_params()),
+                "delete": op(d, "deletecollection", &format!("deletecollection{k}"), "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Status", vec![]),
+            }),
+        );
+        let item_ops = json!({
+            "get": op(d, "get", &format!("read{k}"), &schema_ref, vec![]),
+            "put": op(d, "put", &format!("replace{k}"), &schema_ref, write_params()),
+            "patch": op(d, "patch", &format!("patch{k}"), &schema_ref, write_params()),
+            "delete": op(d, "delete", &format!("delete{k}"), "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Status", vec![]),
+        });
+        paths.insert(item.clone(), item_ops);
+        if d.namespaced {
+            paths.insert(
+                format!("{base}/{}", d.plural),
+                json!({"get": op(d, "list", &format!("list{k}ForAllNamespaces"), &format!("{schema_ref}List"), vec![])}),
+            );
+        }
+        if d.status {
+            paths.insert(
+                format!("{item}/status"),
+                json!({
+                    "get": op(d, "get", &format!("read{k}Status"), &schema_ref, vec![]),
+                    "put": op(d, "put", &format!("replace{k}Status"), &schema_ref, write_params()),
+                    "patch": op(d, "patch", &format!("patch{k}Status"), &schema_ref, write_params()),
+                }),
+            );
+        }
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": k8s_version},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// The `/openapi/v3` index with a hash per group-version document.
+pub fn openapi_index(defs: &[&ResourceDef], k8s_version: &str) -> Value {
+    let mut gvs: Vec<(String, String)> = defs
+        .iter()
+        .map(|d| (d.group.clone(), d.version.clone()))
+        .collect();
+    gvs.sort();
+    gvs.dedup();
+    let mut paths = serde_json::Map::new();
+    for (g, v) in gvs {
+        let path = openapi_path(&g, &v);
+        let h = hash(&openapi_document(defs, &g, &v, k8s_version));
+        paths.insert(
+            path.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={h}")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::builtins;
+
+    #[test]
+    fn core_resource_list_has_subresources() {
+        let b = builtins();
+        let defs: Vec<&ResourceDef> = b.iter().collect();
+        let doc = api_resource_list(&defs, "", "v1").unwrap_or_default();
+        let names: Vec<&str> = doc["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        assert!(names.contains(&"pods/status"));
+        assert!(names.contains(&"namespaces/finalize"));
+        assert!(doc.get("apiVersion").is_none());
+        assert!(api_resource_list(&defs, "nope.io", "v1").is_none());
+    }
+
+    #[test]
+    fn openapi_patch_ops_declare_field_validation() {
+        let b = builtins();
+        let defs: Vec<&ResourceDef> = b.iter().collect();
+        let doc = openapi_document(&defs, "", "v1", "v1.31.0");
+        let op = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
+        assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "ConfigMap");
+        assert!(
+            op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["name"] == "fieldValidation")
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! The object store: one global resourceVersion counter, the current objects, and a
+//! bounded history of changes that watches replay and consistent lists read from.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+/// The kind of a stored change, as watch events name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    /// The object was created.
+    Added,
+    /// The object was modified.
+    Modified,
+    /// The object was removed.
+    Deleted,
+}
+
+impl ChangeType {
+    /// The watch event type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// Storage key of a resource: (group, plural).
+pub type ResKey = (String, String);
+/// Storage key of an object inside a resource: (namespace or "", name).
+pub type ObjKey = (String, String);
+
+/// One change in the history.
+#[derive(Debug)]
+pub struct Change {
+    /// The resourceVersion of the change.
+    pub rv: u64,
+    /// Resource storage key.
+    pub res: ResKey,
+    /// Object key.
+    pub key: ObjKey,
+    /// What happened.
+    pub kind: ChangeType,
+    /// State after the change; for deletions the last state stamped with the deletion RV.
+    pub object: Arc<Value>,
+    /// State before the change (None for additions).
+    pub prev: Option<Arc<Value>>,
+}
+
+/// The stored objects and their history.
+pub struct Store {
+    rv: u64,
+    objects: BTreeMap<ResKey, BTreeMap<ObjKey, Arc<Value>>>,
+    history: VecDeque<Arc<Change>>,
+    history_limit: usize,
+    /// Every change with rv > compacted is in `history`.
+    compacted: u64,
+    tx: broadcast::Sender<Arc<Change>>,
+    /// owner uid -> dependents.
+    owners: HashMap<String, HashSet<(ResKey, ObjKey)>>,
+}
+
+/// Reads `metadata.resourceVersion` of an object as a number.
+pub fn object_rv(obj: &Value) -> Option<u64> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+fn owner_uids(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Store {
+    /// An empty store starting at resourceVersion `start`.
+    pub fn new(history_limit: usize, start: u64) -> Self {
+        let (tx, _) = broadcast::channel(65536);
+        Store {
+            rv: start,
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            history_limit: history_limit.max(1),
+            compacted: start,
+            tx,
+            owners: HashMap::new(),
+        }
+    }
+
+    /// The current global resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// The oldest resourceVersion that can still be served from history.
+    pub fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    /// Subscribes to live changes.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.tx.subscribe()
+    }
+
+    /// Changes the number of retained history entries.
+    pub fn set_history_limit(&mut self, limit: usize) {
+        self.history_limit = limit.max(1);
+        self.trim();
+    }
+
+    /// Forgets the history up to `upto` (default: everything), so older RVs get 410.
+    pub fn compact(&mut self, upto: Option<u64>) {
+        let upto = upto.unwrap_or(self.rv).min(self.rv);
+        while let Some(front) = self.history.front() {
+            if front.rv <= upto {
+                self.history.pop_front();
+            } else {
+                break;
+            }
+        }
+        self.compacted = self.compacted.max(upto);
+    }
+
+    fn trim(&mut self) {
+        while self.history.len() > self.history_limit {
+            if let Some(c) = self.history.pop_front() {
+                self.compacted = c.rv;
+            }
+        }
+    }
+
+    /// The object under a key.
+    pub fn get(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
+        self.objects.get(res).and_then(|m| m.get(key)).cloned()
+    }
+
+    /// All objects of a resource, in key order, optionally within one namespace.
+    pub fn list(&self, res: &ResKey, namespace: Option<&str>) -> Vec<(ObjKey, Arc<Value>)> {
+        let Some(map) = self.objects.get(res) else {
+            return Vec::new();
+        };
+        match namespace {
+            None => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Some(ns) => map
+                .range((ns.to_string(), String::new())..)
+                .take_while(|(k, _)| k.0 == ns)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
+    /// Number of objects of one resource.
+    pub fn count(&self, res: &ResKey) -> usize {
+        self.objects.get(res).map_or(0, BTreeMap::len)
+    }
+
+    /// Total number of stored objects.
+    pub fn total(&self) -> usize {
+        self.objects.values().map(BTreeMap::len).sum()
+    }
+
+    /// The resources that have stored objects.
+    pub fn resources(&self) -> Vec<ResKey> {
+        self.objects
+            .iter()
+            .filter(|(_, m)| !m.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The state of one resource as it was at `rv`; None when history no longer reaches it.
+    pub fn list_at(
+        &self,
+        res: &ResKey,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Option<Vec<(ObjKey, Arc<Value>)>> {
+        if rv < self.compacted {
+            return None;
+        }
+        let mut map: BTreeMap<ObjKey, Arc<Value>> = self.list(res, namespace).into_iter().collect();
+        for change in self.history.iter().rev() {
+            if change.rv <= rv {
+                break;
+            }
+            if &change.res != res || namespace.is_some_and(|ns| change.key.0 != ns) {
+                continue;
+            }
+            match &change.prev {
+                Some(prev) => map.insert(change.key.clone(), prev.clone()),
+                None => map.remove(&change.key),
+            };
+        }
+        Some(map.into_iter().collect())
+    }
+
+    /// The retained changes after `rv` (for watch replay); None when history no longer reaches it.
+    pub fn changes_since(&self, rv: u64) -> Option<Vec<Arc<Change>>> {
+        if rv < self.compacted {
+            return None;
+        }
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Some(self.history.iter().skip(start).cloned().collect())
+    }
+
+    /// Dependents of an owner uid.
+    pub fn dependents(&self, owner_uid: &str) -> Vec<(ResKey, ObjKey)> {
+        let mut deps: Vec<_> = self
+            .owners
+            .get(owner_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        deps.sort();
+        deps
+    }
+
+    fn index_owners(
+        &mut self,
+        res: &ResKey,
+        key: &ObjKey,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
+        if let Some(old) = old {
+            for uid in owner_uids(old) {
+                if let Some(set) = self.owners.get_mut(&uid) {
+                    set.remove(&(res.clone(), key.clone()));
+                    if set.is_empty() {
+                        self.owners.remove(&uid);
+                    }
+                }
+            }
+        }
+        if let Some(new) = new {
+            for uid in owner_uids(new) {
+                self.owners
+                    .entry(uid)
+                    .or_default()
+                    .insert((res.clone(), key.clone()));
+            }
+        }
+    }
+
+    /// Stores a new or changed object with a fresh resourceVersion and records the change.
+    /// Returns the stored object.
+    pub fn put(&mut self, res: &ResKey, key: &ObjKey, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        let rv = self.rv;
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        let obj = Arc::new(obj);
+        let map = self.objects.entry(res.clone()).or_default();
+        let prev = map.insert(key.clone(), obj.clone());
+        let prev_value = prev.as_deref().cloned();
+        self.index_owners(res, key, prev_value.as_ref(), Some(&obj));
+        let kind = if prev.is_some() {
+            ChangeType::Modified
+        } else {
+            ChangeType::Added
+        };
+        self.record(Change {
+            rv,
+            res: res.clone(),
+            key: key.clone(),
+            kind,
+            object: obj.clone(),
+            prev,
+        });
+        obj
+    }
+
+    /// Removes an object; the DELETED change carries its last state stamped with the new RV.
+    /// Returns that last state, or None if nothing was stored.
+    pub fn remove(&mut self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
+        let prev = self.objects.get_mut(res)?.remove(key)?;
+        self.rv += 1;
+        let rv = self.rv;
+        self.index_owners(res, key, Some(&prev), None);
+        let mut last = (*prev).clone();
+        if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        let last = Arc::new(last);
+        self.record(Change {
+            rv,
+            res: res.clone(),
+            key: key.clone(),
+            kind: ChangeType::Deleted,
+            object: last.clone(),
+            prev: Some(prev),
+        });
+        Some(last)
+    }
+
+    fn record(&mut self, change: Change) {
+        let change = Arc::new(change);
+        self.history.push_back(change.clone());
+        self.trim();
+        // No receivers is fine: nobody is watching.
+        let _ = self.tx.send(change);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn res() -> ResKey {
+        (String::new(), "configmaps".into())
+    }
+    fn key(n: &str) -> ObjKey {
+        ("default".into(), n.into())
+    }
+    fn cm(n: &str, v: &str) -> Value {
+        json!({"metadata": {"name": n, "namespace": "default"}, "data": {"v": v}})
+    }
+
+    #[test]
+    fn list_at_reconstructs_past_states() {
+        let mut s = Store::new(100, 10);
+        s.put(&res(), &key("a"), cm("a", "1")); // 11
+        s.put(&res(), &key("b"), cm("b", "1")); // 12
+        s.put(&res(), &key("a"), cm("a", "2")); // 13
+        s.remove(&res(), &key("b")); // 14
+        let at12 = s.list_at(&res(), None, 12).unwrap();
+        assert_eq!(at12.len(), 2);
+        assert_eq!(at12[0].1["data"]["v"], "1");
+        let at11 = s.list_at(&res(), None, 11).unwrap();
+        assert_eq!(at11.len(), 1);
+        assert_eq!(s.list_at(&res(), None, 14).unwrap().len(), 1);
+        assert!(s.list_at(&res(), None, 9).is_none());
+    }
+
+    #[test]
+    fn history_limit_compacts() {
+        let mut s = Store::new(2, 0);
+        for i in 0..5 {
+            s.put(&res(), &key(&format!("o{i}")), cm("x", "1"));
+        }
+        assert_eq!(s.compacted(), 3);
+        assert!(s.changes_since(2).is_none());
+        assert_eq!(s.changes_since(3).unwrap().len(), 2);
+        s.compact(None);
+        assert!(s.changes_since(4).is_none());
+        assert_eq!(s.changes_since(5).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn deleted_change_carries_last_state_with_new_rv() {
+        let mut s = Store::new(10, 0);
+        s.put(&res(), &key("a"), cm("a", "1"));
+        let last = s.remove(&res(), &key("a")).unwrap();
+        assert_eq!(last["metadata"]["resourceVersion"], "2");
+        assert_eq!(last["data"]["v"], "1");
+        let changes = s.changes_since(1).unwrap();
+        assert_eq!(changes[0].kind, ChangeType::Deleted);
+    }
+
+    #[test]
+    fn owner_index_follows_writes() {
+        let mut s = Store::new(10, 0);
+        let mut child = cm("c", "1");
+        child["metadata"]["ownerReferences"] = json!([{"uid": "u1"}]);
+        s.put(&res(), &key("c"), child);
+        assert_eq!(s.dependents("u1").len(), 1);
+        s.put(&res(), &key("c"), cm("c", "2"));
+        assert!(s.dependents("u1").is_empty());
+    }
+}
