@@ -1,0 +1,403 @@
+//! Conformance: the real kubectl (1.31 and 1.32, and the version dispatcher) drives the
+//! fake API server over HTTP, as a user would. Each test has its own HOME and cache dir.
+//!
+//! These tests need `kubectl` on the PATH. Without it they fail with a message saying so,
+//! unless `KOPF_SKIP_KUBECTL_TESTS=1` is set (then they print that they are skipped).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use kopf_testing::FakeApiServer;
+use serde_json::Value;
+
+struct Kubectl {
+    bin: PathBuf,
+    home: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+fn find_kubectl(version: Option<&str>) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let dispatcher = std::env::split_paths(&path)
+        .map(|p| p.join("kubectl"))
+        .find(|p| p.is_file())?;
+    match version {
+        None => Some(dispatcher),
+        Some(v) => {
+            let real = std::fs::canonicalize(&dispatcher).ok()?;
+            let versioned = real.parent()?.join(format!("kubectl.{v}"));
+            versioned.is_file().then_some(versioned)
+        }
+    }
+}
+
+fn kubectl_for(server: &FakeApiServer, version: Option<&str>) -> Option<Kubectl> {
+    let Some(bin) = find_kubectl(version) else {
+        let what = version.map_or("kubectl".to_string(), |v| format!("kubectl.{v}"));
+        if std::env::var("KOPF_SKIP_KUBECTL_TESTS").as_deref() == Ok("1") {
+            eprintln!("SKIPPED: {what} is not installed (KOPF_SKIP_KUBECTL_TESTS=1)");
+            return None;
+        }
+        panic!(
+            "{what} is not installed next to the kubectl on the PATH; install it or set KOPF_SKIP_KUBECTL_TESTS=1"
+        );
+    };
+    let home = tempfile::tempdir().expect("temp home");
+    let kubeconfig = home.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    Some(Kubectl {
+        bin,
+        home,
+        kubeconfig,
+    })
+}
+
+impl Kubectl {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .arg(format!(
+                "--cache-dir={}",
+                self.home.path().join("cache").display()
+            ))
+            .env("HOME", self.home.path())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    async fn try_run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = self.command(args);
+        let stdin = stdin.map(str::to_string);
+        tokio::task::spawn_blocking(move || {
+            let mut child = cmd.spawn().expect("kubectl starts");
+            if let Some(text) = stdin {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .expect("stdin")
+                    .write_all(text.as_bytes())
+                    .expect("stdin written");
+            } else {
+                drop(child.stdin.take());
+            }
+            child.wait_with_output().expect("kubectl finishes")
+        })
+        .await
+        .expect("join")
+    }
+
+    async fn run(&self, args: &[&str]) -> String {
+        self.run_in(args, None).await
+    }
+
+    async fn run_in(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.try_run(args, stdin).await;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {stderr}\n{stdout}"
+        );
+        stdout
+    }
+
+    async fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.run(&all).await).expect("kubectl printed JSON")
+    }
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+const WORKLOADS: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cm1
+  labels: {app: demo}
+data:
+  k: v
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: svc1
+  labels: {app: demo}
+spec:
+  selector: {app: demo}
+  ports:
+    - {name: http, port: 80}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: dep1
+  labels: {app: demo}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: demo}
+  template:
+    metadata:
+      labels: {app: demo}
+    spec:
+      containers:
+        - name: main
+          image: busybox:1.36
+"#;
+
+/// The scenario of the acceptance criteria, for one kubectl binary.
+async fn scenario(version: Option<&str>) {
+    let server = FakeApiServer::start().await.expect("start");
+    let Some(k) = kubectl_for(&server, version) else {
+        return;
+    };
+    let crd = examples().join("crd.yaml");
+    let obj = examples().join("obj.yaml");
+    let crd = crd.to_str().expect("utf-8 path");
+    let obj = obj.to_str().expect("utf-8 path");
+
+    // CRD: apply, wait, apply an object, get it.
+    assert!(k.run(&["apply", "-f", crd]).await.contains("created"));
+    k.run(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/kopfexamples.kopf.dev",
+        "--timeout=10s",
+    ])
+    .await;
+    assert!(
+        k.run(&["apply", "-f", obj])
+            .await
+            .contains("kopf-example-1 created")
+    );
+    let got = k.json(&["get", "kex", "kopf-example-1"]).await;
+    assert_eq!(got["spec"]["field"], "value");
+    assert_eq!(got["metadata"]["generation"], 1);
+    let listed = k.run(&["get", "kopfexamples"]).await;
+    assert!(listed.contains("kopf-example-1"), "{listed}");
+
+    // Patches: merge, JSON, status subresource; strategic on a CR is refused as upstream.
+    k.run(&[
+        "patch",
+        "kex",
+        "kopf-example-1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"field":"merged"}}"#,
+    ])
+    .await;
+    k.run(&[
+        "patch",
+        "kex",
+        "kopf-example-1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/extra","value":"j"}]"#,
+    ])
+    .await;
+    k.run(&[
+        "patch",
+        "kex",
+        "kopf-example-1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"create_fn":{"message":"hello"}}}"#,
+    ])
+    .await;
+    let refused = k
+        .try_run(
+            &[
+                "patch",
+                "kex",
+                "kopf-example-1",
+                "-p",
+                r#"{"spec":{"field":"smp"}}"#,
+            ],
+            None,
+        )
+        .await;
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("application/strategic-merge-patch+json is not supported")
+    );
+    let got = k.json(&["get", "kex", "kopf-example-1"]).await;
+    assert_eq!(got["spec"]["field"], "merged");
+    assert_eq!(got["spec"]["extra"], "j");
+    assert_eq!(got["status"]["create_fn"]["message"], "hello");
+    assert_eq!(got["metadata"]["generation"], 3);
+
+    // Labels, annotations, selectors.
+    k.run(&["label", "kex", "kopf-example-1", "tier=gold"])
+        .await;
+    k.run(&["annotate", "kex", "kopf-example-1", "note=yes"])
+        .await;
+    assert!(
+        k.run(&["get", "kex", "-l", "tier=gold"])
+            .await
+            .contains("kopf-example-1")
+    );
+    let none = k.try_run(&["get", "kex", "-l", "tier=silver"], None).await;
+    assert!(String::from_utf8_lossy(&none.stderr).contains("No resources found"));
+    let got = k.json(&["get", "kex", "kopf-example-1"]).await;
+    assert_eq!(got["metadata"]["annotations"]["note"], "yes");
+
+    // Watch: `get -w` prints the change made while it runs.
+    let watch = k.try_run(
+        &[
+            "get",
+            "kex",
+            "-w",
+            "--request-timeout=3s",
+            "--output-watch-events",
+        ],
+        None,
+    );
+    let change = async {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        k.run(&["label", "kex", "kopf-example-1", "watched=yes"])
+            .await;
+    };
+    let (out, ()) = tokio::join!(watch, change);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("ADDED") && printed.contains("MODIFIED"),
+        "{printed}"
+    );
+
+    // Explain works from the generated OpenAPI v3 document.
+    let explained = k.run(&["explain", "kopfexamples.spec"]).await;
+    assert!(explained.contains("KopfExample"), "{explained}");
+
+    // Built-ins: client-side apply, update, strategic patch, label, server-side apply, delete.
+    k.run_in(&["apply", "-f", "-"], Some(WORKLOADS)).await;
+    let updated = WORKLOADS
+        .replace("k: v", "k: w")
+        .replace("replicas: 1", "replicas: 2");
+    let out = k.run_in(&["apply", "-f", "-"], Some(&updated)).await;
+    assert!(out.contains("configmap/cm1 configured"), "{out}");
+    assert_eq!(k.json(&["get", "cm", "cm1"]).await["data"]["k"], "w");
+    assert_eq!(
+        k.json(&["get", "deploy", "dep1"]).await["spec"]["replicas"],
+        2
+    );
+    k.run(&[
+        "patch",
+        "svc",
+        "svc1",
+        "-p",
+        r#"{"spec":{"ports":[{"name":"https","port":443}]}}"#,
+    ])
+    .await;
+    let ports = k.json(&["get", "svc", "svc1"]).await["spec"]["ports"]
+        .as_array()
+        .map(Vec::len);
+    assert_eq!(ports, Some(2), "strategic merge by port");
+    k.run(&["label", "deploy", "dep1", "stage=test"]).await;
+    assert!(
+        k.run(&["get", "all", "-l", "stage=test"])
+            .await
+            .contains("dep1")
+    );
+    let ssa = k
+        .run_in(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&updated.replace("k: w", "k: ssa")),
+        )
+        .await;
+    assert!(ssa.contains("serverside-applied"), "{ssa}");
+    assert_eq!(k.json(&["get", "cm", "cm1"]).await["data"]["k"], "ssa");
+
+    // Chunked lists.
+    for i in 0..5 {
+        k.run_in(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: many-{i}\n"
+            )),
+        )
+        .await;
+    }
+    server.clear_requests();
+    let many = k.run(&["get", "cm", "--chunk-size=2", "-o", "name"]).await;
+    assert_eq!(
+        many.lines().filter(|l| l.contains("many-")).count(),
+        5,
+        "{many}"
+    );
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.query.contains("continue=")),
+        "pages were fetched"
+    );
+
+    // Namespaces: create, use, delete (content goes with it).
+    k.run_in(
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n"),
+    )
+    .await;
+    k.run_in(
+        &["apply", "-n", "team", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\n"),
+    )
+    .await;
+    k.run(&["delete", "namespace", "team", "--timeout=10s"])
+        .await;
+    let gone = k.try_run(&["get", "namespace", "team"], None).await;
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("not found"));
+
+    // Deletes wait for the object to disappear.
+    k.run_in(&["delete", "-f", "-"], Some(WORKLOADS)).await;
+    k.run(&["delete", "-f", obj]).await;
+    let gone = k.try_run(&["get", "kex", "kopf-example-1"], None).await;
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("not found"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_31_scenario() {
+    scenario(Some("1.31")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_32_scenario() {
+    scenario(Some("1.32")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatcher_picks_kubectl_by_reported_minor() {
+    let server = FakeApiServer::start().await.expect("start");
+    let Some(k) = kubectl_for(&server, None) else {
+        return;
+    };
+    let out = k.run(&["version", "-o", "json"]).await;
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["serverVersion"]["minor"], "31");
+    assert_eq!(
+        v["clientVersion"]["minor"], "31",
+        "the dispatcher ran kubectl 1.31"
+    );
+    // Discovery-based commands.
+    let resources = k.run(&["api-resources"]).await;
+    assert!(
+        resources.contains("configmaps") && resources.contains("deployments"),
+        "{resources}"
+    );
+    // Typed create works with the default (JSON-speaking) kubectl.
+    k.run(&["create", "configmap", "typed", "--from-literal=a=b"])
+        .await;
+    assert_eq!(k.json(&["get", "cm", "typed"]).await["data"]["a"], "b");
+}
