@@ -1,0 +1,234 @@
+//! Project automation.
+//!
+//! `cargo xtask bench fake-apiserver [--objects N] [--watchers N]` measures the in-memory API
+//! server: creates per second over HTTP with a kube client, listing N objects, the fan-out of
+//! one write to many watchers, and memory per stored object. Build with `--release` for
+//! meaningful numbers (`cargo xtask` runs a debug build unless told otherwise; the report
+//! says which).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kopf_testing::FakeApiServer;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        what: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// The fake API server: creates/s, a large list, watch fan-out, bytes per object.
+    FakeApiserver {
+        /// Objects to create and list.
+        #[arg(long, default_value_t = 10_000)]
+        objects: usize,
+        /// Watchers for the fan-out measurement.
+        #[arg(long, default_value_t = 100)]
+        watchers: usize,
+        /// Concurrent creating clients.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
+}
+
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+fn config_map(i: usize) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(format!("bench-{i:06}"));
+    cm.metadata.labels = Some([("bench".to_string(), "yes".to_string())].into());
+    cm.data = Some([("key".to_string(), format!("value-{i}"))].into());
+    cm
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Cmd::Bench {
+            what:
+                Bench::FakeApiserver {
+                    objects,
+                    watchers,
+                    concurrency,
+                },
+        } => bench_fake_apiserver(objects, watchers, concurrency).await,
+    }
+}
+
+async fn bench_fake_apiserver(
+    objects: usize,
+    watchers: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    if objects == 0 || watchers == 0 || concurrency == 0 {
+        bail!("--objects, --watchers and --concurrency must be positive");
+    }
+    let profile = if cfg!(debug_assertions) {
+        "debug (use `cargo run -p xtask --release -- bench ...`)"
+    } else {
+        "release"
+    };
+    println!("fake API server benchmark ({profile} build), {objects} objects, {watchers} watchers");
+    let server = FakeApiServer::builder()
+        .history_limit(objects * 2 + 1000)
+        .start()
+        .await?;
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+
+    // 1. Creates per second through HTTP with `concurrency` clients in flight.
+    let rss_before = rss_bytes();
+    let started = Instant::now();
+    let results: Vec<_> = futures::stream::iter(0..objects)
+        .map(|i| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &config_map(i)).await }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let create_secs = started.elapsed().as_secs_f64();
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    if failed > 0 {
+        bail!("{failed} creates failed");
+    }
+    let rss_after = rss_bytes();
+    println!("| measurement | result |");
+    println!("|---|---|");
+    println!(
+        "| creates per second ({concurrency} in flight) | {:.0} |",
+        objects as f64 / create_secs
+    );
+
+    // 2. One full list of all objects, and the same in pages of 500.
+    let started = Instant::now();
+    let list = api.list(&ListParams::default()).await?;
+    let list_secs = started.elapsed().as_secs_f64();
+    if list.items.len() != objects {
+        bail!("listed {} objects, expected {objects}", list.items.len());
+    }
+    println!(
+        "| list of {objects} objects | {:.1} ms |",
+        list_secs * 1000.0
+    );
+    let started = Instant::now();
+    let mut seen = 0;
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(500);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = api.list(&lp).await?;
+        seen += page.items.len();
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            break;
+        }
+    }
+    if seen != objects {
+        bail!("paged list saw {seen} objects, expected {objects}");
+    }
+    println!(
+        "| paged list (500 per page) of {objects} objects | {:.1} ms |",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+
+    // 3. Fan-out: one write delivered to `watchers` watch streams.
+    let rv = list
+        .metadata
+        .resource_version
+        .clone()
+        .context("list resourceVersion")?;
+    let mut streams = Vec::new();
+    for _ in 0..watchers {
+        let s = api
+            .watch(&WatchParams::default().timeout(60), &rv)
+            .await?
+            .boxed();
+        streams.push(s);
+    }
+    // Wait until all watches are registered on the server.
+    for _ in 0..200 {
+        if server.watches().len() >= watchers {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    api.patch(
+        "bench-000000",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"data": {"key": "changed"}})),
+    )
+    .await?;
+    let mut delivered = 0;
+    let mut last = Duration::ZERO;
+    let waits = streams.into_iter().map(|mut s| async move {
+        while let Some(ev) = s.next().await {
+            if let Ok(WatchEvent::Modified(_)) = ev {
+                return true;
+            }
+        }
+        false
+    });
+    for ok in futures::future::join_all(waits.map(|w| async {
+        let r = tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .unwrap_or(false);
+        (r, started.elapsed())
+    }))
+    .await
+    {
+        if ok.0 {
+            delivered += 1;
+            last = last.max(ok.1);
+        }
+    }
+    if delivered != watchers {
+        bail!("only {delivered} of {watchers} watchers got the event");
+    }
+    println!(
+        "| one write delivered to {watchers} watchers (until the last got it) | {:.1} ms |",
+        last.as_secs_f64() * 1000.0
+    );
+
+    // 4. Memory per stored object (resident set growth while creating, client side included).
+    match (rss_before, rss_after) {
+        (Some(b), Some(a)) if a > b => println!(
+            "| resident memory per stored object (process growth / objects) | {} bytes |",
+            (a - b) / objects as u64
+        ),
+        _ => println!("| resident memory per stored object | not measurable here |"),
+    }
+    let counters = server.counters();
+    println!(
+        "\nrequests served: {} (create {}, list {}, watch {}, patch {})",
+        counters.total(),
+        counters.verb("create"),
+        counters.verb("list"),
+        counters.verb("watch"),
+        counters.verb("patch")
+    );
+    server.shutdown().await;
+    Ok(())
+}
