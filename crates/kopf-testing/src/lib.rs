@@ -32,6 +32,7 @@ pub mod control;
 pub mod discovery;
 pub mod error;
 pub mod events;
+pub mod managed;
 pub mod patch;
 pub mod schema;
 pub mod selectors;

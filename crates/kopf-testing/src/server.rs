@@ -734,6 +734,7 @@ fn write_options(query: &Query, headers: &HeaderMap) -> ApiResult<WriteOptions> 
         field_manager: query.get("fieldManager").map(str::to_string),
         force: query.bool("force")?,
         user_agent: header_str(headers, header::USER_AGENT),
+        apply: false,
     })
 }
 

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::catalog::{self, ResourceDef};
 use crate::error::{ApiError, ApiResult, cause};
 use crate::events;
+use crate::managed;
 use crate::patch::{self, PatchError};
 use crate::schema;
 use crate::store::{ObjKey, ResKey, Store, object_rv};
@@ -78,6 +79,8 @@ pub struct WriteOptions {
     pub force: Option<bool>,
     /// The User-Agent, for the default field manager.
     pub user_agent: String,
+    /// The write is a server-side apply (set by the apply path).
+    pub apply: bool,
 }
 
 /// Options of DELETE requests.
@@ -502,6 +505,20 @@ impl State {
         }
         let mut warnings = Vec::new();
         self.validate_and_default(def, None, &mut obj, &mut warnings)?;
+        let manager = managed::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
+        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        if opts.apply {
+            let applied = obj.clone();
+            if let Ok(with_fields) =
+                managed::apply(&obj, &applied, def, &manager, true, None, &now())
+            {
+                obj = with_fields;
+            }
+        } else {
+            managed::record_update(None, &mut obj, def, &manager, None, &now());
+        }
         let res = Self::res_key(def);
         let key = Self::key_of(def, namespace, &name);
         if self.store.get(&res, &key).is_some() {
@@ -758,7 +775,11 @@ impl State {
                 if meta_str(&applied, "name").is_none() {
                     meta_mut(&mut applied).insert("name".into(), json!(name));
                 }
-                return self.create(def, namespace, applied, opts);
+                let opts = WriteOptions {
+                    apply: true,
+                    ..opts.clone()
+                };
+                return self.create(def, namespace, applied, &opts);
             }
             None => return Err(ApiError::not_found(&def.group, &def.plural, name)),
         };
@@ -777,7 +798,36 @@ impl State {
                         "the name of the object ({n}) does not match the name on the URL ({name})"
                     )));
                 }
-                patch::apply_merge_patch(&current, applied.to_string().as_bytes())
+                let manager = opts.field_manager.clone().unwrap_or_default();
+                let force = opts.force.unwrap_or(false);
+                match managed::apply(
+                    &current,
+                    &applied,
+                    def,
+                    &manager,
+                    force,
+                    subresource,
+                    &now(),
+                ) {
+                    Ok(merged) => Ok(merged),
+                    Err(conflicts) => {
+                        let causes: Vec<Value> = conflicts
+                            .iter()
+                            .map(|c| json!({"reason": "FieldManagerConflict", "message": c.describe(), "field": c.field}))
+                            .collect();
+                        let mut details =
+                            json!({"name": name, "kind": def.plural, "causes": causes});
+                        if !def.group.is_empty() {
+                            details["group"] = json!(def.group);
+                        }
+                        return Err(ApiError::new(
+                            409,
+                            "Conflict",
+                            managed::conflict_message(&conflicts),
+                        )
+                        .with_details(details));
+                    }
+                }
             }
         };
         let new = patched.map_err(|e| match e {
@@ -790,7 +840,11 @@ impl State {
             .with_details(json!({"causes": [{"reason": "FieldValueInvalid", "message": m, "field": "patch"}]})),
         })?;
         let new = Self::normalise_body(def, namespace, new)?;
-        self.write_over(def, &old, new, subresource, opts)
+        let opts = WriteOptions {
+            apply: patch_type == PatchType::Apply,
+            ..opts.clone()
+        };
+        self.write_over(def, &old, new, subresource, &opts)
     }
 
     /// Common update path of PUT and PATCH.
@@ -803,6 +857,11 @@ impl State {
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         let name = meta_str(old, "name").unwrap_or("").to_string();
+        let applied_fields = if opts.apply {
+            meta(&new).get("managedFields").cloned()
+        } else {
+            None
+        };
         match meta_str(&new, "resourceVersion") {
             Some(rv) if !rv.is_empty() && Some(rv) != meta_str(old, "resourceVersion") => {
                 return Err(ApiError::stale(&def.group, &def.plural, &name));
@@ -903,6 +962,16 @@ impl State {
         }
         let mut warnings = Vec::new();
         self.validate_and_default(def, Some(old), &mut new, &mut warnings)?;
+        match applied_fields {
+            Some(fields) => {
+                meta_mut(&mut new).insert("managedFields".into(), fields);
+            }
+            None => {
+                let manager =
+                    managed::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
+                managed::record_update(Some(old), &mut new, def, &manager, subresource, &now());
+            }
+        }
         if def.generation
             && content_without_meta(&new, def.status) != content_without_meta(old, def.status)
         {

@@ -732,7 +732,7 @@ async fn bad_input_gets_the_real_servers_answers() {
     let r = raw
         .send(
             "PATCH",
-            &format!("{cm_path}/py?fieldManager=m"),
+            &format!("{cm_path}/py?fieldManager=m&force=true"),
             Some("application/apply-patch+yaml"),
             b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: py\ndata:\n  a: c\n",
         )
@@ -826,4 +826,90 @@ async fn scale_subresource_of_deployments() {
         .json();
     assert_eq!(d["spec"]["replicas"], 5);
     assert_eq!(d["metadata"]["generation"], 2);
+}
+
+#[tokio::test]
+async fn server_side_apply_tracks_managers_and_conflicts() {
+    let server = FakeApiServer::start().await.expect("start");
+    let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let cfg = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"a": "1", "b": "2"}});
+    // Apply creates the object and records the manager.
+    let created = cms
+        .patch("ssa", &PatchParams::apply("tool-a"), &Patch::Apply(&cfg))
+        .await
+        .expect("apply creates");
+    let mf = created.metadata.managed_fields.clone().unwrap_or_default();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(mf[0].manager.as_deref(), Some("tool-a"));
+    assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+    let fields = serde_json::to_value(&mf[0].fields_v1).expect("fieldsV1");
+    assert!(fields["f:data"].get("f:a").is_some(), "{fields}");
+    // Another manager applying a different value conflicts.
+    let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"a": "9"}});
+    let (code, msg) = err_code(
+        cms.patch("ssa", &PatchParams::apply("tool-b"), &Patch::Apply(&other))
+            .await
+            .expect_err("409"),
+    );
+    assert_eq!(code, 409);
+    assert_eq!(
+        msg,
+        "Apply failed with 1 conflict: conflict with \"tool-a\": .data.a"
+    );
+    // Forcing takes the field over.
+    let forced = cms
+        .patch(
+            "ssa",
+            &PatchParams::apply("tool-b").force(),
+            &Patch::Apply(&other),
+        )
+        .await
+        .expect("forced");
+    assert_eq!(
+        forced
+            .data
+            .as_ref()
+            .and_then(|d| d.get("a"))
+            .map(String::as_str),
+        Some("9")
+    );
+    // A merge patch by a third manager is recorded as an Update.
+    let updated = cms
+        .patch(
+            "ssa",
+            &PatchParams {
+                field_manager: Some("editor".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"data": {"c": "3"}})),
+        )
+        .await
+        .expect("merge");
+    let managers: Vec<(String, String)> = updated
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&("editor".into(), "Update".into())),
+        "{managers:?}"
+    );
+    // tool-a stops applying b: b is removed; a (now owned by tool-b) stays.
+    let shrunk =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {}});
+    let after = cms
+        .patch("ssa", &PatchParams::apply("tool-a"), &Patch::Apply(&shrunk))
+        .await
+        .expect("apply");
+    let data = after.data.unwrap_or_default();
+    assert!(!data.contains_key("b"), "{data:?}");
+    assert_eq!(data.get("a").map(String::as_str), Some("9"));
+    assert_eq!(data.get("c").map(String::as_str), Some("3"));
 }

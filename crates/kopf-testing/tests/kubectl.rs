@@ -311,12 +311,21 @@ async fn scenario(version: Option<&str>) {
             .contains("dep1")
     );
     let ssa = k
-        .run_in(
-            &["apply", "--server-side", "-f", "-"],
-            Some(&updated.replace("k: w", "k: ssa")),
-        )
+        .run_in(&["apply", "--server-side", "-f", "-"], Some(&updated))
         .await;
     assert!(ssa.contains("serverside-applied"), "{ssa}");
+    // A value owned by the client-side apply manager conflicts, as on a real server.
+    let changed = updated.replace("k: w", "k: ssa");
+    let conflict = k
+        .try_run(&["apply", "--server-side", "-f", "-"], Some(&changed))
+        .await;
+    assert!(!conflict.status.success());
+    assert!(String::from_utf8_lossy(&conflict.stderr).contains("Apply failed with 1 conflict"));
+    k.run_in(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&changed),
+    )
+    .await;
     assert_eq!(k.json(&["get", "cm", "cm1"]).await["data"]["k"], "ssa");
 
     // Chunked lists.
