@@ -144,6 +144,13 @@ impl FakeApiServerBuilder {
         self
     }
 
+    /// The longest a deleted, scheduled Pod stays Terminating before the simulated kubelet
+    /// confirms it (default 1 s; the Pod's own grace period applies when shorter).
+    pub fn pod_termination_cap(mut self, d: Duration) -> Self {
+        self.settings.pod_termination_cap = d;
+        self
+    }
+
     /// Serve aggregated discovery (true, the default) or only legacy documents.
     pub fn aggregated_discovery(mut self, on: bool) -> Self {
         self.settings.aggregated_discovery = on;

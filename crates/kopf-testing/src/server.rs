@@ -60,6 +60,9 @@ pub struct Settings {
     pub crd_establish_delay: Duration,
     /// Answer the aggregated-discovery Accept with aggregated documents (else legacy).
     pub aggregated_discovery: bool,
+    /// The longest a deleted, scheduled Pod stays Terminating before the simulated kubelet
+    /// confirms (the Pod's grace period, capped by this).
+    pub pod_termination_cap: Duration,
 }
 
 impl Default for Settings {
@@ -71,6 +74,7 @@ impl Default for Settings {
             default_watch_timeout: None,
             crd_establish_delay: Duration::ZERO,
             aggregated_discovery: true,
+            pod_termination_cap: Duration::from_secs(1),
         }
     }
 }
@@ -125,6 +129,7 @@ impl Shared {
             settings.history_limit,
             StateConfig {
                 establish_immediately: settings.crd_establish_delay.is_zero(),
+                pod_termination_cap: settings.pod_termination_cap,
             },
         );
         let (close_tx, _) = broadcast::channel(64);
@@ -139,9 +144,22 @@ impl Shared {
         })
     }
 
-    /// Starts delayed CRD establishment tasks, if any are pending.
+    /// Starts the delayed work a request left: CRD establishment, Pod termination.
     pub fn schedule_establish(self: &Arc<Self>) {
-        let pending: Vec<String> = std::mem::take(&mut lock(&self.state).to_establish);
+        let (pending, reap) = {
+            let mut state = lock(&self.state);
+            (
+                std::mem::take(&mut state.to_establish),
+                std::mem::take(&mut state.to_reap),
+            )
+        };
+        for (res, key, wait) in reap {
+            let shared = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                lock(&shared.state).reap(&res, &key);
+            });
+        }
         if pending.is_empty() {
             return;
         }
@@ -762,6 +780,10 @@ fn delete_options(query: &Query, body: &Bytes) -> ApiResult<DeleteOptions> {
         precondition_uid: s(parsed.pointer("/preconditions/uid")),
         precondition_rv: s(parsed.pointer("/preconditions/resourceVersion")),
         dry_run,
+        grace_period: parsed
+            .get("gracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok())),
     })
 }
 
@@ -1585,6 +1607,7 @@ async fn control(
                 json!({"version": s.version, "historyLimit": s.history_limit,
                     "bookmarkIntervalMillis": s.bookmark_interval.as_millis() as u64,
                     "crdEstablishDelayMillis": s.crd_establish_delay.as_millis() as u64,
+                    "podTerminationCapMillis": s.pod_termination_cap.as_millis() as u64,
                     "aggregatedDiscovery": s.aggregated_discovery}),
             )
         }
@@ -1604,10 +1627,14 @@ async fn control(
             }
             if let Some(n) = p.get("crdEstablishDelayMillis").and_then(Value::as_u64) {
                 s.crd_establish_delay = Duration::from_millis(n);
-                lock(&shared.state).set_config(StateConfig {
-                    establish_immediately: n == 0,
-                });
             }
+            if let Some(n) = p.get("podTerminationCapMillis").and_then(Value::as_u64) {
+                s.pod_termination_cap = Duration::from_millis(n);
+            }
+            lock(&shared.state).set_config(StateConfig {
+                establish_immediately: s.crd_establish_delay.is_zero(),
+                pod_termination_cap: s.pod_termination_cap,
+            });
             if let Some(b) = p.get("aggregatedDiscovery").and_then(Value::as_bool) {
                 s.aggregated_discovery = b;
             }

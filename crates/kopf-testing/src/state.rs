@@ -96,6 +96,8 @@ pub struct DeleteOptions {
     pub precondition_rv: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// `gracePeriodSeconds`.
+    pub grace_period: Option<i64>,
 }
 
 /// Server configuration that the state consults.
@@ -103,6 +105,8 @@ pub struct DeleteOptions {
 pub struct StateConfig {
     /// Establish CRDs at once (true) or leave it to a delayed task (false).
     pub establish_immediately: bool,
+    /// The longest a terminating scheduled Pod waits for the simulated kubelet.
+    pub pod_termination_cap: std::time::Duration,
 }
 
 /// The result of a write: HTTP code and body.
@@ -136,6 +140,8 @@ pub struct State {
     pub catalog_generation: u64,
     /// CRDs waiting for a delayed Established.
     pub to_establish: Vec<String>,
+    /// Terminating Pods the simulated kubelet removes after a delay.
+    pub to_reap: Vec<(ResKey, ObjKey, std::time::Duration)>,
     config: StateConfig,
     ip_counter: u32,
 }
@@ -229,6 +235,7 @@ impl State {
             crds: BTreeMap::new(),
             catalog_generation: 1,
             to_establish: Vec::new(),
+            to_reap: Vec::new(),
             config,
             ip_counter: 1,
         };
@@ -1104,7 +1111,12 @@ impl State {
             ));
         }
         let is_crd = def.group == "apiextensions.k8s.io";
-        let graceful = !finalizers(&old).is_empty() || is_namespace || is_crd;
+        let pod_grace = if def.group.is_empty() && def.plural == "pods" {
+            pod_grace_period(&old, opts.grace_period)
+        } else {
+            0
+        };
+        let graceful = !finalizers(&old).is_empty() || is_namespace || is_crd || pod_grace > 0;
         let res = Self::res_key(def);
         let key = Self::key_of(def, namespace, name);
         if opts.dry_run {
@@ -1116,8 +1128,21 @@ impl State {
             }
             let mut new = (*old).clone();
             let m = meta_mut(&mut new);
-            m.insert("deletionTimestamp".into(), json!(now()));
-            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            let deadline = jiff::Timestamp::now()
+                .checked_add(jiff::SignedDuration::from_secs(pod_grace))
+                .unwrap_or_else(|_| jiff::Timestamp::now());
+            m.insert(
+                "deletionTimestamp".into(),
+                json!(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            );
+            m.insert("deletionGracePeriodSeconds".into(), json!(pod_grace));
+            if pod_grace > 0 {
+                // The simulated kubelet confirms the termination after the grace period
+                // (capped by the server setting).
+                let wait = std::time::Duration::from_secs(pod_grace as u64)
+                    .min(self.config.pod_termination_cap);
+                self.to_reap.push((res.clone(), key.clone(), wait));
+            }
             if def.generation {
                 let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
                 if g > 0 {
@@ -1622,6 +1647,45 @@ fn validate_crd(crd: &Value) -> ApiResult<()> {
             &name,
             causes,
         ))
+    }
+}
+
+/// The grace period of a Pod deletion: 0 for unscheduled and finished Pods (deleted at
+/// once), else the requested period, `spec.terminationGracePeriodSeconds`, or 30;
+/// negative values become 1.
+fn pod_grace_period(pod: &Value, requested: Option<i64>) -> i64 {
+    let scheduled = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    if !scheduled || finished {
+        return 0;
+    }
+    let grace = requested
+        .or_else(|| {
+            pod.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(30);
+    if grace < 0 { 1 } else { grace }
+}
+
+impl State {
+    /// The simulated kubelet: removes a terminating Pod whose grace period is over, unless
+    /// finalizers still hold it.
+    pub fn reap(&mut self, res: &ResKey, key: &ObjKey) {
+        let Some(obj) = self.store.get(res, key) else {
+            return;
+        };
+        if meta(&obj).get("deletionTimestamp").is_none() || !finalizers(&obj).is_empty() {
+            return;
+        }
+        self.store.remove(res, key);
+        self.reconcile();
     }
 }
 

@@ -913,3 +913,103 @@ async fn server_side_apply_tracks_managers_and_conflicts() {
     assert_eq!(data.get("a").map(String::as_str), Some("9"));
     assert_eq!(data.get("c").map(String::as_str), Some("3"));
 }
+
+#[tokio::test]
+async fn scheduled_pods_terminate_gracefully_through_the_simulated_kubelet() {
+    let server = FakeApiServer::builder()
+        .pod_termination_cap(std::time::Duration::from_millis(300))
+        .start()
+        .await
+        .expect("start");
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "busybox"}]}}))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    let deleted = pods
+        .delete("p", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let terminating = deleted.left().expect("the terminating pod");
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert!(
+        pods.get_opt("p").await.expect("get").is_some(),
+        "still terminating"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(
+        pods.get_opt("p").await.expect("get").is_none(),
+        "the kubelet confirmed"
+    );
+    // An explicit grace period of 0 deletes at once.
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    pods.delete(
+        "p",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("delete");
+    assert!(pods.get_opt("p").await.expect("get").is_none());
+}
+
+#[tokio::test]
+async fn settings_crd_delay_aggregated_discovery_and_history_limit() {
+    let server = FakeApiServer::builder()
+        .crd_establish_delay(std::time::Duration::from_millis(300))
+        .aggregated_discovery(false)
+        .history_limit(3)
+        .start()
+        .await
+        .expect("start");
+    let raw = Raw::new(&server);
+    let r = raw
+        .post_json(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &common::kopfexample_crd(),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    assert!(r.json()["status"].get("conditions").is_none());
+    assert_eq!(
+        raw.get("/apis/kopf.dev/v1").await.status,
+        404,
+        "not served before Established"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(
+        raw.get("/apis/kopf.dev/v1").await.status,
+        200,
+        "served once Established"
+    );
+    // Aggregated discovery off: the aggregated Accept gets the legacy document.
+    let client = server.client();
+    let req = http::Request::get("/apis")
+        .header(
+            "Accept",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+        )
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.expect("send");
+    assert!(text.contains("\"APIGroupList\""), "{text}");
+    // History of 3 changes: an RV from before them is expired.
+    for i in 0..5 {
+        raw.post_json(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"metadata": {"name": format!("c{i}")}}),
+        )
+        .await;
+    }
+    let r = raw
+        .get("/api/v1/namespaces/default/configmaps?resourceVersionMatch=Exact&resourceVersion=1")
+        .await;
+    assert_eq!(r.status, 410);
+}
