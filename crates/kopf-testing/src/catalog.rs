@@ -51,6 +51,8 @@ pub struct ResourceDef {
     pub storage_version: bool,
     /// DELETE answers with the deleted object rather than a Status (Pods, ServiceAccounts).
     pub return_deleted_object: bool,
+    /// The CRD's `additionalPrinterColumns` for this version (Tables).
+    pub printer_columns: Option<Value>,
 }
 
 impl ResourceDef {
@@ -134,6 +136,7 @@ fn builtin(
         schema: None,
         storage_version: true,
         return_deleted_object: matches!(plural, "pods" | "serviceaccounts"),
+        printer_columns: None,
     }
 }
 
@@ -486,6 +489,7 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceDef>, String> {
             schema: v.pointer("/schema/openAPIV3Schema").cloned(),
             storage_version: v.get("storage").and_then(Value::as_bool) == Some(true),
             return_deleted_object: false,
+            printer_columns: v.get("additionalPrinterColumns").cloned(),
         });
     }
     Ok(defs)

@@ -39,6 +39,7 @@ pub mod selectors;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod table;
 
 use std::net::SocketAddr;
 use std::path::Path;

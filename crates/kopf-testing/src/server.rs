@@ -21,6 +21,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::selectors::{FieldSelector, LabelSelector, field_value};
 use crate::state::{DeleteOptions, PatchType, State, StateConfig, WriteOptions};
 use crate::store::{Change, ChangeType};
+use crate::table;
 
 /// The version reported by `/version`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -915,10 +916,22 @@ async fn serve_resource(
     match verb.as_str() {
         "get" => {
             let obj = lock(&shared.state).get(&def, ns, &name)?;
+            if let Some(include) = table_request(headers, query) {
+                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                let t = table::table(&def, def.printer_columns.as_ref(), &[obj], meta, include);
+                return Ok(json_response(200, &t, &[]));
+            }
             Ok(json_response(200, &obj, &[]))
         }
-        "list" => list(shared, &def, ns, query),
-        "watch" => watch(shared, &def, ns, rr.name.as_deref(), query),
+        "list" => list(shared, &def, ns, query, table_request(headers, query)),
+        "watch" => watch(
+            shared,
+            &def,
+            ns,
+            rr.name.as_deref(),
+            query,
+            table_request(headers, query),
+        ),
         "create" => {
             if rr.name.is_some() {
                 return Err(ApiError::method_not_allowed("create", &def.plural));
@@ -1066,11 +1079,18 @@ fn serve_scale(
     Ok(json_response(200, &to_scale(&w.body), &[]))
 }
 
+/// The Table options when the client asked for a Table.
+fn table_request(headers: &HeaderMap, query: &Query) -> Option<table::IncludeObject> {
+    table::wants_table(&header_str(headers, header::ACCEPT))
+        .then(|| table::IncludeObject::parse(query.get("includeObject")))
+}
+
 fn list(
     shared: &Arc<Shared>,
     def: &ResourceDef,
     ns: Option<&str>,
     query: &Query,
+    as_table: Option<table::IncludeObject>,
 ) -> ApiResult<Response<Body>> {
     let sel = Selectors::parse(def, query)?;
     let limit: Option<usize> = match query.get("limit") {
@@ -1162,6 +1182,10 @@ fn list(
         }
     }
     let items: Vec<Value> = out.into_iter().map(|(_, o)| o).collect();
+    if let Some(include) = as_table {
+        let t = table::table(def, def.printer_columns.as_ref(), &items, metadata, include);
+        return Ok(json_response(200, &t, &[]));
+    }
     Ok(json_response(
         200,
         &json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": metadata, "items": items}),
@@ -1197,6 +1221,7 @@ struct WatchSpec {
     namespace: Option<String>,
     selectors: Selectors,
     bookmarks: bool,
+    as_table: Option<table::IncludeObject>,
 }
 
 impl WatchSpec {
@@ -1220,7 +1245,25 @@ impl WatchSpec {
             ChangeType::Deleted if self.selectors.matches(&c.object) => "DELETED",
             _ => return None,
         };
-        Some(json!({"type": kind, "object": State::present(&self.def, &c.object)}))
+        Some(json!({"type": kind, "object": self.render(&c.object)}))
+    }
+
+    /// An object as the watch delivers it: itself, or a one-row Table.
+    fn render(&self, obj: &Value) -> Value {
+        let o = State::present(&self.def, obj);
+        match self.as_table {
+            None => o,
+            Some(include) => {
+                let meta = json!({"resourceVersion": o.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                table::table(
+                    &self.def,
+                    self.def.printer_columns.as_ref(),
+                    &[o],
+                    meta,
+                    include,
+                )
+            }
+        }
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
@@ -1244,6 +1287,7 @@ fn watch(
     ns: Option<&str>,
     name: Option<&str>,
     query: &Query,
+    as_table: Option<table::IncludeObject>,
 ) -> ApiResult<Response<Body>> {
     let mut selectors = Selectors::parse(def, query)?;
     if let Some(name) = name {
@@ -1302,6 +1346,7 @@ fn watch(
         },
         selectors,
         bookmarks,
+        as_table,
     };
     let rv_param = query.get("resourceVersion").unwrap_or("").to_string();
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
@@ -1325,7 +1370,7 @@ fn watch(
             let scope = spec.namespace.as_deref();
             for (_, obj) in state.store.list(&State::res_key(def), scope) {
                 if spec.selectors.matches(&obj) {
-                    initial.push(json!({"type": "ADDED", "object": State::present(def, &obj)}));
+                    initial.push(json!({"type": "ADDED", "object": spec.render(&obj)}));
                 }
             }
             if send_initial == Some(true) {

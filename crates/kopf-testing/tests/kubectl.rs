@@ -236,6 +236,12 @@ async fn scenario(version: Option<&str>) {
     assert_eq!(got["spec"]["field"], "merged");
     assert_eq!(got["spec"]["extra"], "j");
     assert_eq!(got["status"]["create_fn"]["message"], "hello");
+    // Server-side Tables carry the CRD's printer columns.
+    let table = k.run(&["get", "kex"]).await;
+    assert!(
+        table.contains("DURATION") && table.contains("MESSAGE") && table.contains("hello"),
+        "{table}"
+    );
     assert_eq!(got["metadata"]["generation"], 3);
 
     // Labels, annotations, selectors.
