@@ -80,6 +80,55 @@ fn walk(value: &mut Value, schema: &Value, root: bool) {
     }
 }
 
+/// The dotted paths of the fields pruning would drop (for `fieldValidation`).
+pub fn unknown_fields(obj: &Value, schema: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    find_unknown(obj, schema, true, "", &mut out);
+    out
+}
+
+fn find_unknown(value: &Value, schema: &Value, root: bool, path: &str, out: &mut Vec<String>) {
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match value {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties");
+            let embedded = schema.get("x-kubernetes-embedded-resource") == Some(&Value::Bool(true));
+            if props.is_none() && additional.is_none() && preserves(schema) {
+                return;
+            }
+            for (k, v) in map {
+                if (root || embedded) && (k == "apiVersion" || k == "kind" || k == "metadata") {
+                    continue;
+                }
+                let sub = props.and_then(|p| p.get(k)).or(match additional {
+                    Some(Value::Object(_)) => additional,
+                    _ => None,
+                });
+                match sub {
+                    Some(sub) => find_unknown(v, sub, false, &join(k), out),
+                    None if additional == Some(&Value::Bool(true)) || preserves(schema) => {}
+                    None => out.push(join(k)),
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    find_unknown(item, item_schema, false, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 fn apply_defaults(map: &mut Map<String, Value>, props: &Map<String, Value>) {
     for (k, sub) in props {
         if map.contains_key(k) {
@@ -320,6 +369,15 @@ mod tests {
             o,
             json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "n"},
             "spec": {"name": "abc", "replicas": 1, "free": {"any": {"thing": 1}}}})
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_listed() {
+        let o = json!({"apiVersion": "x/v1", "metadata": {"name": "n"}, "spec": {"name": "abc", "junk": 1, "free": {"x": 1}}, "extra": 1});
+        assert_eq!(
+            unknown_fields(&o, &schema()),
+            vec!["extra".to_string(), "spec.junk".to_string()]
         );
     }
 

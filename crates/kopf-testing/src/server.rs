@@ -754,6 +754,15 @@ fn write_options(query: &Query, headers: &HeaderMap) -> ApiResult<WriteOptions> 
         force: query.bool("force")?,
         user_agent: header_str(headers, header::USER_AGENT),
         apply: false,
+        field_validation: match query.get("fieldValidation") {
+            None | Some("") => None,
+            Some(v @ ("Ignore" | "Warn" | "Strict")) => Some(v.to_string()),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation must be one of \"Ignore\", \"Warn\" or \"Strict\", got {other:?}"
+                )));
+            }
+        },
     })
 }
 

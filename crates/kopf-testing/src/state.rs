@@ -81,6 +81,8 @@ pub struct WriteOptions {
     pub user_agent: String,
     /// The write is a server-side apply (set by the apply path).
     pub apply: bool,
+    /// `fieldValidation`: `Ignore`, `Warn` (the default) or `Strict`.
+    pub field_validation: Option<String>,
 }
 
 /// Options of DELETE requests.
@@ -511,7 +513,13 @@ impl State {
             o.remove("status");
         }
         let mut warnings = Vec::new();
-        self.validate_and_default(def, None, &mut obj, &mut warnings)?;
+        self.validate_and_default(
+            def,
+            None,
+            &mut obj,
+            &mut warnings,
+            opts.field_validation.as_deref(),
+        )?;
         let manager = managed::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
@@ -559,9 +567,32 @@ impl State {
         old: Option<&Value>,
         obj: &mut Value,
         warnings: &mut Vec<String>,
+        field_validation: Option<&str>,
     ) -> ApiResult<()> {
         let name = meta_str(obj, "name").unwrap_or("").to_string();
-        let _ = warnings;
+        if def.is_custom()
+            && let Some(schema) = &def.schema
+        {
+            let unknown = schema::unknown_fields(obj, schema);
+            match field_validation.unwrap_or("Warn") {
+                "Strict" if !unknown.is_empty() => {
+                    let list: Vec<String> = unknown
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "{}.{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                        def.kind,
+                        def.group,
+                        def.version,
+                        def.kind,
+                        list.join(", ")
+                    )));
+                }
+                "Ignore" => {}
+                _ => warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
+            }
+        }
         match (def.group.as_str(), def.plural.as_str()) {
             ("", "namespaces") => {
                 if !is_valid_dns_label(&name) {
@@ -660,6 +691,9 @@ impl State {
                         json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
                     });
                 }
+            }
+            ("" | "events.k8s.io", "events") if old.is_none() => {
+                validate_event(obj, def.group == "events.k8s.io")?;
             }
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
                 validate_crd(obj)?;
@@ -968,7 +1002,13 @@ impl State {
             }
         }
         let mut warnings = Vec::new();
-        self.validate_and_default(def, Some(old), &mut new, &mut warnings)?;
+        self.validate_and_default(
+            def,
+            Some(old),
+            &mut new,
+            &mut warnings,
+            opts.field_validation.as_deref(),
+        )?;
         match applied_fields {
             Some(fields) => {
                 meta_mut(&mut new).insert("managedFields".into(), fields);
@@ -1544,6 +1584,91 @@ fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
         .map_err(|_| ApiError::bad_request("the apply patch is not UTF-8 text"))?;
     serde_saphyr::from_str::<Value>(text)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
+/// Validates an Event (stored in the core/v1 shape) as the API server does for the view it
+/// was written through.
+fn validate_event(ev: &Value, events_v1: bool) -> ApiResult<()> {
+    let name = meta_str(ev, "name").unwrap_or("").to_string();
+    let s = |f: &str| ev.get(f).and_then(Value::as_str).unwrap_or("");
+    let (f_component, f_note, f_regarding) = if events_v1 {
+        ("reportingController", "note", "regarding")
+    } else {
+        ("reportingComponent", "message", "involvedObject")
+    };
+    let mut causes = Vec::new();
+    let has_time = ev.get("eventTime").is_some_and(|t| !t.is_null());
+    if events_v1 && !has_time {
+        causes.push(cause("FieldValueRequired", "eventTime", "Required value"));
+    }
+    if has_time {
+        if s("reportingComponent").is_empty() {
+            causes.push(cause("FieldValueRequired", f_component, "Required value"));
+        }
+        for (field, limit) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
+            let v = s(field);
+            if v.is_empty() {
+                causes.push(cause("FieldValueRequired", field, "Required value"));
+            } else if v.len() > limit {
+                causes.push(cause(
+                    "FieldValueInvalid",
+                    field,
+                    format!("Invalid value: \"\": can have at most {limit} characters"),
+                ));
+            }
+        }
+        if s("message").len() > 1024 {
+            causes.push(cause(
+                "FieldValueInvalid",
+                f_note,
+                "Invalid value: \"\": can have at most 1024 characters",
+            ));
+        }
+    } else {
+        let ns = meta_str(ev, "namespace").unwrap_or("");
+        let involved = ev
+            .pointer("/involvedObject/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let ok = if involved.is_empty() {
+            ns.is_empty() || ns == "default"
+        } else {
+            ns == involved
+        };
+        if !ok {
+            causes.push(cause(
+                "FieldValueInvalid",
+                &format!("{f_regarding}.namespace"),
+                format!("Invalid value: \"{involved}\": does not match event.namespace"),
+            ));
+        }
+    }
+    if events_v1 {
+        let t = s("type");
+        if t != "Normal" && t != "Warning" {
+            causes.push(cause(
+                "FieldValueInvalid",
+                "type",
+                format!("Invalid value: \"{t}\": has invalid value: {t}"),
+            ));
+        }
+        if ev
+            .get("source")
+            .is_some_and(|v| v.as_object().is_some_and(|m| !m.is_empty()))
+        {
+            causes.push(cause(
+                "FieldValueInvalid",
+                "deprecatedSource",
+                "Invalid value: \"object\": deprecatedSource is deprecated, do not use it",
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        let group = if events_v1 { "events.k8s.io" } else { "" };
+        Err(ApiError::invalid(group, "Event", &name, causes))
+    }
 }
 
 /// Validates a CustomResourceDefinition body.

@@ -649,6 +649,25 @@ async fn crd_validation_and_schema_enforcement() {
         json!({"name": "abc", "replicas": 1}),
         "pruned and defaulted"
     );
+    assert_eq!(
+        r.header("warning"),
+        Some("299 - \"unknown field \\\"spec.junk\\\"\"")
+    );
+    let r = raw
+        .post_json(
+            "/apis/kopf.dev/v1/namespaces/default/kopfexamples?fieldValidation=Strict",
+            &json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample", "metadata": {"name": "y"}, "spec": {"name": "abc", "junk": 1}}),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("strict decoding error: unknown field \"spec.junk\""),
+        "{}",
+        r.body
+    );
 }
 
 #[tokio::test]
@@ -1012,4 +1031,66 @@ async fn settings_crd_delay_aggregated_discovery_and_history_limit() {
         .get("/api/v1/namespaces/default/configmaps?resourceVersionMatch=Exact&resourceVersion=1")
         .await;
     assert_eq!(r.status, 410);
+}
+
+#[tokio::test]
+async fn kube_runtime_event_recorder_and_event_validation() {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let server = FakeApiServer::start().await.expect("start");
+    let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let c = cms
+        .create(&PostParams::default(), &cm("c1"))
+        .await
+        .expect("create");
+    let reporter = Reporter {
+        controller: "kopf-test".into(),
+        instance: Some("pod-1".into()),
+    };
+    let recorder = Recorder::new(server.client(), reporter);
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Tested".into(),
+        note: Some("hello".into()),
+        action: "Testing".into(),
+        secondary: None,
+    };
+    let reference = kube::Resource::object_ref(&c, &());
+    recorder
+        .publish(&event, &reference)
+        .await
+        .expect("first publish creates");
+    recorder
+        .publish(&event, &reference)
+        .await
+        .expect("second publish updates the series");
+    let raw = Raw::new(&server);
+    let list = raw
+        .get("/apis/events.k8s.io/v1/namespaces/default/events")
+        .await
+        .json();
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "{list}");
+    assert_eq!(items[0]["note"], "hello");
+    assert_eq!(items[0]["reportingController"], "kopf-test");
+    // The core view shows the same event.
+    let core = raw.get("/api/v1/namespaces/default/events").await.json();
+    assert_eq!(core["items"][0]["message"], "hello");
+    // events.k8s.io requires eventTime and a Normal/Warning type.
+    let bad = raw
+        .post_json("/apis/events.k8s.io/v1/namespaces/default/events", &json!({"metadata": {"name": "bad"}, "type": "Debug", "regarding": {"namespace": "default"}}))
+        .await;
+    assert_eq!(bad.status, 422);
+    let msg = bad.json()["message"].as_str().unwrap_or("").to_string();
+    assert!(
+        msg.contains("eventTime: Required value") && msg.contains("type: Invalid value"),
+        "{msg}"
+    );
+    // core/v1 without eventTime: the namespace must match the involved object's.
+    let bad = raw
+        .post_json(
+            "/api/v1/namespaces/default/events",
+            &json!({"metadata": {"name": "bad2"}, "involvedObject": {"namespace": "other"}}),
+        )
+        .await;
+    assert_eq!(bad.status, 422);
 }
