@@ -34,6 +34,7 @@ pub mod error;
 pub mod events;
 pub mod managed;
 pub mod patch;
+pub mod protobuf;
 pub mod schema;
 pub mod selectors;
 pub mod server;

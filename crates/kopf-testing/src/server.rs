@@ -671,7 +671,11 @@ async fn serve(
         }),
         Route::OpenApiV2 => error_response(&ApiError::path_not_found()),
         Route::SelfSubjectAccessReview => {
-            let mut review: Value = serde_json::from_slice(body).unwrap_or(json!({}));
+            let ct = header_str(headers, header::CONTENT_TYPE);
+            let mut review = match decode_body(&ct, body, false) {
+                Ok(v) => v,
+                Err(e) => return error_response(&e),
+            };
             review["status"] =
                 json!({"allowed": true, "reason": "the fake API server allows everything"});
             json_response(201, &review, &[])
@@ -714,6 +718,7 @@ fn decode_body(content_type: &str, body: &Bytes, allow_patch: bool) -> ApiResult
     let base = content_type.split(';').next().unwrap_or("").trim();
     match base {
         "" | "application/json" | "*/*" => {}
+        crate::protobuf::MEDIA_TYPE => return crate::protobuf::decode(body),
         "application/yaml" => {
             let text = std::str::from_utf8(body)
                 .map_err(|_| ApiError::bad_request("the YAML body is not UTF-8 text"))?;
@@ -725,6 +730,7 @@ fn decode_body(content_type: &str, body: &Bytes, allow_patch: bool) -> ApiResult
             return Err(ApiError::unsupported_media_type(&[
                 "application/json",
                 "application/yaml",
+                "application/vnd.kubernetes.protobuf",
             ]));
         }
     }

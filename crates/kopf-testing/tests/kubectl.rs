@@ -416,3 +416,50 @@ async fn dispatcher_picks_kubectl_by_reported_minor() {
         .await;
     assert_eq!(k.json(&["get", "cm", "typed"]).await["data"]["a"], "b");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_32_typed_commands_send_protobuf() {
+    let server = FakeApiServer::start().await.expect("start");
+    let Some(k) = kubectl_for(&server, Some("1.32")) else {
+        return;
+    };
+    k.run(&[
+        "create",
+        "configmap",
+        "pb",
+        "--from-literal=a=b",
+        "--from-literal=c=",
+    ])
+    .await;
+    let cm = k.json(&["get", "cm", "pb"]).await;
+    assert_eq!(cm["data"], serde_json::json!({"a": "b", "c": ""}));
+    assert!(
+        cm["metadata"].get("generateName").is_none(),
+        "empty strings are omitted"
+    );
+    k.run(&["create", "secret", "generic", "sec", "--from-literal=p=q"])
+        .await;
+    assert_eq!(k.json(&["get", "secret", "sec"]).await["data"]["p"], "cQ==");
+    k.run(&["create", "namespace", "pbns"]).await;
+    assert_eq!(
+        k.json(&["get", "ns", "pbns"]).await["status"]["phase"],
+        "Active"
+    );
+    k.run(&["create", "serviceaccount", "robot"]).await;
+    assert_eq!(k.run(&["auth", "can-i", "get", "pods"]).await.trim(), "yes");
+    let pb = server
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.content_type
+                .starts_with("application/vnd.kubernetes.protobuf")
+        })
+        .count();
+    assert!(pb >= 5, "kubectl 1.32 sent protobuf bodies ({pb})");
+    let refused = k
+        .try_run(&["create", "deployment", "d", "--image=busybox"], None)
+        .await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("not apps/v1 Deployment"), "{stderr}");
+}
