@@ -475,3 +475,22 @@ async fn close_watches_ends_streams_cleanly() {
         .expect("join");
     assert_eq!(r.status, 200);
 }
+
+#[tokio::test]
+async fn default_watch_timeout_ends_watches_without_timeout_seconds() {
+    let server = FakeApiServer::builder()
+        .default_watch_timeout(Duration::from_millis(300))
+        .start()
+        .await
+        .expect("start");
+    let raw = Raw::new(&server);
+    let t = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        raw.get("/api/v1/namespaces?watch=true&resourceVersion=1"),
+    )
+    .await
+    .expect("the watch ended by itself");
+    assert_eq!(r.status, 200);
+    assert!(t.elapsed() >= Duration::from_millis(300));
+}
