@@ -54,32 +54,8 @@ pub fn apply_json_patch(target: &Value, patch: &[u8]) -> Result<Value, PatchErro
     Ok(out)
 }
 
-/// A merge patch that turns `from` into `to`.
-pub fn merge_patch_diff(from: &Value, to: &Value) -> Value {
-    match (from, to) {
-        (Value::Object(a), Value::Object(b)) => {
-            let mut out = Map::new();
-            for (k, va) in a {
-                match b.get(k) {
-                    None => {
-                        out.insert(k.clone(), Value::Null);
-                    }
-                    Some(vb) if vb != va => {
-                        out.insert(k.clone(), merge_patch_diff(va, vb));
-                    }
-                    Some(_) => {}
-                }
-            }
-            for (k, vb) in b {
-                if !a.contains_key(k) {
-                    out.insert(k.clone(), vb.clone());
-                }
-            }
-            Value::Object(out)
-        }
-        _ => to.clone(),
-    }
-}
+/// A merge patch that turns `from` into `to` (from `kopf-diff`).
+pub use kopf_diff::merge_patch as merge_patch_diff;
 
 /// How a list field merges under a strategic merge patch.
 #[derive(Debug, Clone, Copy, PartialEq)]

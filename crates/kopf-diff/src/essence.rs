@@ -1,0 +1,294 @@
+//! The diff-base ("essence") Kopf keeps of each handled object, and its stored encoding.
+//!
+//! The essence of a body: everything but `apiVersion`, `kind`, `metadata` and `status`; plus
+//! `metadata.labels` and `metadata.annotations` without Kopf-managed annotations (the
+//! storage prefix, any `*.<prefix>`, any prefix marked with `<prefix>/kopf-managed`),
+//! without `kubectl.kubernetes.io/last-applied-configuration` and without the storage key;
+//! plus every field that handlers declared with `field=`; minus empty `labels`,
+//! `annotations`, `metadata`, `status`; minus the ignored fields.
+//!
+//! Stored as compact JSON plus a newline in the annotation
+//! `kopf.zalando.org/last-handled-configuration`, keys in the order Kopf writes them.
+
+use serde_json::{Map, Value};
+
+/// The annotation kubectl writes for client-side apply.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What to keep and strip.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EssenceSettings {
+    /// The annotations prefix of the operator (`kopf.zalando.org`).
+    pub prefix: String,
+    /// The diff-base annotation key under the prefix (`last-handled-configuration`).
+    pub key: String,
+    /// Fields declared by handlers (`field=`), as paths; kept even under metadata/status.
+    pub tracked_fields: Vec<Vec<String>>,
+    /// Fields never tracked, as paths.
+    pub ignored_fields: Vec<Vec<String>>,
+}
+
+impl Default for EssenceSettings {
+    fn default() -> Self {
+        EssenceSettings {
+            prefix: "kopf.zalando.org".into(),
+            key: "last-handled-configuration".into(),
+            tracked_fields: Vec::new(),
+            ignored_fields: Vec::new(),
+        }
+    }
+}
+
+impl EssenceSettings {
+    /// The full annotation name, `kopf.zalando.org/last-handled-configuration`.
+    pub fn annotation(&self) -> String {
+        format!("{}/{}", self.prefix, self.key)
+    }
+}
+
+fn is_kopf_managed(key: &str, prefix: &str, marked: &[&str]) -> bool {
+    let Some((p, _)) = key.split_once('/') else {
+        return false;
+    };
+    p == prefix || p.ends_with(&format!(".{prefix}")) || marked.contains(&p)
+}
+
+fn get_path<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = v;
+    for k in path {
+        cur = cur.as_object()?.get(k)?;
+    }
+    Some(cur)
+}
+
+fn set_path(v: &mut Value, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for k in parents {
+        if !cur.get(k).is_some_and(Value::is_object) {
+            if let Some(m) = cur.as_object_mut() {
+                m.insert(k.clone(), Value::Object(Map::new()));
+            } else {
+                return;
+            }
+        }
+        match cur.get_mut(k) {
+            Some(next) => cur = next,
+            None => return,
+        }
+    }
+    if let Some(m) = cur.as_object_mut() {
+        m.insert(last.clone(), value);
+    }
+}
+
+fn remove_path(v: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for k in parents {
+        match cur.get_mut(k) {
+            Some(next) => cur = next,
+            None => return,
+        }
+    }
+    if let Some(m) = cur.as_object_mut() {
+        m.remove(last);
+    }
+}
+
+fn drop_if_empty(essence: &mut Value, path: &[&str]) {
+    let owned: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+    if get_path(essence, &owned).is_some_and(|v| v.as_object().is_some_and(Map::is_empty)) {
+        remove_path(essence, &owned);
+    }
+}
+
+/// The essence of a body.
+pub fn essence(body: &Value, settings: &EssenceSettings) -> Value {
+    let mut out = Map::new();
+    if let Some(m) = body.as_object() {
+        for (k, v) in m {
+            if !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status") {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let mut essence = Value::Object(out);
+    let meta = body.get("metadata");
+    if let Some(labels) = meta
+        .and_then(|m| m.get("labels"))
+        .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
+    {
+        set_path(
+            &mut essence,
+            &["metadata".into(), "labels".into()],
+            labels.clone(),
+        );
+    }
+    if let Some(annotations) = meta
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+    {
+        let marked: Vec<&str> = annotations
+            .keys()
+            .filter_map(|k| k.strip_suffix("/kopf-managed"))
+            .collect();
+        let own = settings.annotation();
+        let kept: Map<String, Value> = annotations
+            .iter()
+            .filter(|(k, _)| {
+                !is_kopf_managed(k, &settings.prefix, &marked)
+                    && k.as_str() != LAST_APPLIED
+                    && **k != own
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !annotations.is_empty() {
+            set_path(
+                &mut essence,
+                &["metadata".into(), "annotations".into()],
+                Value::Object(kept),
+            );
+        }
+    }
+    for field in &settings.tracked_fields {
+        if let Some(v) = get_path(body, field) {
+            set_path(&mut essence, field, v.clone());
+        }
+    }
+    drop_if_empty(&mut essence, &["metadata", "annotations"]);
+    drop_if_empty(&mut essence, &["metadata", "labels"]);
+    drop_if_empty(&mut essence, &["metadata"]);
+    drop_if_empty(&mut essence, &["status"]);
+    for field in &settings.ignored_fields {
+        remove_path(&mut essence, field);
+    }
+    essence
+}
+
+/// Encodes an essence as Kopf stores it: compact JSON, top-level keys in Kopf's order (the
+/// object's own fields, then `metadata` with `labels` before `annotations`, then `status`),
+/// and a trailing newline.
+pub fn encode(essence: &Value) -> String {
+    let Some(m) = essence.as_object() else {
+        return format!("{essence}\n");
+    };
+    let rank = |k: &str| match k {
+        "metadata" => 1,
+        "status" => 2,
+        _ => 0,
+    };
+    let mut keys: Vec<&String> = m.keys().collect();
+    keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then(a.cmp(b)));
+    let parts: Vec<String> = keys
+        .into_iter()
+        .map(|k| {
+            let v = &m[k];
+            let rendered = if k == "metadata" {
+                encode_metadata(v)
+            } else {
+                v.to_string()
+            };
+            format!("{}:{rendered}", Value::String(k.clone()))
+        })
+        .collect();
+    format!("{{{}}}\n", parts.join(","))
+}
+
+fn encode_metadata(meta: &Value) -> String {
+    let Some(m) = meta.as_object() else {
+        return meta.to_string();
+    };
+    let rank = |k: &str| match k {
+        "labels" => 0,
+        "annotations" => 1,
+        _ => 2,
+    };
+    let mut keys: Vec<&String> = m.keys().collect();
+    keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then(a.cmp(b)));
+    let parts: Vec<String> = keys
+        .into_iter()
+        .map(|k| format!("{}:{}", Value::String(k.clone()), m[k]))
+        .collect();
+    format!("{{{}}}", parts.join(","))
+}
+
+/// Errors reading a stored essence.
+#[derive(Debug, thiserror::Error)]
+pub enum EssenceError {
+    /// The annotation is not JSON.
+    #[error("the diff-base annotation is not valid JSON ({source}); it will be treated as absent")]
+    NotJson {
+        /// The cause.
+        #[from]
+        source: serde_json::Error,
+    },
+}
+
+/// Decodes a stored essence.
+pub fn decode(stored: &str) -> Result<Value, EssenceError> {
+    Ok(serde_json::from_str(stored.trim_end())?)
+}
+
+/// Reads the stored essence of a body, if any.
+pub fn stored(body: &Value, settings: &EssenceSettings) -> Option<Result<Value, EssenceError>> {
+    body.pointer("/metadata/annotations")?
+        .get(settings.annotation())?
+        .as_str()
+        .map(decode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body() -> Value {
+        json!({
+            "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "x", "uid": "u", "resourceVersion": "5",
+                "labels": {"somelabel": "somevalue"},
+                "annotations": {
+                    "kopf.zalando.org/last-handled-configuration": "{}",
+                    "kopf.zalando.org/create_fn": "{}",
+                    "my-op.kopf.zalando.org/x": "1",
+                    "team.example.com/kopf-managed": "yes",
+                    "team.example.com/progress": "1",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                }},
+            "spec": {"field": "value", "items": ["a", "b"]},
+            "status": {"create_fn": {"message": "hello"}},
+        })
+    }
+
+    #[test]
+    fn essence_matches_kopf_bytes() {
+        let e = essence(&body(), &EssenceSettings::default());
+        assert_eq!(
+            encode(&e),
+            "{\"spec\":{\"field\":\"value\",\"items\":[\"a\",\"b\"]},\"metadata\":{\"labels\":{\"somelabel\":\"somevalue\"}}}\n"
+        );
+        assert_eq!(decode(&encode(&e)).ok(), Some(e));
+    }
+
+    #[test]
+    fn tracked_and_ignored_fields() {
+        let settings = EssenceSettings {
+            tracked_fields: vec![vec!["status".into(), "create_fn".into()]],
+            ignored_fields: vec![vec!["spec".into(), "items".into()]],
+            ..Default::default()
+        };
+        let e = essence(&body(), &settings);
+        assert_eq!(e["status"]["create_fn"]["message"], "hello");
+        assert!(e["spec"].get("items").is_none());
+        let plain = json!({"spec": {"a": 1}, "metadata": {"labels": {}, "annotations": {"kopf.zalando.org/x": "1"}}});
+        assert_eq!(
+            essence(&plain, &EssenceSettings::default()),
+            json!({"spec": {"a": 1}})
+        );
+    }
+}
