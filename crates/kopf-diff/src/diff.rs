@@ -217,6 +217,27 @@ mod tests {
         );
     }
 
+    /// Expected values produced by Kopf 1.45.2's `diffs.diff` and `diffs.reduce`.
+    #[test]
+    fn matches_kopf_fixtures() {
+        let a = json!({"spec": {"a": 1, "c": 5, "n": null}});
+        let b = json!({"spec": {"a": 2, "b": 3, "d": {"x": [1]}}});
+        assert_eq!(
+            d(a, b),
+            json!([["add", ["spec", "b"], null, 3], ["add", ["spec", "d"], null, {"x": [1]}],
+                   ["remove", ["spec", "c"], 5, null], ["change", ["spec", "a"], 1, 2]])
+        );
+        let full = diff(Some(&json!({})), Some(&json!({"spec": {"x": {"y": 1}}})));
+        assert_eq!(
+            full.to_kopf_json(),
+            json!([["add", ["spec"], null, {"x": {"y": 1}}]])
+        );
+        assert_eq!(
+            reduce(&full, &["spec", "x"]).to_kopf_json(),
+            json!([["add", [], null, {"y": 1}]])
+        );
+    }
+
     #[test]
     fn reduce_to_a_field() {
         let full = diff(

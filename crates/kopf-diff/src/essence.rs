@@ -258,6 +258,7 @@ mod tests {
                     "my-op.kopf.zalando.org/x": "1",
                     "team.example.com/kopf-managed": "yes",
                     "team.example.com/progress": "1",
+                    "other.example.com/keep": "k",
                     "kubectl.kubernetes.io/last-applied-configuration": "{}",
                 }},
             "spec": {"field": "value", "items": ["a", "b"]},
@@ -265,14 +266,24 @@ mod tests {
         })
     }
 
+    /// The expected bytes were produced by Kopf 1.45.2's `AnnotationsDiffBaseStorage` for
+    /// the same body (`build` then `store`).
     #[test]
     fn essence_matches_kopf_bytes() {
         let e = essence(&body(), &EssenceSettings::default());
         assert_eq!(
             encode(&e),
-            "{\"spec\":{\"field\":\"value\",\"items\":[\"a\",\"b\"]},\"metadata\":{\"labels\":{\"somelabel\":\"somevalue\"}}}\n"
+            r#"{"spec":{"field":"value","items":["a","b"]},"metadata":{"labels":{"somelabel":"somevalue"},"annotations":{"other.example.com/keep":"k"}}}"#.to_string() + "\n"
         );
         assert_eq!(decode(&encode(&e)).ok(), Some(e));
+        let tracked = EssenceSettings {
+            tracked_fields: vec![vec!["status".into(), "create_fn".into()]],
+            ..Default::default()
+        };
+        assert_eq!(
+            encode(&essence(&body(), &tracked)),
+            r#"{"spec":{"field":"value","items":["a","b"]},"metadata":{"labels":{"somelabel":"somevalue"},"annotations":{"other.example.com/keep":"k"}},"status":{"create_fn":{"message":"hello"}}}"#.to_string() + "\n"
+        );
     }
 
     #[test]
