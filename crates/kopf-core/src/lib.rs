@@ -1,0 +1,23 @@
+//! # kopf-core
+//!
+//! The domain of kopf-rs, with Kopf 1.x's wire format: the annotation [`keys`] of
+//! per-handler state, [`progress`] records, the operator's [`finalizers`], the [`causes`] of
+//! changes (create, update, delete, resume...) from the diff-base essence, and the
+//! [`plan`] that folds a cycle's changes into at most one PATCH per endpoint.
+//!
+//! ```
+//! use kopf_core::causes::{detect, EventKind, Reason};
+//! use kopf_core::finalizers::DEFAULT_FINALIZER;
+//! use kopf_diff::essence::EssenceSettings;
+//! use serde_json::json;
+//!
+//! let body = json!({"metadata": {"name": "x"}, "spec": {"field": "value"}});
+//! let cause = detect(EventKind::Added, &body, &EssenceSettings::default(), DEFAULT_FINALIZER, false);
+//! assert_eq!(cause.reason, Reason::Create);
+//! ```
+
+pub mod causes;
+pub mod finalizers;
+pub mod keys;
+pub mod plan;
+pub mod progress;
