@@ -18,6 +18,8 @@
 
 pub mod causes;
 pub mod finalizers;
+pub mod handler;
 pub mod keys;
 pub mod plan;
+pub mod processing;
 pub mod progress;

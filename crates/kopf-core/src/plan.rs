@@ -37,6 +37,10 @@ impl PatchPlan {
 
     /// Folds a merge patch (from a handler, a progress record, the diff-base...) into the plan.
     pub fn merge(&mut self, patch: &Value) {
+        if !patch.is_object() {
+            // Only mappings make sense as patches of an object; anything else is ignored.
+            return;
+        }
         if !self.merge.is_object() {
             self.merge = json!({});
         }

@@ -1,0 +1,236 @@
+//! Handlers: what they receive (a [`Cause`]), what they return, and how they are registered
+//! ([`HandlerSpec`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kopf_diff::Diff;
+use serde_json::Value;
+
+use crate::causes::Reason;
+
+/// A boxed future, as handlers return them.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What a handler returns: an optional result for `status.<handler-id>`, or an error.
+pub type HandlerResult = Result<Option<Value>, HandlerError>;
+
+/// Handler failures, classified as Kopf classifies them.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HandlerError {
+    /// Retry after `delay` (None: at once).
+    #[error("{message}")]
+    Temporary {
+        /// The error text (stored in the progress record).
+        message: String,
+        /// When to retry.
+        delay: Option<Duration>,
+    },
+    /// Fail for good; never retried.
+    #[error("{message}")]
+    Permanent {
+        /// The error text.
+        message: String,
+    },
+    /// Any other error: handled by the handler's errors mode (retry with backoff by default).
+    #[error("{message}")]
+    Other {
+        /// The error text.
+        message: String,
+    },
+}
+
+impl HandlerError {
+    /// A temporary error with a retry delay.
+    pub fn temporary(message: impl Into<String>, delay: Duration) -> Self {
+        HandlerError::Temporary {
+            message: message.into(),
+            delay: Some(delay),
+        }
+    }
+
+    /// A permanent error.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        HandlerError::Permanent {
+            message: message.into(),
+        }
+    }
+
+    /// Any other error, from anything displayable.
+    pub fn other(error: impl std::fmt::Display) -> Self {
+        HandlerError::Other {
+            message: error.to_string(),
+        }
+    }
+}
+
+/// A merge patch that handlers fill in; it is folded into the cycle's single PATCH.
+#[derive(Debug, Clone, Default)]
+pub struct PatchHandle(Arc<Mutex<Value>>);
+
+impl PatchHandle {
+    /// Merges a JSON merge patch into the pending patch.
+    pub fn merge(&self, patch: Value) {
+        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !guard.is_object() {
+            *guard = Value::Object(Default::default());
+        }
+        merge_keep_nulls(&mut guard, &patch);
+    }
+
+    /// The pending patch (an empty object when nothing was set).
+    pub fn get(&self) -> Value {
+        let v = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if v.is_object() {
+            v
+        } else {
+            Value::Object(Default::default())
+        }
+    }
+}
+
+fn merge_keep_nulls(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                match t.get_mut(k) {
+                    Some(existing) if existing.is_object() && v.is_object() => {
+                        merge_keep_nulls(existing, v)
+                    }
+                    _ => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+/// Everything a changing handler receives.
+#[derive(Debug, Clone)]
+pub struct Cause {
+    /// Why it runs.
+    pub reason: Reason,
+    /// The object as last seen.
+    pub body: Value,
+    /// The diff (relative to the field for field handlers).
+    pub diff: Diff,
+    /// The old value (the field's for field handlers, else the stored essence).
+    pub old: Option<Value>,
+    /// The new value (the field's for field handlers, else the current essence).
+    pub new: Option<Value>,
+    /// Attempts before this one (0-based).
+    pub retry: u32,
+    /// When the first attempt started (Kopf's timestamp format).
+    pub started: String,
+    /// The handler's own merge patch, sent with the cycle's PATCH.
+    pub patch: PatchHandle,
+}
+
+impl Cause {
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.body
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    /// `metadata.namespace` (None for cluster-scoped objects).
+    pub fn namespace(&self) -> Option<&str> {
+        self.body
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+    }
+
+    /// `spec` (Null when absent).
+    pub fn spec(&self) -> &Value {
+        self.body.get("spec").unwrap_or(&Value::Null)
+    }
+}
+
+/// A handler function.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs the handler.
+    fn call(&self, cause: Cause) -> BoxFuture<HandlerResult>;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(Cause) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    fn call(&self, cause: Cause) -> BoxFuture<HandlerResult> {
+        Box::pin(self(cause))
+    }
+}
+
+/// What to do with errors other than temporary/permanent ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorsMode {
+    /// Retry after the backoff (the default).
+    Temporary,
+    /// Fail for good.
+    Permanent,
+    /// Treat as success without a result.
+    Ignored,
+}
+
+/// A registered changing handler.
+#[derive(Clone)]
+pub struct HandlerSpec {
+    /// The handler id (progress key, status key).
+    pub id: String,
+    /// The reason it runs for; None for field handlers (any reason where the field changed).
+    pub reason: Option<Reason>,
+    /// Also run in the first cycle of objects found by the initial listing (resume).
+    pub initial: bool,
+    /// Resume also objects being deleted.
+    pub deleted: bool,
+    /// The field it watches (field handlers; also tracked in the essence).
+    pub field: Option<Vec<String>>,
+    /// Whether the object needs the finalizer for this handler (non-optional delete handlers).
+    pub requires_finalizer: bool,
+    /// What to do with other errors.
+    pub errors: ErrorsMode,
+    /// Delay before retrying after other errors.
+    pub backoff: Duration,
+    /// Maximum attempts.
+    pub retries: Option<u32>,
+    /// Maximum time since the first attempt.
+    pub timeout: Option<Duration>,
+    /// The function.
+    pub handler: Arc<dyn Handler>,
+}
+
+impl std::fmt::Debug for HandlerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerSpec")
+            .field("id", &self.id)
+            .field("reason", &self.reason)
+            .field("field", &self.field)
+            .finish()
+    }
+}
+
+impl HandlerSpec {
+    /// A handler for a reason, with Kopf's defaults (temporary errors, 60 s backoff).
+    pub fn new(id: impl Into<String>, reason: Option<Reason>, handler: impl Handler) -> Self {
+        HandlerSpec {
+            id: id.into(),
+            reason,
+            initial: false,
+            deleted: false,
+            field: None,
+            requires_finalizer: reason == Some(Reason::Delete),
+            errors: ErrorsMode::Temporary,
+            backoff: Duration::from_secs(60),
+            retries: None,
+            timeout: None,
+            handler: Arc::new(handler),
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! One processing cycle of one object: detect the cause, keep the finalizer right, run every
+//! ready handler, and fold all outcomes into one [`PatchPlan`].
+//!
+//! Unlike Kopf's default (one handler per cycle, a PATCH per handler), all ready handlers run
+//! in the same cycle; a cycle in which they all finish writes no progress records, only the
+//! results, the new diff-base and (on deletion) the finalizer removal.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kopf_diff::essence::{self, EssenceSettings};
+use kopf_diff::{Diff, diff, reduce, resolve};
+use serde_json::{Value, json};
+
+use crate::causes::{ChangingCause, EventKind, Reason, detect};
+use crate::finalizers;
+use crate::handler::{Cause, ErrorsMode, HandlerError, HandlerSpec, PatchHandle};
+use crate::plan::PatchPlan;
+use crate::progress::{ProgressRecord, ProgressStorage, format_time, parse_time};
+
+/// Where the engine keeps its state on objects.
+#[derive(Debug, Clone)]
+pub struct Persistence {
+    /// The diff-base annotation and essence rules.
+    pub essence: EssenceSettings,
+    /// Progress annotations.
+    pub progress: ProgressStorage,
+    /// The finalizer name.
+    pub finalizer: String,
+}
+
+impl Default for Persistence {
+    fn default() -> Self {
+        Persistence {
+            essence: EssenceSettings::default(),
+            progress: ProgressStorage::default(),
+            finalizer: finalizers::DEFAULT_FINALIZER.into(),
+        }
+    }
+}
+
+impl Persistence {
+    /// The same settings with the handlers' fields tracked in the essence.
+    pub fn tracking(&self, handlers: &[HandlerSpec]) -> Persistence {
+        let mut p = self.clone();
+        for h in handlers {
+            if let Some(f) = &h.field
+                && !p.essence.tracked_fields.contains(f)
+            {
+                p.essence.tracked_fields.push(f.clone());
+            }
+        }
+        p
+    }
+
+    fn touch_key(&self) -> String {
+        format!("{}/touch-dummy", self.progress.keys.prefix)
+    }
+}
+
+/// How one handler ended in this cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandlerOutcome {
+    /// Returned successfully.
+    Succeeded,
+    /// Will be retried.
+    Retrying {
+        /// The error.
+        message: String,
+    },
+    /// Failed for good.
+    Failed {
+        /// The error.
+        message: String,
+    },
+}
+
+/// What a cycle produced.
+#[derive(Debug, Clone)]
+pub struct CycleOutcome {
+    /// The detected cause.
+    pub reason: Reason,
+    /// Everything to write.
+    pub plan: PatchPlan,
+    /// Run another cycle after this long even without new events (retries).
+    pub delay: Option<Duration>,
+    /// All handlers of the cause finished (or none matched).
+    pub done: bool,
+    /// Handlers that ran, with their outcomes.
+    pub ran: Vec<(String, HandlerOutcome)>,
+    /// Why the stored diff-base was ignored, if it was unreadable.
+    pub corrupt_diffbase: Option<String>,
+}
+
+fn selected<'a>(handlers: &'a [HandlerSpec], cause: &ChangingCause) -> Vec<&'a HandlerSpec> {
+    handlers
+        .iter()
+        .filter(|h| match (&h.field, h.reason, cause.reason) {
+            // Resume handlers join the first cycle of listed objects.
+            (_, _, Reason::Resume) => h.initial,
+            (_, _, Reason::Delete) if h.initial && cause.initial => {
+                h.deleted || h.reason == Some(Reason::Delete)
+            }
+            (_, Some(r), reason) if r == reason => true,
+            (_, _, Reason::Update) if h.initial && cause.initial => true,
+            // Field handlers fire for creation and updates where the field value differs.
+            (Some(field), None, Reason::Create | Reason::Update) => {
+                !reduce(&diff(cause.old.as_ref(), Some(&cause.new)), field).is_empty()
+            }
+            _ => false,
+        })
+        .collect()
+}
+
+fn handler_cause(
+    h: &HandlerSpec,
+    cause: &ChangingCause,
+    body: &Value,
+    record: &ProgressRecord,
+) -> Cause {
+    let full: Diff = if cause.reason == Reason::Update || cause.reason == Reason::Create {
+        diff(cause.old.as_ref(), Some(&cause.new))
+    } else {
+        cause.diff.clone()
+    };
+    let (d, old, new) = match &h.field {
+        Some(field) => (
+            reduce(&full, field),
+            resolve(cause.old.as_ref(), field).cloned(),
+            resolve(Some(&cause.new), field).cloned(),
+        ),
+        None => (full, cause.old.clone(), Some(cause.new.clone())),
+    };
+    Cause {
+        reason: cause.reason,
+        body: body.clone(),
+        diff: d,
+        old,
+        new,
+        retry: record.retries.unwrap_or(0),
+        started: record
+            .started
+            .clone()
+            .unwrap_or_else(|| format_time(Timestamp::now())),
+        patch: PatchHandle::default(),
+    }
+}
+
+async fn invoke(h: &HandlerSpec, cause: Cause) -> (Result<Option<Value>, HandlerError>, Value) {
+    let patch = cause.patch.clone();
+    let handler = h.handler.clone();
+    let task = tokio::spawn(async move { handler.call(cause).await });
+    let result = match task.await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => Err(HandlerError::other(format!("the handler panicked: {e}"))),
+        Err(e) => Err(HandlerError::other(format!(
+            "the handler was cancelled: {e}"
+        ))),
+    };
+    (result, patch.get())
+}
+
+fn after(now: Timestamp, d: Duration) -> String {
+    let t = now
+        .checked_add(jiff::SignedDuration::try_from(d).unwrap_or_default())
+        .unwrap_or(now);
+    format_time(t)
+}
+
+/// Runs one cycle for one object.
+pub async fn process(
+    event: EventKind,
+    body: &Value,
+    initial: bool,
+    handlers: &[HandlerSpec],
+    persistence: &Persistence,
+) -> CycleOutcome {
+    let persistence = persistence.tracking(handlers);
+    let cause = detect(
+        event,
+        body,
+        &persistence.essence,
+        &persistence.finalizer,
+        initial,
+    );
+    let mut out = CycleOutcome {
+        reason: cause.reason,
+        plan: PatchPlan::new(),
+        delay: None,
+        done: false,
+        ran: Vec::new(),
+        corrupt_diffbase: cause.corrupt_diffbase.clone(),
+    };
+    if matches!(cause.reason, Reason::Gone | Reason::Free) {
+        out.done = true;
+        return out;
+    }
+    let deleting = cause.reason == Reason::Delete;
+    let requires_finalizer = handlers.iter().any(|h| h.requires_finalizer);
+    let has_finalizer = finalizers::has(body, &persistence.finalizer);
+    if !deleting && requires_finalizer && !has_finalizer {
+        // Kopf adds the finalizer in a cycle of its own.
+        out.plan
+            .json_ops(finalizers::add_ops(body, &persistence.finalizer));
+        return out;
+    }
+    if !deleting && !requires_finalizer && has_finalizer {
+        out.plan
+            .json_ops(finalizers::remove_ops(body, &persistence.finalizer));
+        return out;
+    }
+    if cause.reason == Reason::Noop {
+        out.done = true;
+        return out;
+    }
+    let now = Timestamp::now();
+    let chosen = selected(handlers, &cause);
+    let mut all_done = true;
+    let mut delays: Vec<Duration> = Vec::new();
+    let mut current = body.clone();
+    for h in &chosen {
+        let stored = persistence.progress.fetch(&h.id, body).and_then(Result::ok);
+        let mut record = stored.clone().unwrap_or_default();
+        if record.is_finished() {
+            continue;
+        }
+        if !record.is_awake(now) {
+            all_done = false;
+            if let Some(d) = record.delayed.as_deref().and_then(parse_time) {
+                delays.push(Duration::from_secs_f64(
+                    (d.as_millisecond() - now.as_millisecond()).max(0) as f64 / 1000.0,
+                ));
+            }
+            continue;
+        }
+        record.started.get_or_insert_with(|| format_time(now));
+        record.purpose = Some(cause.reason.purpose().to_string());
+        // Limits are checked before the attempt (Kopf checks them between attempts).
+        let retries = record.retries.unwrap_or(0);
+        let over_time = h.timeout.is_some_and(|t| {
+            record
+                .started
+                .as_deref()
+                .and_then(parse_time)
+                .is_some_and(|s| now.as_millisecond() - s.as_millisecond() >= t.as_millis() as i64)
+        });
+        let over_retries = h.retries.is_some_and(|limit| retries >= limit);
+        let (result, handler_patch) = if over_time {
+            (
+                Err(HandlerError::permanent(format!(
+                    "{} has timed out after {:?}",
+                    h.id,
+                    h.timeout.unwrap_or_default()
+                ))),
+                json!({}),
+            )
+        } else if over_retries {
+            (
+                Err(HandlerError::permanent(format!(
+                    "{} has exceeded {} retries",
+                    h.id, retries
+                ))),
+                json!({}),
+            )
+        } else {
+            invoke(h, handler_cause(h, &cause, &current, &record)).await
+        };
+        record.retries = Some(retries + 1);
+        let outcome = match result {
+            Ok(value) => {
+                record.success = Some(true);
+                record.failure = Some(false);
+                record.stopped = Some(format_time(Timestamp::now()));
+                record.delayed = None;
+                record.message = None;
+                if let Some(v) = value {
+                    out.plan.status_result(&h.id, v);
+                }
+                out.plan.merge(&handler_patch);
+                HandlerOutcome::Succeeded
+            }
+            Err(e) => {
+                let (retry_in, message) = match &e {
+                    HandlerError::Temporary { message, delay } => {
+                        (Some(delay.unwrap_or(Duration::ZERO)), message.clone())
+                    }
+                    HandlerError::Permanent { message } => (None, message.clone()),
+                    HandlerError::Other { message } => match h.errors {
+                        ErrorsMode::Temporary => (Some(h.backoff), message.clone()),
+                        ErrorsMode::Permanent => (None, message.clone()),
+                        ErrorsMode::Ignored => {
+                            record.success = Some(true);
+                            record.stopped = Some(format_time(Timestamp::now()));
+                            out.ran.push((h.id.clone(), HandlerOutcome::Succeeded));
+                            continue;
+                        }
+                    },
+                };
+                record.message = Some(message.clone());
+                match retry_in {
+                    Some(d) => {
+                        record.success = Some(false);
+                        record.failure = Some(false);
+                        record.delayed = Some(after(now, d));
+                        all_done = false;
+                        delays.push(d);
+                        HandlerOutcome::Retrying { message }
+                    }
+                    None => {
+                        record.success = Some(false);
+                        record.failure = Some(true);
+                        record.stopped = Some(format_time(Timestamp::now()));
+                        record.delayed = None;
+                        HandlerOutcome::Failed { message }
+                    }
+                }
+            }
+        };
+        if !record.is_finished() {
+            persistence
+                .progress
+                .store(&h.id, &record, body, out.plan.merge_patch_mut());
+        }
+        out.ran.push((h.id.clone(), outcome));
+        current = out.plan.preview(body);
+    }
+    if all_done {
+        for h in &chosen {
+            persistence
+                .progress
+                .purge(&h.id, body, out.plan.merge_patch_mut());
+        }
+        if deleting {
+            out.plan
+                .json_ops(finalizers::remove_ops(body, &persistence.finalizer));
+        } else {
+            let stored = essence::stored(body, &persistence.essence).and_then(Result::ok);
+            if stored.as_ref() != Some(&cause.new) {
+                let key = persistence.essence.annotation();
+                out.plan.merge(
+                    &json!({"metadata": {"annotations": {key: essence::encode(&cause.new)}}}),
+                );
+            }
+        }
+        out.done = true;
+    } else {
+        // Unfinished handlers whose records did not change still need a first record.
+        for h in &chosen {
+            if persistence.progress.fetch(&h.id, body).is_none()
+                && !out.ran.iter().any(|(id, _)| id == &h.id)
+            {
+                let rec = ProgressRecord {
+                    started: Some(format_time(now)),
+                    purpose: Some(cause.reason.purpose().into()),
+                    retries: Some(0),
+                    success: Some(false),
+                    failure: Some(false),
+                    ..Default::default()
+                };
+                persistence
+                    .progress
+                    .store(&h.id, &rec, body, out.plan.merge_patch_mut());
+            }
+        }
+        out.delay = delays.into_iter().min();
+    }
+    // A real change also clears the touch annotation.
+    let touch = persistence.touch_key();
+    if !out
+        .plan
+        .effective(body)
+        .as_object()
+        .is_none_or(serde_json::Map::is_empty)
+        && body
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(&touch))
+            .is_some()
+    {
+        out.plan
+            .merge(&json!({"metadata": {"annotations": {touch: null}}}));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PatchRequest;
+
+    fn kex() -> Value {
+        json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "k", "namespace": "default", "resourceVersion": "5", "labels": {"a": "b"}},
+            "spec": {"field": "value"}})
+    }
+
+    fn create_fn() -> HandlerSpec {
+        HandlerSpec::new("create_fn", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!({"message": "hello world"})))
+        })
+    }
+
+    #[tokio::test]
+    async fn creation_writes_result_and_diffbase_in_one_patch_per_endpoint() {
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[create_fn()],
+            &Persistence::default(),
+        )
+        .await;
+        assert_eq!(out.reason, Reason::Create);
+        assert!(out.done);
+        let reqs = out.plan.requests(&kex(), true);
+        assert_eq!(reqs.len(), 2, "{reqs:?}");
+        assert_eq!(
+            reqs[0],
+            PatchRequest::MergeObject(json!({"metadata": {"annotations": {
+                "kopf.zalando.org/last-handled-configuration": "{\"spec\":{\"field\":\"value\"},\"metadata\":{\"labels\":{\"a\":\"b\"}}}\n"}}}))
+        );
+        assert_eq!(
+            reqs[1],
+            PatchRequest::MergeStatus(json!({"status": {"create_fn": {"message": "hello world"}}}))
+        );
+    }
+
+    #[tokio::test]
+    async fn temporary_errors_store_progress_and_retry_later() {
+        let flaky = HandlerSpec::new("flaky", Some(Reason::Create), |c: Cause| async move {
+            if c.retry == 0 {
+                Err(HandlerError::temporary("not yet", Duration::from_secs(5)))
+            } else {
+                Ok(None)
+            }
+        });
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            std::slice::from_ref(&flaky),
+            &Persistence::default(),
+        )
+        .await;
+        assert!(!out.done);
+        assert_eq!(out.delay, Some(Duration::from_secs(5)));
+        let patch = out.plan.effective(&kex());
+        let record: ProgressRecord = serde_json::from_str(
+            patch["metadata"]["annotations"]["kopf.zalando.org/flaky"]
+                .as_str()
+                .unwrap_or("{}"),
+        )
+        .unwrap_or_default();
+        assert_eq!(record.retries, Some(1));
+        assert_eq!(record.message.as_deref(), Some("not yet"));
+        assert_eq!(record.purpose.as_deref(), Some("create"));
+        // The stored record survives a restart: the next cycle sees retry=1 once awake.
+        let mut body = out.plan.preview(&kex());
+        let mut rec = record.clone();
+        rec.delayed = Some(format_time(Timestamp::now()));
+        body["metadata"]["annotations"]["kopf.zalando.org/flaky"] = json!(rec.encode());
+        let second = process(
+            EventKind::Modified,
+            &body,
+            false,
+            &[flaky],
+            &Persistence::default(),
+        )
+        .await;
+        assert!(second.done);
+        let patch = second.plan.effective(&body);
+        assert_eq!(
+            patch["metadata"]["annotations"]["kopf.zalando.org/flaky"],
+            Value::Null,
+            "purged"
+        );
+        assert!(
+            patch["metadata"]["annotations"]["kopf.zalando.org/last-handled-configuration"]
+                .is_string()
+        );
+    }
+
+    #[tokio::test]
+    async fn finalizer_first_then_delete_handler_releases() {
+        let del = HandlerSpec::new("delete_fn", Some(Reason::Delete), |_c: Cause| async {
+            Ok(None)
+        });
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            std::slice::from_ref(&del),
+            &Persistence::default(),
+        )
+        .await;
+        assert!(
+            matches!(out.plan.requests(&kex(), true).as_slice(), [PatchRequest::JsonObject(ops)] if ops[1]["op"] == "add")
+        );
+        let mut deleting = kex();
+        deleting["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let out = process(
+            EventKind::Modified,
+            &deleting,
+            false,
+            &[del],
+            &Persistence::default(),
+        )
+        .await;
+        assert_eq!(out.reason, Reason::Delete);
+        let reqs = out.plan.requests(&deleting, true);
+        assert!(
+            matches!(reqs.as_slice(), [PatchRequest::JsonObject(ops)] if ops[1] == json!({"op": "remove", "path": "/metadata/finalizers"})),
+            "{reqs:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn panics_and_field_handlers() {
+        let boom = HandlerSpec::new("boom", Some(Reason::Update), |_c: Cause| async {
+            panic!("kaboom")
+        });
+        let mut field = HandlerSpec::new("field_fn/spec.field", None, |c: Cause| async move {
+            Ok(Some(json!({"old": c.old, "new": c.new})))
+        });
+        field.field = Some(vec!["spec".into(), "field".into()]);
+        let mut body = kex();
+        body["metadata"]["annotations"] = json!({"kopf.zalando.org/last-handled-configuration": "{\"spec\":{\"field\":\"old\"},\"metadata\":{\"labels\":{\"a\":\"b\"}}}\n"});
+        let out = process(
+            EventKind::Modified,
+            &body,
+            false,
+            &[boom, field],
+            &Persistence::default(),
+        )
+        .await;
+        assert_eq!(out.reason, Reason::Update);
+        assert!(
+            matches!(&out.ran[0].1, HandlerOutcome::Retrying { message } if message.contains("panicked"))
+        );
+        assert_eq!(out.ran[1].1, HandlerOutcome::Succeeded);
+        assert_eq!(
+            out.plan.preview(&body)["status"]["field_fn/spec.field"],
+            json!({"old": "old", "new": "value"})
+        );
+    }
+}
