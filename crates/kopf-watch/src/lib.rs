@@ -1,0 +1,496 @@
+//! # kopf-watch
+//!
+//! Watching for kopf-rs: resolves resource names through discovery ([`resolve`]), lists and
+//! watches them with `kube::runtime::watcher`, processes every object strictly serially (one
+//! worker per object, always on its latest state, parallel across objects), applies each
+//! cycle's [`PatchPlan`](kopf_core::plan::PatchPlan) with at most one request per endpoint, and
+//! waits for its own writes to come back before processing the object again.
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) -> Result<(), kopf_watch::WatchError> {
+//! let resource = kopf_watch::resolve(&client, "kopfexamples").await?;
+//! let engine = kopf_watch::Engine::new(client, resource, vec![]);
+//! engine.run(futures::future::pending()).await
+//! # }
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kopf_core::causes::{EventKind, Reason};
+use kopf_core::handler::HandlerSpec;
+use kopf_core::plan::PatchRequest;
+use kopf_core::processing::{HandlerOutcome, Persistence, process};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::discovery::{Discovery, Scope};
+use kube::runtime::watcher;
+use serde_json::Value;
+use tokio::sync::watch;
+
+/// Errors of watching.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// Discovery failed.
+    #[error("cannot discover the API resources: {0}")]
+    Discovery(#[source] kube::Error),
+    /// The selector names no served resource.
+    #[error("no served resource matches {selector:?}{hint}")]
+    UnknownResource {
+        /// The selector.
+        selector: String,
+        /// Similar names, if any.
+        hint: String,
+    },
+    /// The selector names several resources.
+    #[error("{selector:?} is ambiguous: it matches {choices}; use plural.group to pick one")]
+    Ambiguous {
+        /// The selector.
+        selector: String,
+        /// The matches.
+        choices: String,
+    },
+    /// The resource cannot be watched.
+    #[error("{resource} cannot be served: it lacks the {verb:?} verb")]
+    MissingVerb {
+        /// The resource.
+        resource: String,
+        /// The missing verb.
+        verb: String,
+    },
+}
+
+/// A resolved resource.
+#[derive(Debug, Clone)]
+pub struct ResourceRef {
+    /// Group, version, kind, plural.
+    pub api_resource: ApiResource,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Has a `/status` subresource (status goes to a separate PATCH).
+    pub status_subresource: bool,
+}
+
+/// Resolves a selector through discovery: plural, singular, kind, short name,
+/// `plural.group` or `plural.version.group`. Only preferred versions match unless the
+/// version is given.
+pub async fn resolve(client: &kube::Client, selector: &str) -> Result<ResourceRef, WatchError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(WatchError::Discovery)?;
+    let mut matches = Vec::new();
+    let mut all_names = Vec::new();
+    for group in discovery.groups() {
+        let preferred = group.preferred_version_or_latest().to_string();
+        for (ar, caps) in group.versioned_resources(&preferred).into_iter().chain(
+            group
+                .versions()
+                .filter(|v| *v != preferred)
+                .flat_map(|v| group.versioned_resources(v))
+                .collect::<Vec<_>>(),
+        ) {
+            all_names.push(format!("{}.{}", ar.plural, ar.group));
+            let group_suffix = if ar.group.is_empty() {
+                ar.plural.clone()
+            } else {
+                format!("{}.{}", ar.plural, ar.group)
+            };
+            let is_preferred = ar.version == preferred;
+            let named = selector == group_suffix
+                || selector == format!("{}.{}.{}", ar.plural, ar.version, ar.group)
+                || (is_preferred
+                    && (selector == ar.plural
+                        || selector.eq_ignore_ascii_case(&ar.kind)
+                        || Some(selector) == singular(&ar).as_deref()
+                        || short_names(&discovery, &ar).iter().any(|s| s == selector)));
+            if named && (is_preferred || selector.contains('.')) {
+                matches.push((ar.clone(), caps.clone()));
+            }
+        }
+    }
+    // A core resource wins over same-named others.
+    if matches.len() > 1 && matches.iter().any(|(ar, _)| ar.group.is_empty()) {
+        matches.retain(|(ar, _)| ar.group.is_empty());
+    }
+    match matches.len() {
+        0 => {
+            let similar: Vec<&String> = all_names
+                .iter()
+                .filter(|n| {
+                    n.contains(selector) || selector.contains(n.split('.').next().unwrap_or(""))
+                })
+                .take(5)
+                .collect();
+            let hint = if similar.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; similar: {}",
+                    similar
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            Err(WatchError::UnknownResource {
+                selector: selector.into(),
+                hint,
+            })
+        }
+        1 => {
+            let (ar, caps) = matches.remove(0);
+            for verb in ["list", "watch", "patch"] {
+                if !caps.supports_operation(verb) {
+                    return Err(WatchError::MissingVerb {
+                        resource: format!("{}.{}", ar.plural, ar.group),
+                        verb: verb.into(),
+                    });
+                }
+            }
+            Ok(ResourceRef {
+                namespaced: caps.scope == Scope::Namespaced,
+                status_subresource: caps
+                    .subresources
+                    .iter()
+                    .any(|(sub, _)| sub.plural == "status"),
+                api_resource: ar,
+            })
+        }
+        _ => Err(WatchError::Ambiguous {
+            selector: selector.into(),
+            choices: matches
+                .iter()
+                .map(|(ar, _)| format!("{}.{}/{}", ar.plural, ar.group, ar.version))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+fn singular(ar: &ApiResource) -> Option<String> {
+    Some(ar.kind.to_lowercase())
+}
+
+fn short_names(_d: &Discovery, _ar: &ApiResource) -> Vec<String> {
+    // kube's discovery does not keep short names; plural, singular and kind cover most uses.
+    Vec::new()
+}
+
+/// One observed state of an object, for its worker.
+#[derive(Debug, Clone)]
+struct Observed {
+    body: Value,
+    event: EventKind,
+    initial: bool,
+}
+
+/// Per-resource processing.
+pub struct Engine {
+    client: kube::Client,
+    resource: ResourceRef,
+    handlers: Arc<Vec<HandlerSpec>>,
+    persistence: Persistence,
+    namespace: Option<String>,
+    consistency_timeout: Duration,
+    handled_once: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Engine {
+    /// An engine for one resource with its handlers (cluster-wide, Kopf's persistence).
+    pub fn new(client: kube::Client, resource: ResourceRef, handlers: Vec<HandlerSpec>) -> Self {
+        Engine {
+            client,
+            resource,
+            handlers: Arc::new(handlers),
+            persistence: Persistence::default(),
+            namespace: None,
+            consistency_timeout: Duration::from_secs(5),
+            handled_once: Arc::default(),
+        }
+    }
+
+    /// Watch only one namespace.
+    pub fn namespace(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Where state is kept on objects.
+    pub fn persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    fn api(&self) -> Api<DynamicObject> {
+        match &self.namespace {
+            Some(ns) if self.resource.namespaced => {
+                Api::namespaced_with(self.client.clone(), ns, &self.resource.api_resource)
+            }
+            _ => Api::all_with(self.client.clone(), &self.resource.api_resource),
+        }
+    }
+
+    /// Watches and processes until `shutdown` completes.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WatchError> {
+        let stream = watcher(self.api(), watcher::Config::default());
+        let mut stream = std::pin::pin!(stream);
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut workers: HashMap<String, watch::Sender<Option<Observed>>> = HashMap::new();
+        let shared = Arc::new(WorkerShared {
+            client: self.client.clone(),
+            resource: self.resource.clone(),
+            handlers: self.handlers.clone(),
+            persistence: self.persistence.clone(),
+            consistency_timeout: self.consistency_timeout,
+            handled_once: self.handled_once.clone(),
+        });
+        tracing::info!(resource = %self.resource.api_resource.plural, "watching");
+        loop {
+            let item = tokio::select! {
+                _ = &mut shutdown => break,
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { break };
+            let (obj, kind) = match item {
+                Ok(watcher::Event::InitApply(o)) => (o, EventKind::Listed),
+                Ok(watcher::Event::Apply(o)) => (o, EventKind::Modified),
+                Ok(watcher::Event::Delete(o)) => (o, EventKind::Deleted),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the watch stream failed; it restarts with backoff");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let Some(uid) = obj.metadata.uid.clone() else {
+                continue;
+            };
+            let body = match serde_json::to_value(&obj) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read an object");
+                    continue;
+                }
+            };
+            let initial = kind == EventKind::Listed && !shared.was_handled(&uid);
+            let observed = Observed {
+                body,
+                event: kind,
+                initial,
+            };
+            match workers.get(&uid) {
+                Some(tx) if !tx.is_closed() => {
+                    tx.send_replace(Some(observed));
+                }
+                _ => {
+                    let (tx, rx) = watch::channel(Some(observed));
+                    workers.insert(uid.clone(), tx);
+                    let shared = shared.clone();
+                    tokio::spawn(async move { shared.work(uid, rx).await });
+                }
+            }
+            workers.retain(|_, tx| !tx.is_closed());
+        }
+        Ok(())
+    }
+}
+
+struct WorkerShared {
+    client: kube::Client,
+    resource: ResourceRef,
+    handlers: Arc<Vec<HandlerSpec>>,
+    persistence: Persistence,
+    consistency_timeout: Duration,
+    handled_once: Arc<Mutex<HashSet<String>>>,
+}
+
+fn rv(body: &Value) -> Option<u64> {
+    body.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+impl WorkerShared {
+    fn was_handled(&self, uid: &str) -> bool {
+        self.handled_once
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(uid)
+    }
+
+    /// Processes one object serially, always on its latest observed state.
+    async fn work(self: Arc<Self>, uid: String, mut rx: watch::Receiver<Option<Observed>>) {
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        let mut expected_rv: Option<(u64, tokio::time::Instant)> = None;
+        loop {
+            let observed = rx.borrow_and_update().clone();
+            let Some(observed) = observed else { return };
+            // Wait for our own write to come back before processing again.
+            let stale = expected_rv.is_some_and(|(want, deadline)| {
+                rv(&observed.body).is_some_and(|have| have < want)
+                    && tokio::time::Instant::now() < deadline
+            });
+            if !stale {
+                let (next_delay, patched_rv, gone) = self.cycle(&uid, &observed).await;
+                if gone {
+                    return;
+                }
+                retry_at = next_delay.map(|d| tokio::time::Instant::now() + d);
+                expected_rv =
+                    patched_rv.map(|r| (r, tokio::time::Instant::now() + self.consistency_timeout));
+            }
+            let wake = match (retry_at, expected_rv) {
+                (Some(r), Some((_, c))) => Some(r.min(c)),
+                (Some(r), None) => Some(r),
+                (None, Some((_, c))) => Some(c),
+                (None, None) => None,
+            };
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return },
+                _ = async { match wake { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                    if retry_at.is_some_and(|r| r <= tokio::time::Instant::now()) {
+                        retry_at = None;
+                    }
+                    expected_rv = None;
+                    rx.mark_changed();
+                }
+            }
+        }
+    }
+
+    /// One cycle: process, then apply the requests. Returns (retry delay, RV of our last
+    /// write, object gone).
+    async fn cycle(&self, uid: &str, observed: &Observed) -> (Option<Duration>, Option<u64>, bool) {
+        use tracing::Instrument;
+        let body = &observed.body;
+        let name = body
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let namespace = body
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let span = tracing::info_span!("object", namespace = %namespace, name = %name);
+        self.cycle_in_span(uid, observed).instrument(span).await
+    }
+
+    async fn cycle_in_span(
+        &self,
+        uid: &str,
+        observed: &Observed,
+    ) -> (Option<Duration>, Option<u64>, bool) {
+        let body = &observed.body;
+        let name = body
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let namespace = body
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let outcome = process(
+            observed.event,
+            body,
+            observed.initial,
+            &self.handlers,
+            &self.persistence,
+        )
+        .await;
+        if let Some(why) = &outcome.corrupt_diffbase {
+            tracing::warn!("{why}; handling the object as newly created");
+        }
+        for (id, result) in &outcome.ran {
+            match result {
+                HandlerOutcome::Succeeded => tracing::info!("Handler '{id}' succeeded."),
+                HandlerOutcome::Retrying { message } => {
+                    tracing::error!("Handler '{id}' failed temporarily: {message}")
+                }
+                HandlerOutcome::Failed { message } => {
+                    tracing::error!("Handler '{id}' failed permanently: {message}")
+                }
+            }
+        }
+        if outcome.reason == Reason::Gone {
+            self.handled_once
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(uid);
+            return (None, None, true);
+        }
+        if outcome.done {
+            if !outcome.ran.is_empty() {
+                tracing::info!(
+                    "{} is processed: {} handler(s) ran.",
+                    outcome.reason.title(),
+                    outcome.ran.len()
+                );
+            }
+            self.handled_once
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid.to_string());
+        }
+        let api: Api<DynamicObject> = match (&namespace, self.resource.namespaced) {
+            (Some(ns), true) => {
+                Api::namespaced_with(self.client.clone(), ns, &self.resource.api_resource)
+            }
+            _ => Api::all_with(self.client.clone(), &self.resource.api_resource),
+        };
+        let params = PatchParams {
+            field_manager: Some("kopf-rs".into()),
+            ..Default::default()
+        };
+        let mut last_rv = None;
+        for request in outcome
+            .plan
+            .requests(body, self.resource.status_subresource)
+        {
+            let result = match &request {
+                PatchRequest::MergeObject(p) => api.patch(&name, &params, &Patch::Merge(p)).await,
+                PatchRequest::MergeStatus(p) => {
+                    api.patch_status(&name, &params, &Patch::Merge(p)).await
+                }
+                PatchRequest::JsonObject(ops) => {
+                    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops.clone())) {
+                        Ok(jp) => api.patch(&name, &params, &Patch::Json::<()>(jp)).await,
+                        Err(e) => {
+                            tracing::error!(error = %e, "an internal JSON patch is malformed");
+                            continue;
+                        }
+                    }
+                }
+            };
+            match result {
+                Ok(obj) => {
+                    last_rv = obj
+                        .metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|s| s.parse().ok());
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    tracing::debug!("the object does not exist anymore");
+                    return (None, None, false);
+                }
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => {
+                    tracing::debug!(
+                        "the object changed meanwhile ({}); a new event will follow",
+                        s.message
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "patching failed; retrying soon");
+                    return (Some(Duration::from_secs(1)), None, false);
+                }
+            }
+        }
+        (outcome.delay, last_rv, false)
+    }
+}

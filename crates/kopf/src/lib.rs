@@ -1,0 +1,208 @@
+//! # kopf
+//!
+//! Kubernetes operators in a few lines of Rust, with Kopf's handler model and wire format:
+//! register handlers for resources, and the framework watches, detects causes from the
+//! diff-base, runs the handlers with retries, keeps the finalizer, stores results in
+//! `status.<handler-id>` and progress in annotations — with at most one PATCH per endpoint
+//! per processing cycle.
+//!
+//! ```no_run
+//! use kopf::{Cause, HandlerResult, Operator};
+//! use serde_json::json;
+//!
+//! async fn create_fn(cause: Cause) -> HandlerResult {
+//!     tracing::info!("created {} with field {}", cause.name(), cause.spec()["field"]);
+//!     Ok(Some(json!({"message": "hello world"})))
+//! }
+//!
+//! # async fn demo() -> Result<(), kopf::Error> {
+//! let client = kube::Client::try_default().await.map_err(kopf::Error::Client)?;
+//! Operator::new()
+//!     .on_create("kopfexamples", "create_fn", create_fn)
+//!     .run(client)
+//!     .await
+//! # }
+//! ```
+//!
+//! This is the first slice of the engine: create, update, delete, resume and field handlers,
+//! temporary/permanent errors with retries, finalizers and progress in Kopf's format. Timers,
+//! daemons, indexes, filters, sub-handlers, extractors, macros and the `kopf run` command line
+//! come next.
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use kopf_core::causes::Reason;
+pub use kopf_core::handler::{
+    Cause, ErrorsMode, Handler, HandlerError, HandlerResult, HandlerSpec,
+};
+pub use kopf_core::processing::Persistence;
+pub use kopf_diff::{Diff, DiffItem, Op};
+
+/// Errors of running an operator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No Kubernetes client could be built.
+    #[error("cannot connect to Kubernetes: {0}")]
+    Client(#[source] kube::Error),
+    /// A resource could not be served.
+    #[error(transparent)]
+    Watch(#[from] kopf_watch::WatchError),
+}
+
+/// Options of one handler registration.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Maximum attempts.
+    pub retries: Option<u32>,
+    /// Maximum time since the first attempt.
+    pub timeout: Option<Duration>,
+    /// Delay before retrying after arbitrary errors (default 60 s).
+    pub backoff: Option<Duration>,
+    /// What to do with arbitrary errors.
+    pub errors: Option<ErrorsMode>,
+    /// Delete handlers: do not require the finalizer.
+    pub optional: bool,
+}
+
+/// An operator: handlers per resource, run until stopped.
+#[derive(Default)]
+pub struct Operator {
+    registrations: Vec<(String, HandlerSpec)>,
+    namespace: Option<String>,
+    persistence: Persistence,
+}
+
+impl Operator {
+    /// An operator without handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a handler with options.
+    pub fn register(mut self, resource: &str, mut spec: HandlerSpec, options: Options) -> Self {
+        if let Some(r) = options.retries {
+            spec.retries = Some(r);
+        }
+        spec.timeout = options.timeout.or(spec.timeout);
+        if let Some(b) = options.backoff {
+            spec.backoff = b;
+        }
+        if let Some(e) = options.errors {
+            spec.errors = e;
+        }
+        if options.optional {
+            spec.requires_finalizer = false;
+        }
+        self.registrations.push((resource.to_string(), spec));
+        self
+    }
+
+    /// A creation handler.
+    pub fn on_create(self, resource: &str, id: &str, handler: impl Handler) -> Self {
+        self.register(
+            resource,
+            HandlerSpec::new(id, Some(Reason::Create), handler),
+            Options::default(),
+        )
+    }
+
+    /// An update handler.
+    pub fn on_update(self, resource: &str, id: &str, handler: impl Handler) -> Self {
+        self.register(
+            resource,
+            HandlerSpec::new(id, Some(Reason::Update), handler),
+            Options::default(),
+        )
+    }
+
+    /// A deletion handler (requires the finalizer unless registered with `optional`).
+    pub fn on_delete(self, resource: &str, id: &str, handler: impl Handler) -> Self {
+        self.register(
+            resource,
+            HandlerSpec::new(id, Some(Reason::Delete), handler),
+            Options::default(),
+        )
+    }
+
+    /// A resume handler: runs for objects found when the operator starts.
+    pub fn on_resume(self, resource: &str, id: &str, handler: impl Handler) -> Self {
+        let mut spec = HandlerSpec::new(id, None, handler);
+        spec.initial = true;
+        self.register(resource, spec, Options::default())
+    }
+
+    /// A field handler: runs when the dotted `field` changes (also on creation when set).
+    /// Its id gets the field as a suffix: `<id>/<field>`.
+    pub fn on_field(self, resource: &str, id: &str, field: &str, handler: impl Handler) -> Self {
+        let mut spec = HandlerSpec::new(format!("{id}/{field}"), None, handler);
+        spec.field = Some(field.split('.').map(str::to_string).collect());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// Serve only one namespace (default: all namespaces).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Where state is kept on objects (prefix, finalizer...).
+    pub fn persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    /// Runs until SIGINT (Ctrl-C).
+    pub async fn run(self, client: kube::Client) -> Result<(), Error> {
+        self.run_until(client, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+    }
+
+    /// Runs until `shutdown` completes.
+    pub async fn run_until(
+        self,
+        client: kube::Client,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), Error> {
+        let mut by_resource: Vec<(String, Vec<HandlerSpec>)> = Vec::new();
+        for (res, spec) in self.registrations {
+            match by_resource.iter_mut().find(|(r, _)| *r == res) {
+                Some((_, specs)) => specs.push(spec),
+                None => by_resource.push((res, vec![spec])),
+            }
+        }
+        let mut engines = Vec::new();
+        for (selector, specs) in by_resource {
+            let resource = kopf_watch::resolve(&client, &selector).await?;
+            engines.push(
+                kopf_watch::Engine::new(client.clone(), resource, specs)
+                    .namespace(self.namespace.clone())
+                    .persistence(self.persistence.clone()),
+            );
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        for engine in engines {
+            let mut rx = stop_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                engine
+                    .run(async move {
+                        let _ = rx.wait_for(|stop| *stop).await;
+                    })
+                    .await
+            }));
+        }
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        for t in tasks {
+            match t.await {
+                Ok(Err(e)) => return Err(e.into()),
+                Ok(Ok(())) => {}
+                Err(e) => tracing::error!(error = %e, "a resource's watcher stopped abnormally"),
+            }
+        }
+        Ok(())
+    }
+}
