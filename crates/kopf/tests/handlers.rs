@@ -1,0 +1,377 @@
+//! The engine's semantics against the fake API server: update and field handlers with
+//! Kopf-format diffs, retries that survive a restart, objects changed while the operator was
+//! down, resume handlers, corrupt diff-bases, panicking handlers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kopf::{Cause, HandlerError, Operator};
+use kopf_testing::FakeApiServer;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+fn crd() -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "kopfexamples.kopf.dev"},
+        "spec": {"group": "kopf.dev", "scope": "Namespaced",
+            "names": {"kind": "KopfExample", "plural": "kopfexamples", "singular": "kopfexample"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})
+}
+
+async fn server() -> FakeApiServer {
+    let s = FakeApiServer::start().await.expect("start");
+    s.apply_object(crd()).expect("crd");
+    s
+}
+
+fn api(server: &FakeApiServer) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
+        "kopfexamples",
+    );
+    Api::namespaced_with(server.client(), "default", &ar)
+}
+
+fn obj(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+        "metadata": {"name": name}, "spec": spec}))
+    .expect("obj")
+}
+
+struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), kopf::Error>>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.expect("join").expect("the operator ran");
+    }
+}
+
+async fn start(server: &FakeApiServer, op: Operator) -> Running {
+    let before = server.watches().len();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let client = server.client();
+    let task = tokio::spawn(async move {
+        op.run_until(client, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    for _ in 0..200 {
+        if server.watches().len() > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Running {
+        stop: Some(stop),
+        task,
+    }
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..200 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+type Calls = Arc<Mutex<Vec<(String, Value)>>>;
+
+fn recorder(
+    calls: &Calls,
+    id: &'static str,
+) -> impl Fn(Cause) -> std::future::Ready<kopf::HandlerResult> + Send + Sync + 'static {
+    let calls = calls.clone();
+    move |c: Cause| {
+        calls.lock().expect("lock").push((
+            id.to_string(),
+            json!({"reason": c.reason, "diff": c.diff.to_kopf_json(), "old": c.old, "new": c.new}),
+        ));
+        std::future::ready(Ok(None))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_and_field_handlers_get_kopf_diffs_in_one_cycle() {
+    let server = server().await;
+    let calls: Calls = Arc::default();
+    let op = Operator::new()
+        .on_update("kopfexamples", "update_fn", recorder(&calls, "update_fn"))
+        .on_field(
+            "kopfexamples",
+            "field_fn",
+            "spec.field",
+            recorder(&calls, "field_fn"),
+        );
+    let running = start(&server, op).await;
+    let api = api(&server);
+    api.create(
+        &PostParams::default(),
+        &obj("k", json!({"field": "a", "other": 1})),
+    )
+    .await
+    .expect("create");
+    // Creation: the field handler fires (the field is set), the update handler does not.
+    eventually("the creation cycle", async || {
+        calls.lock().expect("lock").len() == 1
+    })
+    .await;
+    eventually("the diff-base", async || {
+        api.get("k")
+            .await
+            .ok()
+            .and_then(|o| o.metadata.annotations)
+            .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
+    })
+    .await;
+    server.clear_requests();
+    api.patch(
+        "k",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"field": "b"}})),
+    )
+    .await
+    .expect("patch");
+    eventually("the update cycle", async || {
+        calls.lock().expect("lock").len() == 3
+    })
+    .await;
+    let c = calls.lock().expect("lock").clone();
+    assert_eq!(c[0].0, "field_fn");
+    assert_eq!(c[0].1["diff"], json!([["add", [], null, "a"]]));
+    assert_eq!(c[1].0, "update_fn");
+    assert_eq!(
+        c[1].1["diff"],
+        json!([["change", ["spec", "field"], "a", "b"]])
+    );
+    assert_eq!(c[2].0, "field_fn");
+    assert_eq!(c[2].1["diff"], json!([["change", [], "a", "b"]]));
+    assert_eq!(
+        (c[2].1["old"].clone(), c[2].1["new"].clone()),
+        (json!("a"), json!("b"))
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Both handlers finished in one cycle: one PATCH (the new diff-base), no progress records.
+    let patches: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .collect();
+    assert_eq!(
+        patches.len(),
+        2,
+        "the user's patch and one operator patch: {:?}",
+        patches.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
+    assert!(
+        patches[1].body.contains("last-handled-configuration")
+            && !patches[1].body.contains("update_fn")
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_survive_a_restart_and_missed_changes_are_handled() {
+    let server = server().await;
+    let attempts: Arc<Mutex<Vec<(u32, String)>>> = Arc::default();
+    let make = |attempts: Arc<Mutex<Vec<(u32, String)>>>| {
+        move |c: Cause| {
+            let attempts = attempts.clone();
+            async move {
+                attempts
+                    .lock()
+                    .expect("lock")
+                    .push((c.retry, c.started.clone()));
+                if c.retry < 1 {
+                    Err(HandlerError::temporary(
+                        "not yet",
+                        Duration::from_millis(600),
+                    ))
+                } else {
+                    Ok(Some(json!("done")))
+                }
+            }
+        }
+    };
+    let running = start(
+        &server,
+        Operator::new().on_create("kopfexamples", "flaky", make(attempts.clone())),
+    )
+    .await;
+    let api = api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    eventually("the first attempt", async || {
+        attempts.lock().expect("lock").len() == 1
+    })
+    .await;
+    eventually("the stored progress", async || {
+        api.get("k")
+            .await
+            .ok()
+            .and_then(|o| o.metadata.annotations)
+            .is_some_and(|a| a.contains_key("kopf.zalando.org/flaky"))
+    })
+    .await;
+    // Stop while the handler waits to retry; start a new operator process.
+    running.stop().await;
+    let running = start(
+        &server,
+        Operator::new().on_create("kopfexamples", "flaky", make(attempts.clone())),
+    )
+    .await;
+    eventually("the retry after restart", async || {
+        api.get("k")
+            .await
+            .ok()
+            .is_some_and(|o| o.data["status"]["flaky"] == "done")
+    })
+    .await;
+    let a = attempts.lock().expect("lock").clone();
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!(a[1].0, 1, "the retry count was preserved");
+    assert_eq!(a[0].1, a[1].1, "the start time was preserved");
+    // The progress record was purged once done.
+    eventually("the purge", async || {
+        api.get("k")
+            .await
+            .ok()
+            .and_then(|o| o.metadata.annotations)
+            .is_some_and(|a| !a.contains_key("kopf.zalando.org/flaky"))
+    })
+    .await;
+    running.stop().await;
+
+    // While no operator runs: one object is created, another is changed.
+    let calls: Calls = Arc::default();
+    api.create(&PostParams::default(), &obj("new", json!({"field": "x"})))
+        .await
+        .expect("create");
+    api.patch(
+        "k",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"field": "changed"}})),
+    )
+    .await
+    .expect("patch");
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
+        .on_update("kopfexamples", "update_fn", recorder(&calls, "update_fn"));
+    let running = start(&server, op).await;
+    eventually("both objects handled", async || {
+        calls.lock().expect("lock").len() == 2
+    })
+    .await;
+    let mut c: Vec<(String, String)> = calls
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(id, v)| (id.clone(), v["reason"].as_str().unwrap_or("").to_string()))
+        .collect();
+    c.sort();
+    assert_eq!(
+        c,
+        vec![
+            ("create_fn".to_string(), "create".to_string()),
+            ("update_fn".to_string(), "update".to_string())
+        ]
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_corrupt_diffbase_and_panics() {
+    let server = server().await;
+    let api = api(&server);
+    // An object handled before (a valid diff-base) and one with a corrupt diff-base.
+    let mut handled = obj("handled", json!({"field": "a"}));
+    handled.metadata.annotations = Some(
+        [(
+            "kopf.zalando.org/last-handled-configuration".to_string(),
+            "{\"spec\":{\"field\":\"a\"}}\n".to_string(),
+        )]
+        .into(),
+    );
+    api.create(&PostParams::default(), &handled)
+        .await
+        .expect("create");
+    let mut corrupt = obj("corrupt", json!({"field": "a"}));
+    corrupt.metadata.annotations = Some(
+        [(
+            "kopf.zalando.org/last-handled-configuration".to_string(),
+            "{not json".to_string(),
+        )]
+        .into(),
+    );
+    api.create(&PostParams::default(), &corrupt)
+        .await
+        .expect("create");
+    let calls: Calls = Arc::default();
+    let op = Operator::new()
+        .on_resume("kopfexamples", "resume_fn", recorder(&calls, "resume_fn"))
+        .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
+        .on_update("kopfexamples", "boom", |_c: Cause| async {
+            panic!("kaboom")
+        });
+    let running = start(&server, op).await;
+    eventually("resume and creation", async || {
+        calls.lock().expect("lock").len() >= 2
+    })
+    .await;
+    let mut c: Vec<String> = calls
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect();
+    c.sort();
+    assert_eq!(
+        c,
+        vec!["create_fn", "resume_fn"],
+        "resume for the handled object, creation for the corrupt one"
+    );
+    // A panicking handler is an error of that handler: retried, the operator keeps serving.
+    api.patch(
+        "handled",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"field": "b"}})),
+    )
+    .await
+    .expect("patch");
+    eventually("the failure recorded", async || {
+        api.get("handled")
+            .await
+            .ok()
+            .and_then(|o| o.metadata.annotations)
+            .and_then(|a| a.get("kopf.zalando.org/boom").cloned())
+            .is_some_and(|r| r.contains("panicked"))
+    })
+    .await;
+    api.create(&PostParams::default(), &obj("later", json!({"field": "z"})))
+        .await
+        .expect("create");
+    eventually("the operator still serves", async || {
+        calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|(id, v)| id == "create_fn" && v["new"]["spec"]["field"] == "z")
+    })
+    .await;
+    running.stop().await;
+}
