@@ -149,7 +149,12 @@ fn handler_cause(
 async fn invoke(h: &HandlerSpec, cause: Cause) -> (Result<Option<Value>, HandlerError>, Value) {
     let patch = cause.patch.clone();
     let handler = h.handler.clone();
-    let task = tokio::spawn(async move { handler.call(cause).await });
+    // The handler runs in its own task (a panic stays there), inside the object's log span.
+    let span = tracing::Span::current();
+    let task = tokio::spawn(tracing::Instrument::instrument(
+        async move { handler.call(cause).await },
+        span,
+    ));
     let result = match task.await {
         Ok(r) => r,
         Err(e) if e.is_panic() => Err(HandlerError::other(format!("the handler panicked: {e}"))),

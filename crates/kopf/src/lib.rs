@@ -29,8 +29,12 @@
 //! daemons, indexes, filters, sub-handlers, extractors, macros and the `kopf run` command line
 //! come next.
 
+pub mod cli;
+
 use std::future::Future;
 use std::time::Duration;
+
+use clap::Parser;
 
 pub use kopf_core::causes::Reason;
 pub use kopf_core::handler::{
@@ -48,6 +52,13 @@ pub enum Error {
     /// A resource could not be served.
     #[error(transparent)]
     Watch(#[from] kopf_watch::WatchError),
+    /// The embedded fake API server failed.
+    #[cfg(feature = "testing")]
+    #[error(transparent)]
+    Fake(#[from] kopf_testing::FakeError),
+    /// `--fake` was given to a binary built without the `testing` feature.
+    #[error("--fake needs kopf's `testing` feature (on by default)")]
+    NoFake,
 }
 
 /// Options of one handler registration.
@@ -66,7 +77,7 @@ pub struct Options {
 }
 
 /// An operator: handlers per resource, run until stopped.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Operator {
     registrations: Vec<(String, HandlerSpec)>,
     namespace: Option<String>,
@@ -150,6 +161,114 @@ impl Operator {
     pub fn persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
         self
+    }
+
+    /// The whole program: parses the command line (`run -n NS -A --fake ...`), sets up
+    /// logging, connects to the cluster of the current kubeconfig (or, with `--fake`, to an
+    /// embedded fake API server with the given manifests), and runs until SIGINT/SIGTERM.
+    pub async fn main(self) -> Result<(), Error> {
+        let cli::Command::Run(args) = cli::Cli::parse().command;
+        self.run_with_args(args).await
+    }
+
+    /// Like [`main`](Self::main) with already parsed arguments.
+    pub async fn run_with_args(mut self, args: cli::RunArgs) -> Result<(), Error> {
+        cli::init_logging(&args);
+        if !args.namespaces.is_empty() && !args.all_namespaces {
+            // One namespace is served by one watch; several by one watch each.
+            if args.namespaces.len() > 1 {
+                tracing::warn!("several namespaces are served one watch each");
+            }
+        }
+        let namespaces = if args.all_namespaces {
+            Vec::new()
+        } else {
+            args.namespaces.clone()
+        };
+        if !args.fake {
+            let client = kube::Client::try_default().await.map_err(Error::Client)?;
+            return self.run_namespaces(client, namespaces).await;
+        }
+        #[cfg(feature = "testing")]
+        {
+            let server = kopf_testing::FakeApiServer::start().await?;
+            for m in &args.apply {
+                let n = server.apply_file(m)?;
+                tracing::info!("applied {n} object(s) from {}", m.display());
+            }
+            server.write_kubeconfig(&args.fake_kubeconfig)?;
+            tracing::info!(
+                "Running against the embedded fake API server at {}. Point kubectl at it: KUBECONFIG={} kubectl get all",
+                server.url(),
+                args.fake_kubeconfig.display()
+            );
+            let client = server.client();
+            self.namespace = None;
+            let result = self.run_namespaces(client, namespaces).await;
+            server.shutdown().await;
+            result
+        }
+        #[cfg(not(feature = "testing"))]
+        {
+            Err(Error::NoFake)
+        }
+    }
+
+    async fn run_namespaces(
+        self,
+        client: kube::Client,
+        namespaces: Vec<String>,
+    ) -> Result<(), Error> {
+        let shutdown = async {
+            #[cfg(unix)]
+            {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                }
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+            tracing::info!("Stop requested; stopping.");
+        };
+        match namespaces.as_slice() {
+            [] => self.run_until(client, shutdown).await,
+            [one] => {
+                let ns = one.clone();
+                self.namespace(ns).run_until(client, shutdown).await
+            }
+            many => {
+                let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                let mut tasks = Vec::new();
+                for ns in many {
+                    let op = Operator {
+                        registrations: self.registrations.clone(),
+                        namespace: Some(ns.clone()),
+                        persistence: self.persistence.clone(),
+                    };
+                    let client = client.clone();
+                    let mut rx = stop_rx.clone();
+                    tasks.push(tokio::spawn(async move {
+                        op.run_until(client, async move {
+                            let _ = rx.wait_for(|s| *s).await;
+                        })
+                        .await
+                    }));
+                }
+                shutdown.await;
+                let _ = stop_tx.send(true);
+                for t in tasks {
+                    if let Ok(Err(e)) = t.await {
+                        return Err(e);
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Runs until SIGINT (Ctrl-C).

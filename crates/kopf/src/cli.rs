@@ -1,0 +1,144 @@
+//! The command line of operator binaries: `<operator> run [-n NS]... [-A] [--fake] ...`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// The command line every kopf-rs operator binary accepts.
+#[derive(Debug, Parser)]
+#[command(version, about = "A Kubernetes operator built with kopf-rs.")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator until SIGINT/SIGTERM.
+    Run(RunArgs),
+}
+
+/// Log formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Message only, with the object's namespace/name.
+    Plain,
+    /// Timestamps, levels and targets.
+    Full,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Options of `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Serve only these namespaces (repeatable). Default: all namespaces.
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        env = "KOPF_RUN_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+    /// Serve all namespaces (the default when no namespace is given).
+    #[arg(short = 'A', long, conflicts_with = "namespaces")]
+    pub all_namespaces: bool,
+    /// Run without peering (peering is not implemented yet: always standalone).
+    #[arg(long)]
+    pub standalone: bool,
+    /// More logs (debug level for kopf-rs).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// Even more logs (debug level for everything).
+    #[arg(long)]
+    pub debug: bool,
+    /// Fewer logs (warnings and errors only).
+    #[arg(long, short = 'q', conflicts_with_all = ["verbose", "debug"])]
+    pub quiet: bool,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "full", env = "KOPF_RUN_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Run against an embedded in-memory Kubernetes API server instead of a cluster.
+    #[arg(long)]
+    pub fake: bool,
+    /// With --fake: where to write a kubeconfig for kubectl.
+    #[arg(long, default_value = "/tmp/kopf-fake/kubeconfig", requires = "fake")]
+    pub fake_kubeconfig: PathBuf,
+    /// With --fake: manifests to apply at start (CRDs first). Repeatable.
+    #[arg(long = "apply", value_name = "FILE", requires = "fake")]
+    pub apply: Vec<PathBuf>,
+}
+
+/// Installs the log subscriber for the chosen verbosity and format.
+pub fn init_logging(args: &RunArgs) {
+    use tracing_subscriber::EnvFilter;
+    let default = if args.debug {
+        "debug"
+    } else if args.verbose {
+        "info,kopf=debug,kopf_core=debug,kopf_watch=debug"
+    } else if args.quiet {
+        "warn"
+    } else {
+        "info"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
+    // A second initialisation (e.g. in tests) keeps the first subscriber.
+    let _ = match args.log_format {
+        LogFormat::Plain => builder
+            .without_time()
+            .with_target(false)
+            .with_level(false)
+            .try_init(),
+        LogFormat::Full => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let mut all = vec!["operator"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).map(|c| match c.command {
+            Command::Run(a) => a,
+        })
+    }
+
+    #[test]
+    fn run_flags() {
+        let a = parse(&[
+            "run",
+            "-n",
+            "a",
+            "--namespace",
+            "b",
+            "--verbose",
+            "--log-format",
+            "json",
+        ])
+        .expect("parses");
+        assert_eq!(a.namespaces, vec!["a", "b"]);
+        assert!(a.verbose && !a.fake);
+        assert_eq!(a.log_format, LogFormat::Json);
+        let f = parse(&["run", "--fake", "--apply", "x.yaml"]).expect("parses");
+        assert_eq!(f.apply, vec![PathBuf::from("x.yaml")]);
+        assert!(
+            parse(&["run", "--apply", "x.yaml"]).is_err(),
+            "--apply needs --fake"
+        );
+        assert!(
+            parse(&["run", "-A", "-n", "a"]).is_err(),
+            "-A conflicts with -n"
+        );
+        assert!(parse(&["run", "--quiet", "--verbose"]).is_err());
+        assert!(parse(&["run", "--log-format", "xml"]).is_err());
+    }
+}
