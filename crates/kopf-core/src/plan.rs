@@ -84,32 +84,49 @@ impl PatchPlan {
         effective(&self.merge, body)
     }
 
-    /// The requests, at most one per endpoint: object merge patch, status merge patch (only
-    /// with a status subresource), and JSON-patch operations.
+    /// The requests, at most one per endpoint: the object's changes (a merge patch, or one
+    /// JSON patch guarded by the resourceVersion test when the finalizer changes too), and the
+    /// status merge patch (only with a status subresource).
     pub fn requests(&self, body: &Value, status_subresource: bool) -> Vec<PatchRequest> {
-        let mut merge = self.effective(body);
+        let (object, status) = self.split(body, status_subresource);
         let mut out = Vec::new();
+        let has_json = self
+            .json_ops
+            .iter()
+            .any(|o| o.get("op") != Some(&json!("test")));
+        if has_json {
+            let mut ops = self.json_ops.clone();
+            if let Some(m) = &object {
+                ops.extend(merge_to_json_ops(m, body));
+            }
+            out.push(PatchRequest::JsonObject(ops));
+        } else if let Some(m) = object {
+            out.push(PatchRequest::MergeObject(m));
+        }
+        if let Some(s) = status {
+            out.push(PatchRequest::MergeStatus(s));
+        }
+        out
+    }
+
+    /// The fallback when the guarded JSON patch meets a concurrent change (422): the object's
+    /// merge-patch part alone, so handler outcomes are not lost; the finalizer change waits
+    /// for the next cycle.
+    pub fn merge_only_requests(&self, body: &Value, status_subresource: bool) -> Vec<PatchRequest> {
+        let (object, _) = self.split(body, status_subresource);
+        object.into_iter().map(PatchRequest::MergeObject).collect()
+    }
+
+    fn split(&self, body: &Value, status_subresource: bool) -> (Option<Value>, Option<Value>) {
+        let mut merge = self.effective(body);
         let status = if status_subresource {
             merge.as_object_mut().and_then(|m| m.remove("status"))
         } else {
             None
         };
-        if !is_noop(&merge) && merge.is_object() {
-            out.push(PatchRequest::MergeObject(merge));
-        }
-        if let Some(s) = status
-            && !is_noop(&s)
-        {
-            out.push(PatchRequest::MergeStatus(json!({"status": s})));
-        }
-        if self
-            .json_ops
-            .iter()
-            .any(|o| o.get("op") != Some(&json!("test")))
-        {
-            out.push(PatchRequest::JsonObject(self.json_ops.clone()));
-        }
-        out
+        let object = (!is_noop(&merge) && merge.is_object()).then_some(merge);
+        let status = status.filter(|s| !is_noop(s)).map(|s| json!({"status": s}));
+        (object, status)
     }
 
     /// The body as it will be after the plan's merge patch (for the next handler in a cycle).
@@ -136,6 +153,51 @@ fn merge_keep_nulls(target: &mut Value, patch: &Value) {
             }
         }
         _ => *target = patch.clone(),
+    }
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn strip_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), strip_nulls(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// JSON-patch operations equivalent to a merge patch applied to `body`.
+pub fn merge_to_json_ops(patch: &Value, body: &Value) -> Vec<Value> {
+    let mut ops = Vec::new();
+    walk_ops(patch, Some(body), "", &mut ops);
+    ops
+}
+
+fn walk_ops(patch: &Value, current: Option<&Value>, path: &str, ops: &mut Vec<Value>) {
+    let Some(p) = patch.as_object() else {
+        ops.push(json!({"op": "add", "path": path, "value": patch}));
+        return;
+    };
+    for (k, v) in p {
+        let child_path = format!("{path}/{}", escape(k));
+        let child = current.and_then(|c| c.get(k));
+        match v {
+            Value::Null => {
+                if child.is_some() {
+                    ops.push(json!({"op": "remove", "path": child_path}));
+                }
+            }
+            Value::Object(_) if child.is_some_and(Value::is_object) => {
+                walk_ops(v, child, &child_path, ops)
+            }
+            _ => ops.push(json!({"op": "add", "path": child_path, "value": strip_nulls(v)})),
+        }
     }
 }
 
@@ -195,9 +257,32 @@ mod tests {
             &json!({"metadata": {"resourceVersion": "3"}}),
             "f",
         ));
-        assert!(
-            matches!(plan.requests(&body, true).last(), Some(PatchRequest::JsonObject(ops)) if ops.len() == 2)
+        // With a finalizer change, the object's changes travel in one guarded JSON patch.
+        let reqs = plan.requests(&body, true);
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(
+            reqs[0],
+            PatchRequest::JsonObject(vec![
+                json!({"op": "test", "path": "/metadata/resourceVersion", "value": "3"}),
+                json!({"op": "add", "path": "/metadata/finalizers", "value": ["f"]}),
+                json!({"op": "add", "path": "/metadata/annotations/b", "value": "2"}),
+            ])
         );
+        assert_eq!(plan.merge_only_requests(&body, true).len(), 1);
         assert_eq!(plan.preview(&body)["status"]["other_fn"], 1);
+    }
+
+    #[test]
+    fn merge_patches_become_equivalent_json_ops() {
+        let body = json!({"metadata": {"annotations": {"a/b": "1", "gone": "x"}}});
+        let patch = json!({"metadata": {"annotations": {"a/b": "2", "gone": null, "never": null}, "labels": {"l": "v", "n": null}}});
+        assert_eq!(
+            merge_to_json_ops(&patch, &body),
+            vec![
+                json!({"op": "add", "path": "/metadata/annotations/a~1b", "value": "2"}),
+                json!({"op": "remove", "path": "/metadata/annotations/gone"}),
+                json!({"op": "add", "path": "/metadata/labels", "value": {"l": "v"}}),
+            ]
+        );
     }
 }

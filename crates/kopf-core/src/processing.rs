@@ -203,16 +203,15 @@ pub async fn process(
     let deleting = cause.reason == Reason::Delete;
     let requires_finalizer = handlers.iter().any(|h| h.requires_finalizer);
     let has_finalizer = finalizers::has(body, &persistence.finalizer);
+    // Unlike Kopf (a cycle of its own), the finalizer change travels with this cycle's
+    // other object changes in one JSON patch guarded by the resourceVersion test.
     if !deleting && requires_finalizer && !has_finalizer {
-        // Kopf adds the finalizer in a cycle of its own.
         out.plan
             .json_ops(finalizers::add_ops(body, &persistence.finalizer));
-        return out;
     }
     if !deleting && !requires_finalizer && has_finalizer {
         out.plan
             .json_ops(finalizers::remove_ops(body, &persistence.finalizer));
-        return out;
     }
     if cause.reason == Reason::Noop {
         out.done = true;
@@ -497,8 +496,12 @@ mod tests {
             &Persistence::default(),
         )
         .await;
+        // The finalizer and the diff-base go together in one guarded JSON patch.
+        let reqs = out.plan.requests(&kex(), true);
         assert!(
-            matches!(out.plan.requests(&kex(), true).as_slice(), [PatchRequest::JsonObject(ops)] if ops[1]["op"] == "add")
+            matches!(reqs.as_slice(), [PatchRequest::JsonObject(ops)]
+                if ops[1]["path"] == "/metadata/finalizers" && ops[2]["path"] == "/metadata/annotations"),
+            "{reqs:?}"
         );
         let mut deleting = kex();
         deleting["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);

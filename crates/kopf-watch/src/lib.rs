@@ -484,6 +484,29 @@ impl WorkerShared {
                         "the object changed meanwhile ({}); a new event will follow",
                         s.message
                     );
+                    if matches!(request, PatchRequest::JsonObject(_)) {
+                        // Keep the handlers' outcomes: send the object's merge part alone; the
+                        // finalizer change waits for the next cycle.
+                        let fallback = outcome
+                            .plan
+                            .merge_only_requests(body, self.resource.status_subresource);
+                        for request in fallback {
+                            if let PatchRequest::MergeObject(p) = request {
+                                match api.patch(&name, &params, &Patch::Merge(&p)).await {
+                                    Ok(obj) => {
+                                        last_rv = obj
+                                            .metadata
+                                            .resource_version
+                                            .as_deref()
+                                            .and_then(|s| s.parse().ok())
+                                    }
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "patching after a conflict failed")
+                                    }
+                                }
+                            }
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "patching failed; retrying soon");

@@ -375,3 +375,50 @@ async fn resume_corrupt_diffbase_and_panics() {
     .await;
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_guarded_patch_keeps_the_handler_outcomes() {
+    use kopf_testing::{FaultRule, RequestPattern};
+    let server = server().await;
+    let calls: Calls = Arc::default();
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
+        .on_delete("kopfexamples", "delete_fn", recorder(&calls, "delete_fn"));
+    let running = start(&server, op).await;
+    // The first PATCH of the object (the guarded JSON patch with the finalizer) meets a
+    // concurrent change.
+    server.inject_fault(FaultRule::new(
+        RequestPattern::any()
+            .verb("patch")
+            .resource("kopfexamples")
+            .subresource(""),
+        422,
+        1,
+    ));
+    let api = api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    eventually("the finalizer and the diff-base", async || {
+        api.get("k").await.ok().is_some_and(|o| {
+            o.metadata
+                .finalizers
+                .is_some_and(|f| f.contains(&"kopf.zalando.org/KopfFinalizerMarker".to_string()))
+                && o.metadata
+                    .annotations
+                    .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
+        })
+    })
+    .await;
+    let created = calls
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|(id, _)| id == "create_fn")
+        .count();
+    assert_eq!(
+        created, 1,
+        "the creation handler ran once despite the conflict"
+    );
+    running.stop().await;
+}
