@@ -179,6 +179,47 @@ pub enum ErrorsMode {
     Ignored,
 }
 
+/// A predicate on a label's or annotation's value (None when absent).
+pub type ValuePredicate = Arc<dyn Fn(Option<&str>) -> bool + Send + Sync>;
+
+/// A filter on one label or annotation.
+#[derive(Clone)]
+pub enum MetaFilter {
+    /// Exactly this value.
+    Value(String),
+    /// Present with any value.
+    Present,
+    /// Absent.
+    Absent,
+    /// A predicate on the value (None when absent).
+    Predicate(ValuePredicate),
+}
+
+impl MetaFilter {
+    fn check(&self, value: Option<&str>) -> bool {
+        match self {
+            MetaFilter::Value(v) => value == Some(v.as_str()),
+            MetaFilter::Present => value.is_some(),
+            MetaFilter::Absent => value.is_none(),
+            MetaFilter::Predicate(f) => f(value),
+        }
+    }
+}
+
+impl std::fmt::Debug for MetaFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MetaFilter::Value(v) => write!(f, "Value({v:?})"),
+            MetaFilter::Present => f.write_str("Present"),
+            MetaFilter::Absent => f.write_str("Absent"),
+            MetaFilter::Predicate(_) => f.write_str("Predicate(..)"),
+        }
+    }
+}
+
+/// A `when=` filter on the whole object.
+pub type WhenFilter = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
 /// A registered changing handler.
 #[derive(Clone)]
 pub struct HandlerSpec {
@@ -202,6 +243,12 @@ pub struct HandlerSpec {
     pub retries: Option<u32>,
     /// Maximum time since the first attempt.
     pub timeout: Option<Duration>,
+    /// Label filters (all must hold).
+    pub labels: Vec<(String, MetaFilter)>,
+    /// Annotation filters (all must hold).
+    pub annotations: Vec<(String, MetaFilter)>,
+    /// A filter on the whole object, evaluated last.
+    pub when: Option<WhenFilter>,
     /// The function.
     pub handler: Arc<dyn Handler>,
 }
@@ -230,7 +277,25 @@ impl HandlerSpec {
             backoff: Duration::from_secs(60),
             retries: None,
             timeout: None,
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            when: None,
             handler: Arc::new(handler),
         }
+    }
+
+    /// Whether the object passes the handler's filters (labels, annotations, `when`).
+    pub fn matches(&self, body: &Value) -> bool {
+        let get = |field: &str, key: &str| {
+            body.pointer(&format!("/metadata/{field}"))
+                .and_then(|m| m.get(key))
+                .and_then(Value::as_str)
+        };
+        self.labels.iter().all(|(k, f)| f.check(get("labels", k)))
+            && self
+                .annotations
+                .iter()
+                .all(|(k, f)| f.check(get("annotations", k)))
+            && self.when.as_ref().is_none_or(|w| w(body))
     }
 }

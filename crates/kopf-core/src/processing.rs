@@ -90,11 +90,27 @@ pub struct CycleOutcome {
     pub ran: Vec<(String, HandlerOutcome)>,
     /// Why the stored diff-base was ignored, if it was unreadable.
     pub corrupt_diffbase: Option<String>,
+    /// The finalizer change this cycle sends, if any.
+    pub finalizer: Option<FinalizerChange>,
 }
 
-fn selected<'a>(handlers: &'a [HandlerSpec], cause: &ChangingCause) -> Vec<&'a HandlerSpec> {
+/// A change of the operator's finalizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalizerChange {
+    /// Added: handlers (or daemons) need it.
+    Added,
+    /// Removed: the object is released (deletion handled) or no handler needs it.
+    Removed,
+}
+
+fn selected<'a>(
+    handlers: &'a [HandlerSpec],
+    cause: &ChangingCause,
+    body: &Value,
+) -> Vec<&'a HandlerSpec> {
     handlers
         .iter()
+        .filter(|h| h.matches(body))
         .filter(|h| match (&h.field, h.reason, cause.reason) {
             // Resume handlers join the first cycle of listed objects.
             (_, _, Reason::Resume) => h.initial,
@@ -146,16 +162,36 @@ fn handler_cause(
     }
 }
 
-async fn invoke(h: &HandlerSpec, cause: Cause) -> (Result<Option<Value>, HandlerError>, Value) {
+/// Runs a handler in its own task (a panic stays there), inside the object's log span, and
+/// cancels it when its `timeout` (counted from the first attempt) runs out.
+async fn invoke(
+    h: &HandlerSpec,
+    cause: Cause,
+    remaining: Option<Duration>,
+) -> (Result<Option<Value>, HandlerError>, Value) {
     let patch = cause.patch.clone();
     let handler = h.handler.clone();
-    // The handler runs in its own task (a panic stays there), inside the object's log span.
     let span = tracing::Span::current();
-    let task = tokio::spawn(tracing::Instrument::instrument(
+    let mut task = tokio::spawn(tracing::Instrument::instrument(
         async move { handler.call(cause).await },
         span,
     ));
-    let result = match task.await {
+    let joined = match remaining {
+        Some(limit) => match tokio::time::timeout(limit, &mut task).await {
+            Ok(j) => j,
+            Err(_) => {
+                task.abort();
+                let msg = format!(
+                    "{} has timed out after {:?}",
+                    h.id,
+                    h.timeout.unwrap_or_default()
+                );
+                return (Err(HandlerError::permanent(msg)), json!({}));
+            }
+        },
+        None => task.await,
+    };
+    let result = match joined {
         Ok(r) => r,
         Err(e) if e.is_panic() => Err(HandlerError::other(format!("the handler panicked: {e}"))),
         Err(e) => Err(HandlerError::other(format!(
@@ -195,13 +231,17 @@ pub async fn process(
         done: false,
         ran: Vec::new(),
         corrupt_diffbase: cause.corrupt_diffbase.clone(),
+        finalizer: None,
     };
     if matches!(cause.reason, Reason::Gone | Reason::Free) {
         out.done = true;
         return out;
     }
     let deleting = cause.reason == Reason::Delete;
-    let requires_finalizer = handlers.iter().any(|h| h.requires_finalizer);
+    // Filters are evaluated before any work: only handlers relevant to this object count.
+    let requires_finalizer = handlers
+        .iter()
+        .any(|h| h.requires_finalizer && h.matches(body));
     let has_finalizer = finalizers::has(body, &persistence.finalizer);
     // Unlike Kopf (a cycle of its own), the finalizer change travels with this cycle's
     // other object changes in one JSON patch guarded by the resourceVersion test.
@@ -218,7 +258,7 @@ pub async fn process(
         return out;
     }
     let now = Timestamp::now();
-    let chosen = selected(handlers, &cause);
+    let chosen = selected(handlers, &cause, body);
     let mut all_done = true;
     let mut delays: Vec<Duration> = Vec::new();
     let mut current = body.clone();
@@ -267,7 +307,16 @@ pub async fn process(
                 json!({}),
             )
         } else {
-            invoke(h, handler_cause(h, &cause, &current, &record)).await
+            let remaining = h.timeout.map(|t| {
+                let spent = record
+                    .started
+                    .as_deref()
+                    .and_then(parse_time)
+                    .map(|st| (now.as_millisecond() - st.as_millisecond()).max(0) as u64)
+                    .unwrap_or(0);
+                t.saturating_sub(Duration::from_millis(spent))
+            });
+            invoke(h, handler_cause(h, &cause, &current, &record), remaining).await
         };
         record.retries = Some(retries + 1);
         let outcome = match result {
@@ -549,6 +598,66 @@ mod tests {
         assert_eq!(
             out.plan.preview(&body)["status"]["field_fn/spec.field"],
             json!({"old": "old", "new": "value"})
+        );
+    }
+
+    #[tokio::test]
+    async fn timeouts_cancel_a_running_handler() {
+        let mut slow = HandlerSpec::new("slow", Some(Reason::Create), |_c: Cause| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(None)
+        });
+        slow.timeout = Some(Duration::from_millis(100));
+        let started = std::time::Instant::now();
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[slow],
+            &Persistence::default(),
+        )
+        .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "cancelled at the deadline"
+        );
+        assert!(
+            matches!(&out.ran[0].1, HandlerOutcome::Failed { message } if message.contains("timed out"))
+        );
+        assert!(out.done, "a permanent failure finishes the cause");
+    }
+
+    #[tokio::test]
+    async fn filters_select_handlers_and_the_finalizer() {
+        use crate::handler::MetaFilter;
+        use std::sync::Arc;
+        let mut labelled = HandlerSpec::new("labelled", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(1)))
+        });
+        labelled.labels = vec![("a".into(), MetaFilter::Value("b".into()))];
+        let mut absent = HandlerSpec::new("absent", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(2)))
+        });
+        absent.annotations = vec![("skip".into(), MetaFilter::Present)];
+        let mut when = HandlerSpec::new("when", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(3)))
+        });
+        when.when = Some(Arc::new(|b: &Value| b["spec"]["field"] == "value"));
+        let mut del = HandlerSpec::new("del", Some(Reason::Delete), |_c: Cause| async { Ok(None) });
+        del.labels = vec![("a".into(), MetaFilter::Absent)];
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[labelled, absent, when, del],
+            &Persistence::default(),
+        )
+        .await;
+        let ran: Vec<&str> = out.ran.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ran, vec!["labelled", "when"]);
+        assert_eq!(
+            out.finalizer, None,
+            "the delete handler does not match, so no finalizer"
         );
     }
 }

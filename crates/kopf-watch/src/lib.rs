@@ -23,7 +23,7 @@ use futures::StreamExt;
 use kopf_core::causes::{EventKind, Reason};
 use kopf_core::handler::HandlerSpec;
 use kopf_core::plan::PatchRequest;
-use kopf_core::processing::{HandlerOutcome, Persistence, process};
+use kopf_core::processing::{FinalizerChange, HandlerOutcome, Persistence, process};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::discovery::{Discovery, Scope};
@@ -417,6 +417,18 @@ impl WorkerShared {
                 }
             }
         }
+        match outcome.finalizer {
+            Some(FinalizerChange::Added) => {
+                tracing::debug!("Adding the finalizer, thus preventing the actual deletion.")
+            }
+            Some(FinalizerChange::Removed) if outcome.reason == Reason::Delete => {
+                tracing::debug!("Removing the finalizer, thus allowing the actual deletion.")
+            }
+            Some(FinalizerChange::Removed) => {
+                tracing::debug!("Removing the finalizer, as there are no handlers requiring it.")
+            }
+            None => {}
+        }
         if outcome.reason == Reason::Gone {
             self.handled_once
                 .lock()
@@ -426,10 +438,16 @@ impl WorkerShared {
         }
         if outcome.done {
             if !outcome.ran.is_empty() {
+                let failed = outcome
+                    .ran
+                    .iter()
+                    .filter(|(_, o)| matches!(o, HandlerOutcome::Failed { .. }))
+                    .count();
                 tracing::info!(
-                    "{} is processed: {} handler(s) ran.",
+                    "{} is processed: {} succeeded; {} failed.",
                     outcome.reason.title(),
-                    outcome.ran.len()
+                    outcome.ran.len() - failed,
+                    failed
                 );
             }
             self.handled_once

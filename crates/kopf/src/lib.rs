@@ -38,7 +38,7 @@ use clap::Parser;
 
 pub use kopf_core::causes::Reason;
 pub use kopf_core::handler::{
-    Cause, ErrorsMode, Handler, HandlerError, HandlerResult, HandlerSpec,
+    Cause, ErrorsMode, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter, WhenFilter,
 };
 pub use kopf_core::processing::Persistence;
 pub use kopf_diff::{Diff, DiffItem, Op};
@@ -62,8 +62,14 @@ pub enum Error {
 }
 
 /// Options of one handler registration.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Options {
+    /// Label filters: the handler runs only for objects whose labels pass all of them.
+    pub labels: Vec<(String, MetaFilter)>,
+    /// Annotation filters.
+    pub annotations: Vec<(String, MetaFilter)>,
+    /// A filter on the whole object, evaluated last.
+    pub when: Option<WhenFilter>,
     /// Maximum attempts.
     pub retries: Option<u32>,
     /// Maximum time since the first attempt.
@@ -104,6 +110,11 @@ impl Operator {
         }
         if options.optional {
             spec.requires_finalizer = false;
+        }
+        spec.labels.extend(options.labels);
+        spec.annotations.extend(options.annotations);
+        if options.when.is_some() {
+            spec.when = options.when;
         }
         self.registrations.push((resource.to_string(), spec));
         self
