@@ -14,6 +14,10 @@
 //! # }
 //! ```
 
+mod namespaces;
+
+pub use namespaces::{NamespacePattern, NamespaceSelector};
+
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -198,6 +202,8 @@ pub struct Engine {
     namespace: Option<String>,
     consistency_timeout: Duration,
     handled_once: Arc<Mutex<HashSet<String>>>,
+    filter: NamespaceSelector,
+    worker_limit: Option<usize>,
 }
 
 impl Engine {
@@ -211,7 +217,21 @@ impl Engine {
             namespace: None,
             consistency_timeout: Duration::from_secs(5),
             handled_once: Arc::default(),
+            filter: NamespaceSelector::default(),
+            worker_limit: None,
         }
+    }
+
+    /// Serve only objects in namespaces matching these patterns (with a cluster-wide watch).
+    pub fn namespace_filter(mut self, filter: NamespaceSelector) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// At most this many objects are processed at the same time (default: no limit).
+    pub fn worker_limit(mut self, limit: Option<usize>) -> Self {
+        self.worker_limit = limit;
+        self
     }
 
     /// Watch only one namespace.
@@ -248,6 +268,9 @@ impl Engine {
             persistence: self.persistence.clone(),
             consistency_timeout: self.consistency_timeout,
             handled_once: self.handled_once.clone(),
+            limit: self
+                .worker_limit
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
         });
         tracing::info!(resource = %self.resource.api_resource.plural, "watching");
         loop {
@@ -267,6 +290,9 @@ impl Engine {
                     continue;
                 }
             };
+            if !self.filter.matches(obj.metadata.namespace.as_deref()) {
+                continue;
+            }
             let Some(uid) = obj.metadata.uid.clone() else {
                 continue;
             };
@@ -307,6 +333,7 @@ struct WorkerShared {
     persistence: Persistence,
     consistency_timeout: Duration,
     handled_once: Arc<Mutex<HashSet<String>>>,
+    limit: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 fn rv(body: &Value) -> Option<u64> {
@@ -336,6 +363,10 @@ impl WorkerShared {
                     && tokio::time::Instant::now() < deadline
             });
             if !stale {
+                let _permit = match &self.limit {
+                    Some(sem) => sem.clone().acquire_owned().await.ok(),
+                    None => None,
+                };
                 let (next_delay, patched_rv, gone) = self.cycle(&uid, &observed).await;
                 if gone {
                     return;

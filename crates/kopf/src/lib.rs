@@ -87,6 +87,8 @@ pub struct Options {
 pub struct Operator {
     registrations: Vec<(String, HandlerSpec)>,
     namespace: Option<String>,
+    filter: kopf_watch::NamespaceSelector,
+    worker_limit: Option<usize>,
     persistence: Persistence,
 }
 
@@ -165,6 +167,19 @@ impl Operator {
     /// Serve only one namespace (default: all namespaces).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Serve namespaces matching `-n`-style patterns (`team-*`, `!kube-*`, `a,b`) through one
+    /// cluster-wide watch.
+    pub fn namespace_patterns<S: AsRef<str>>(mut self, patterns: &[S]) -> Self {
+        self.filter = kopf_watch::NamespaceSelector::new(patterns);
+        self
+    }
+
+    /// Process at most this many objects at the same time.
+    pub fn worker_limit(mut self, limit: usize) -> Self {
+        self.worker_limit = Some(limit);
         self
     }
 
@@ -256,11 +271,8 @@ impl Operator {
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
                 let mut tasks = Vec::new();
                 for ns in many {
-                    let op = Operator {
-                        registrations: self.registrations.clone(),
-                        namespace: Some(ns.clone()),
-                        persistence: self.persistence.clone(),
-                    };
+                    let mut op = self.clone();
+                    op.namespace = Some(ns.clone());
                     let client = client.clone();
                     let mut rx = stop_rx.clone();
                     tasks.push(tokio::spawn(async move {
@@ -309,6 +321,8 @@ impl Operator {
             engines.push(
                 kopf_watch::Engine::new(client.clone(), resource, specs)
                     .namespace(self.namespace.clone())
+                    .namespace_filter(self.filter.clone())
+                    .worker_limit(self.worker_limit)
                     .persistence(self.persistence.clone()),
             );
         }

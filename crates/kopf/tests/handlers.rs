@@ -422,3 +422,40 @@ async fn a_conflicting_guarded_patch_keeps_the_handler_outcomes() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_patterns_select_the_served_objects() {
+    let server = server().await;
+    for ns in ["team-a", "team-legacy", "other"] {
+        server
+            .apply_object(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            )
+            .expect("namespace");
+    }
+    let calls: Calls = Arc::default();
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
+        .namespace_patterns(&["team-*,!team-legacy"])
+        .worker_limit(1);
+    let running = start(&server, op).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
+        "kopfexamples",
+    );
+    for ns in ["team-a", "team-legacy", "other"] {
+        let api: Api<DynamicObject> = Api::namespaced_with(server.client(), ns, &ar);
+        api.create(&PostParams::default(), &obj("k", json!({"ns": ns})))
+            .await
+            .expect("create");
+    }
+    eventually("team-a handled", async || {
+        calls.lock().expect("lock").len() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = calls.lock().expect("lock").clone();
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].1["new"]["spec"]["ns"], "team-a");
+    running.stop().await;
+}

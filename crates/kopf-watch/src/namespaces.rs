@@ -1,0 +1,111 @@
+//! Namespace patterns of `-n`: exact names, globs with `*` and `?`, `!` negations,
+//! comma-separated within one pattern; an object is served when any pattern matches.
+
+/// One `-n` pattern: comma-separated inclusions and `!`-exclusions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespacePattern {
+    includes: Vec<String>,
+    excludes: Vec<String>,
+}
+
+fn glob(pattern: &str, name: &str) -> bool {
+    fn rec(p: &[char], n: &[char]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some('*'), _) => rec(&p[1..], n) || (!n.is_empty() && rec(p, &n[1..])),
+            (Some('?'), Some(_)) => rec(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => rec(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    rec(&p, &n)
+}
+
+impl NamespacePattern {
+    /// Parses `a,b*,!c`.
+    pub fn parse(pattern: &str) -> Self {
+        let mut includes = Vec::new();
+        let mut excludes = Vec::new();
+        for part in pattern.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.strip_prefix('!') {
+                Some(ex) => excludes.push(ex.to_string()),
+                None => includes.push(part.to_string()),
+            }
+        }
+        NamespacePattern { includes, excludes }
+    }
+
+    /// Whether a namespace matches: any inclusion (or none given) and no exclusion.
+    pub fn matches(&self, namespace: &str) -> bool {
+        (self.includes.is_empty() || self.includes.iter().any(|i| glob(i, namespace)))
+            && !self.excludes.iter().any(|e| glob(e, namespace))
+    }
+
+    /// The single exact namespace this pattern names, if it is one.
+    pub fn exact(&self) -> Option<&str> {
+        match (self.includes.as_slice(), self.excludes.is_empty()) {
+            ([one], true) if !one.contains(['*', '?']) => Some(one),
+            _ => None,
+        }
+    }
+}
+
+/// All `-n` patterns of an operator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceSelector {
+    patterns: Vec<NamespacePattern>,
+}
+
+impl NamespaceSelector {
+    /// From `-n` values.
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Self {
+        NamespaceSelector {
+            patterns: patterns
+                .iter()
+                .map(|p| NamespacePattern::parse(p.as_ref()))
+                .collect(),
+        }
+    }
+
+    /// Whether an object's namespace is served (cluster-scoped objects always are).
+    pub fn matches(&self, namespace: Option<&str>) -> bool {
+        match namespace {
+            None => true,
+            Some(ns) => self.patterns.is_empty() || self.patterns.iter().any(|p| p.matches(ns)),
+        }
+    }
+
+    /// The exact namespaces, when every pattern is one exact name (one watch each);
+    /// None when globs or negations need a cluster-wide watch with filtering.
+    pub fn exact(&self) -> Option<Vec<String>> {
+        self.patterns
+            .iter()
+            .map(|p| p.exact().map(str::to_string))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_negations_and_exact_names() {
+        let s = NamespaceSelector::new(&["team-*,!team-legacy", "ops"]);
+        assert!(s.matches(Some("team-a")));
+        assert!(!s.matches(Some("team-legacy")));
+        assert!(s.matches(Some("ops")));
+        assert!(!s.matches(Some("default")));
+        assert!(s.matches(None), "cluster-scoped objects are served");
+        assert_eq!(s.exact(), None);
+        let only_not = NamespaceSelector::new(&["!kube-*"]);
+        assert!(only_not.matches(Some("default")) && !only_not.matches(Some("kube-system")));
+        assert_eq!(
+            NamespaceSelector::new(&["a", "b"]).exact(),
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert!(glob("t?am-*", "team-x") && !glob("t?am", "team-x"));
+    }
+}
