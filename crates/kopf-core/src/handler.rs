@@ -109,6 +109,32 @@ fn merge_keep_nulls(target: &mut Value, patch: &Value) {
     }
 }
 
+/// Events a handler wants posted about its object (posted after the cycle, rate-limited).
+#[derive(Debug, Clone, Default)]
+pub struct EventsHandle(Arc<Mutex<Vec<crate::events::EventSpec>>>);
+
+impl EventsHandle {
+    /// Posts a `Normal` event.
+    pub fn info(&self, reason: &str, message: impl Into<String>) {
+        self.push(crate::events::EventSpec::info(reason, message));
+    }
+
+    /// Posts a `Warning` event.
+    pub fn warn(&self, reason: &str, message: impl Into<String>) {
+        self.push(crate::events::EventSpec::warning(reason, message));
+    }
+
+    /// Posts an event of any type.
+    pub fn push(&self, spec: crate::events::EventSpec) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(spec);
+    }
+
+    /// Takes the queued events.
+    pub fn take(&self) -> Vec<crate::events::EventSpec> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Everything a changing handler receives.
 #[derive(Debug, Clone)]
 pub struct Cause {
@@ -128,6 +154,8 @@ pub struct Cause {
     pub started: String,
     /// The handler's own merge patch, sent with the cycle's PATCH.
     pub patch: PatchHandle,
+    /// Kubernetes Events to post about the object.
+    pub events: EventsHandle,
 }
 
 impl Cause {

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod causes;
+pub mod events;
 pub mod finalizers;
 pub mod handler;
 pub mod keys;

@@ -13,8 +13,9 @@ use kopf_diff::{Diff, diff, reduce, resolve};
 use serde_json::{Value, json};
 
 use crate::causes::{ChangingCause, EventKind, Reason, detect};
+use crate::events::EventSpec;
 use crate::finalizers;
-use crate::handler::{Cause, ErrorsMode, HandlerError, HandlerSpec, PatchHandle};
+use crate::handler::{Cause, ErrorsMode, EventsHandle, HandlerError, HandlerSpec, PatchHandle};
 use crate::plan::PatchPlan;
 use crate::progress::{ProgressRecord, ProgressStorage, format_time, parse_time};
 
@@ -92,6 +93,8 @@ pub struct CycleOutcome {
     pub corrupt_diffbase: Option<String>,
     /// The finalizer change this cycle sends, if any.
     pub finalizer: Option<FinalizerChange>,
+    /// Events to post about the object: the handlers' own, and warnings about failures.
+    pub events: Vec<EventSpec>,
 }
 
 /// A change of the operator's finalizer.
@@ -159,6 +162,7 @@ fn handler_cause(
             .clone()
             .unwrap_or_else(|| format_time(Timestamp::now())),
         patch: PatchHandle::default(),
+        events: EventsHandle::default(),
     }
 }
 
@@ -168,8 +172,9 @@ async fn invoke(
     h: &HandlerSpec,
     cause: Cause,
     remaining: Option<Duration>,
-) -> (Result<Option<Value>, HandlerError>, Value) {
+) -> (Result<Option<Value>, HandlerError>, Value, Vec<EventSpec>) {
     let patch = cause.patch.clone();
+    let events = cause.events.clone();
     let handler = h.handler.clone();
     let span = tracing::Span::current();
     let mut task = tokio::spawn(tracing::Instrument::instrument(
@@ -186,7 +191,7 @@ async fn invoke(
                     h.id,
                     h.timeout.unwrap_or_default()
                 );
-                return (Err(HandlerError::permanent(msg)), json!({}));
+                return (Err(HandlerError::permanent(msg)), json!({}), events.take());
             }
         },
         None => task.await,
@@ -198,7 +203,7 @@ async fn invoke(
             "the handler was cancelled: {e}"
         ))),
     };
-    (result, patch.get())
+    (result, patch.get(), events.take())
 }
 
 fn after(now: Timestamp, d: Duration) -> String {
@@ -232,6 +237,7 @@ pub async fn process(
         ran: Vec::new(),
         corrupt_diffbase: cause.corrupt_diffbase.clone(),
         finalizer: None,
+        events: Vec::new(),
     };
     if matches!(cause.reason, Reason::Gone | Reason::Free) {
         out.done = true;
@@ -289,7 +295,7 @@ pub async fn process(
                 .is_some_and(|s| now.as_millisecond() - s.as_millisecond() >= t.as_millis() as i64)
         });
         let over_retries = h.retries.is_some_and(|limit| retries >= limit);
-        let (result, handler_patch) = if over_time {
+        let (result, handler_patch, handler_events) = if over_time {
             (
                 Err(HandlerError::permanent(format!(
                     "{} has timed out after {:?}",
@@ -297,6 +303,7 @@ pub async fn process(
                     h.timeout.unwrap_or_default()
                 ))),
                 json!({}),
+                Vec::new(),
             )
         } else if over_retries {
             (
@@ -305,6 +312,7 @@ pub async fn process(
                     h.id, retries
                 ))),
                 json!({}),
+                Vec::new(),
             )
         } else {
             let remaining = h.timeout.map(|t| {
@@ -319,6 +327,7 @@ pub async fn process(
             invoke(h, handler_cause(h, &cause, &current, &record), remaining).await
         };
         record.retries = Some(retries + 1);
+        out.events.extend(handler_events);
         let outcome = match result {
             Ok(value) => {
                 record.success = Some(true);
@@ -357,6 +366,10 @@ pub async fn process(
                         record.delayed = Some(after(now, d));
                         all_done = false;
                         delays.push(d);
+                        out.events.push(EventSpec::warning(
+                            "Logging",
+                            format!("Handler '{}' failed temporarily: {message}", h.id),
+                        ));
                         HandlerOutcome::Retrying { message }
                     }
                     None => {
@@ -364,6 +377,10 @@ pub async fn process(
                         record.failure = Some(true);
                         record.stopped = Some(format_time(Timestamp::now()));
                         record.delayed = None;
+                        out.events.push(EventSpec::warning(
+                            "Logging",
+                            format!("Handler '{}' failed permanently: {message}", h.id),
+                        ));
                         HandlerOutcome::Failed { message }
                     }
                 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kopf_core::causes::{EventKind, Reason};
+use kopf_core::events::{EventSpec, RateLimiter, Reporter, event_body};
 use kopf_core::handler::HandlerSpec;
 use kopf_core::plan::PatchRequest;
 use kopf_core::processing::{FinalizerChange, HandlerOutcome, Persistence, process};
@@ -204,6 +205,7 @@ pub struct Engine {
     handled_once: Arc<Mutex<HashSet<String>>>,
     filter: NamespaceSelector,
     worker_limit: Option<usize>,
+    event_interval: Duration,
 }
 
 impl Engine {
@@ -219,7 +221,15 @@ impl Engine {
             handled_once: Arc::default(),
             filter: NamespaceSelector::default(),
             worker_limit: None,
+            event_interval: Duration::from_secs(10),
         }
+    }
+
+    /// The minimum interval between two Events about one object (default 10 s); events in
+    /// between are counted into the next one.
+    pub fn event_interval(mut self, interval: Duration) -> Self {
+        self.event_interval = interval;
+        self
     }
 
     /// Serve only objects in namespaces matching these patterns (with a cluster-wide watch).
@@ -271,6 +281,8 @@ impl Engine {
             limit: self
                 .worker_limit
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
+            events: Mutex::new(RateLimiter::new(self.event_interval)),
+            reporter: Reporter::default(),
         });
         tracing::info!(resource = %self.resource.api_resource.plural, "watching");
         loop {
@@ -334,6 +346,8 @@ struct WorkerShared {
     consistency_timeout: Duration,
     handled_once: Arc<Mutex<HashSet<String>>>,
     limit: Option<Arc<tokio::sync::Semaphore>>,
+    events: Mutex<RateLimiter>,
+    reporter: Reporter,
 }
 
 fn rv(body: &Value) -> Option<u64> {
@@ -563,6 +577,43 @@ impl WorkerShared {
                 }
             }
         }
+        self.post_events(uid, body, outcome.events).await;
         (outcome.delay, last_rv, false)
+    }
+
+    /// Posts events about an object, rate-limited per object; failures are only logged.
+    async fn post_events(&self, uid: &str, body: &Value, events: Vec<EventSpec>) {
+        if events.is_empty() {
+            return;
+        }
+        let ar = ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("", "v1", "Event"),
+            "events",
+        );
+        for mut spec in events {
+            let admitted = self.events.lock().unwrap_or_else(|e| e.into_inner()).admit(
+                uid,
+                &mut spec,
+                std::time::Instant::now(),
+            );
+            if !admitted {
+                continue;
+            }
+            let Some((ns, event)) = event_body(body, &spec, &self.reporter, jiff::Timestamp::now())
+            else {
+                continue;
+            };
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
+            let obj: DynamicObject = match serde_json::from_value(event) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot build an event");
+                    continue;
+                }
+            };
+            if let Err(e) = api.create(&kube::api::PostParams::default(), &obj).await {
+                tracing::debug!(error = %e, "posting an event failed");
+            }
+        }
     }
 }

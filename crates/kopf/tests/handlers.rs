@@ -459,3 +459,59 @@ async fn namespace_patterns_select_the_served_objects() {
     assert_eq!(c[0].1["new"]["spec"]["ns"], "team-a");
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_post_warning_events_rate_limited_per_object() {
+    let server = server().await;
+    let op = Operator::new().on_create("kopfexamples", "flaky", |c: Cause| async move {
+        if c.retry < 2 {
+            Err(HandlerError::temporary(
+                "not yet",
+                Duration::from_millis(50),
+            ))
+        } else {
+            c.events.info("Greeting", "hello");
+            Ok(Some(json!("done")))
+        }
+    });
+    let running = start(&server, op).await;
+    let api = api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    eventually("the handler to succeed", async || {
+        api.get("k")
+            .await
+            .ok()
+            .is_some_and(|o| o.data["status"]["flaky"] == "done")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        server.client(),
+        "default",
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Event"), "events"),
+    );
+    let list = events.list(&Default::default()).await.expect("events");
+    let posted: Vec<(String, String)> = list
+        .items
+        .iter()
+        .map(|e| {
+            (
+                e.data["type"].as_str().unwrap_or("").to_string(),
+                e.data["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        posted,
+        vec![(
+            "Warning".to_string(),
+            "Handler 'flaky' failed temporarily: not yet".to_string()
+        )],
+        "three events, one posted"
+    );
+    assert_eq!(list.items[0].data["involvedObject"]["name"], "k");
+    assert_eq!(list.items[0].data["source"]["component"], "kopf");
+    running.stop().await;
+}
