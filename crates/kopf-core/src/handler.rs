@@ -18,7 +18,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 pub type HandlerResult = Result<Option<Value>, HandlerError>;
 
 /// Handler failures, classified as Kopf classifies them.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandlerError {
     /// Retry after `delay` (None: at once).
     #[error("{message}")]
@@ -294,6 +294,16 @@ impl std::fmt::Debug for HandlerSpec {
 impl HandlerSpec {
     /// A handler for a reason, with Kopf's defaults (temporary errors, 60 s backoff).
     pub fn new(id: impl Into<String>, reason: Option<Reason>, handler: impl Handler) -> Self {
+        Self::from_arc(id, reason, Arc::new(handler))
+    }
+
+    /// Like [`new`](Self::new) with a shared handler (e.g. from
+    /// [`IntoHandler`](crate::extract::IntoHandler)).
+    pub fn from_arc(
+        id: impl Into<String>,
+        reason: Option<Reason>,
+        handler: Arc<dyn Handler>,
+    ) -> Self {
         HandlerSpec {
             id: id.into(),
             reason,
@@ -308,7 +318,7 @@ impl HandlerSpec {
             labels: Vec::new(),
             annotations: Vec::new(),
             when: None,
-            handler: Arc::new(handler),
+            handler,
         }
     }
 

@@ -18,6 +18,7 @@
 
 pub mod causes;
 pub mod events;
+pub mod extract;
 pub mod finalizers;
 pub mod handler;
 pub mod keys;

@@ -6,22 +6,26 @@
 //! `status.<handler-id>` and progress in annotations — with at most one PATCH per endpoint
 //! per processing cycle.
 //!
-//! ```no_run
-//! use kopf::{Cause, HandlerResult, Operator};
-//! use serde_json::json;
+//! Handler arguments are extractors (the axum pattern): `Spec<T>`, `Name`, `Namespace`,
+//! `Labels`, `Body`, `Meta`, `Status<T>`, `Old<T>`, `New<T>`, `Diff`, `Reason`, `Retry`,
+//! `Started`, `Runtime`, `PatchHandle`, `EventsHandle`, or the whole `Cause`.
 //!
-//! async fn create_fn(cause: Cause) -> HandlerResult {
-//!     tracing::info!("created {} with field {}", cause.name(), cause.spec()["field"]);
-//!     Ok(Some(json!({"message": "hello world"})))
+//! ```no_run
+//! use kopf::{HandlerError, Name, Operator, Spec};
+//! use serde_json::{json, Value};
+//!
+//! async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
+//!     tracing::info!("created {name} with field {}", spec["field"]);
+//!     Ok(json!({"message": "hello world"}))       // lands in status.create_fn
 //! }
 //!
-//! # async fn demo() -> Result<(), kopf::Error> {
-//! let client = kube::Client::try_default().await.map_err(kopf::Error::Client)?;
-//! Operator::new()
-//!     .on_create("kopfexamples", "create_fn", create_fn)
-//!     .run(client)
-//!     .await
-//! # }
+//! #[tokio::main]
+//! async fn main() -> Result<(), kopf::Error> {
+//!     Operator::new()
+//!         .on_create("kopfexamples", "create_fn", create_fn)
+//!         .main()                                  // `run -A`, `run --fake`, ...
+//!         .await
+//! }
 //! ```
 //!
 //! This is the first slice of the engine: create, update, delete, resume and field handlers,
@@ -37,9 +41,15 @@ use std::time::Duration;
 use clap::Parser;
 
 pub use kopf_core::causes::Reason;
+pub use kopf_core::extract::{
+    Annotations, Body, Diff as DiffArg, FromCause, IntoHandler, IntoHandlerResult, Labels, Meta,
+    Name, Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started, Status,
+    TemporaryError, Uid,
+};
 pub use kopf_core::handler::{
     Cause, ErrorsMode, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter, WhenFilter,
 };
+pub use kopf_core::handler::{EventsHandle, PatchHandle};
 pub use kopf_core::processing::Persistence;
 pub use kopf_diff::{Diff, DiffItem, Op};
 
@@ -123,43 +133,60 @@ impl Operator {
     }
 
     /// A creation handler.
-    pub fn on_create(self, resource: &str, id: &str, handler: impl Handler) -> Self {
-        self.register(
-            resource,
-            HandlerSpec::new(id, Some(Reason::Create), handler),
-            Options::default(),
-        )
+    pub fn on_create<Args>(
+        self,
+        resource: &str,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::from_arc(id, Some(Reason::Create), handler.into_handler());
+        self.register(resource, spec, Options::default())
     }
 
     /// An update handler.
-    pub fn on_update(self, resource: &str, id: &str, handler: impl Handler) -> Self {
-        self.register(
-            resource,
-            HandlerSpec::new(id, Some(Reason::Update), handler),
-            Options::default(),
-        )
+    pub fn on_update<Args>(
+        self,
+        resource: &str,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::from_arc(id, Some(Reason::Update), handler.into_handler());
+        self.register(resource, spec, Options::default())
     }
 
     /// A deletion handler (requires the finalizer unless registered with `optional`).
-    pub fn on_delete(self, resource: &str, id: &str, handler: impl Handler) -> Self {
-        self.register(
-            resource,
-            HandlerSpec::new(id, Some(Reason::Delete), handler),
-            Options::default(),
-        )
+    pub fn on_delete<Args>(
+        self,
+        resource: &str,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::from_arc(id, Some(Reason::Delete), handler.into_handler());
+        self.register(resource, spec, Options::default())
     }
 
     /// A resume handler: runs for objects found when the operator starts.
-    pub fn on_resume(self, resource: &str, id: &str, handler: impl Handler) -> Self {
-        let mut spec = HandlerSpec::new(id, None, handler);
+    pub fn on_resume<Args>(
+        self,
+        resource: &str,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let mut spec = HandlerSpec::from_arc(id, None, handler.into_handler());
         spec.initial = true;
         self.register(resource, spec, Options::default())
     }
 
     /// A field handler: runs when the dotted `field` changes (also on creation when set).
     /// Its id gets the field as a suffix: `<id>/<field>`.
-    pub fn on_field(self, resource: &str, id: &str, field: &str, handler: impl Handler) -> Self {
-        let mut spec = HandlerSpec::new(format!("{id}/{field}"), None, handler);
+    pub fn on_field<Args>(
+        self,
+        resource: &str,
+        id: &str,
+        field: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let mut spec = HandlerSpec::from_arc(format!("{id}/{field}"), None, handler.into_handler());
         spec.field = Some(field.split('.').map(str::to_string).collect());
         self.register(resource, spec, Options::default())
     }

@@ -326,7 +326,10 @@ async fn resume_corrupt_diffbase_and_panics() {
         .on_resume("kopfexamples", "resume_fn", recorder(&calls, "resume_fn"))
         .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
         .on_update("kopfexamples", "boom", |_c: Cause| async {
-            panic!("kaboom")
+            if true {
+                panic!("kaboom");
+            }
+            Ok::<(), HandlerError>(())
         });
     let running = start(&server, op).await;
     eventually("resume and creation", async || {

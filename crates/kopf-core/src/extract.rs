@@ -1,0 +1,437 @@
+//! Extractor arguments for handlers (the axum pattern): a handler is any async function whose
+//! arguments implement [`FromCause`] and whose result implements [`IntoHandlerResult`].
+//!
+//! ```
+//! use kopf_core::extract::{IntoHandler, Name, Spec};
+//! use kopf_core::handler::HandlerError;
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! struct ExampleSpec { field: String }
+//!
+//! async fn create_fn(Spec(spec): Spec<ExampleSpec>, Name(name): Name) -> Result<serde_json::Value, HandlerError> {
+//!     Ok(serde_json::json!({"message": format!("{name}: {}", spec.field)}))
+//! }
+//!
+//! let handler = create_fn.into_handler();
+//! # let _ = handler;
+//! ```
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::causes::Reason;
+use crate::handler::{
+    BoxFuture, Cause, EventsHandle, Handler, HandlerError, HandlerResult, PatchHandle,
+};
+
+/// Builds a handler argument from the cause. A failure is a permanent error of the handler
+/// (the object does not fit the type it asks for; retrying would not help).
+pub trait FromCause: Sized + Send + 'static {
+    /// Extracts the value.
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError>;
+}
+
+fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, HandlerError> {
+    serde_json::from_value(v.clone()).map_err(|e| {
+        HandlerError::permanent(format!(
+            "the object's {what} does not fit the handler's type: {e}"
+        ))
+    })
+}
+
+impl FromCause for Cause {
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
+        Ok(cause.clone())
+    }
+}
+
+/// The whole object.
+#[derive(Debug, Clone)]
+pub struct Body(pub Value);
+impl FromCause for Body {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Body(c.body.clone()))
+    }
+}
+
+/// `spec`, deserialized into `T` (`Value` for untyped access).
+#[derive(Debug, Clone)]
+pub struct Spec<T = Value>(pub T);
+impl<T: DeserializeOwned + Send + 'static> FromCause for Spec<T> {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        typed(c.body.get("spec").unwrap_or(&Value::Null), "spec").map(Spec)
+    }
+}
+
+/// `status`, deserialized into `T`.
+#[derive(Debug, Clone)]
+pub struct Status<T = Value>(pub T);
+impl<T: DeserializeOwned + Send + 'static> FromCause for Status<T> {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        typed(c.body.get("status").unwrap_or(&Value::Null), "status").map(Status)
+    }
+}
+
+/// `metadata`.
+#[derive(Debug, Clone)]
+pub struct Meta(pub Value);
+impl FromCause for Meta {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Meta(c.body.get("metadata").cloned().unwrap_or(Value::Null)))
+    }
+}
+
+/// `metadata.name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Name(pub String);
+impl FromCause for Name {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Name(c.name().to_string()))
+    }
+}
+
+/// `metadata.namespace` (None for cluster-scoped objects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace(pub Option<String>);
+impl FromCause for Namespace {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Namespace(c.namespace().map(str::to_string)))
+    }
+}
+
+/// `metadata.uid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uid(pub String);
+impl FromCause for Uid {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Uid(c
+            .body
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()))
+    }
+}
+
+fn string_map(c: &Cause, field: &str) -> BTreeMap<String, String> {
+    c.body
+        .pointer(&format!("/metadata/{field}"))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `metadata.labels` (empty when absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels(pub BTreeMap<String, String>);
+impl FromCause for Labels {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Labels(string_map(c, "labels")))
+    }
+}
+
+/// `metadata.annotations` (empty when absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Annotations(pub BTreeMap<String, String>);
+impl FromCause for Annotations {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Annotations(string_map(c, "annotations")))
+    }
+}
+
+/// The diff (relative to the field for field handlers).
+#[derive(Debug, Clone)]
+pub struct Diff(pub kopf_diff::Diff);
+impl FromCause for Diff {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Diff(c.diff.clone()))
+    }
+}
+
+/// The old value (the field's for field handlers), deserialized; None when absent.
+#[derive(Debug, Clone)]
+pub struct Old<T = Value>(pub Option<T>);
+impl<T: DeserializeOwned + Send + 'static> FromCause for Old<T> {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        c.old
+            .as_ref()
+            .map(|v| typed(v, "old value"))
+            .transpose()
+            .map(Old)
+    }
+}
+
+/// The new value (the field's for field handlers), deserialized; None when absent.
+#[derive(Debug, Clone)]
+pub struct New<T = Value>(pub Option<T>);
+impl<T: DeserializeOwned + Send + 'static> FromCause for New<T> {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        c.new
+            .as_ref()
+            .map(|v| typed(v, "new value"))
+            .transpose()
+            .map(New)
+    }
+}
+
+impl FromCause for Reason {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(c.reason)
+    }
+}
+
+/// Attempts before this one (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry(pub u32);
+impl FromCause for Retry {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Retry(c.retry))
+    }
+}
+
+/// When the first attempt started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started(pub jiff::Timestamp);
+impl FromCause for Started {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Started(
+            crate::progress::parse_time(&c.started).unwrap_or_else(jiff::Timestamp::now),
+        ))
+    }
+}
+
+/// Time since the first attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runtime(pub Duration);
+impl FromCause for Runtime {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        let started = crate::progress::parse_time(&c.started).unwrap_or_else(jiff::Timestamp::now);
+        let ms = (jiff::Timestamp::now().as_millisecond() - started.as_millisecond()).max(0) as u64;
+        Ok(Runtime(Duration::from_millis(ms)))
+    }
+}
+
+impl FromCause for PatchHandle {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(c.patch.clone())
+    }
+}
+
+impl FromCause for EventsHandle {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(c.events.clone())
+    }
+}
+
+/// What handlers may return: `Result<T, E>` with any serializable `T` (a mapping is merged
+/// into `status.<handler-id>`, `()`/`None` deliver nothing) and any error convertible into
+/// [`HandlerError`].
+pub trait IntoHandlerResult {
+    /// Converts the return value.
+    fn into_handler_result(self) -> HandlerResult;
+}
+
+impl<T: Serialize, E: Into<HandlerError>> IntoHandlerResult for Result<T, E> {
+    fn into_handler_result(self) -> HandlerResult {
+        match self {
+            Ok(v) => match serde_json::to_value(v) {
+                Ok(Value::Null) => Ok(None),
+                Ok(v) => Ok(Some(v)),
+                Err(e) => Err(HandlerError::permanent(format!(
+                    "the handler's result cannot be serialized: {e}"
+                ))),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Something that becomes a [`Handler`]: async functions of extractors.
+pub trait IntoHandler<Args>: Send + Sync + 'static {
+    /// Wraps it.
+    fn into_handler(self) -> Arc<dyn Handler>;
+}
+
+struct FnHandler<F, Args> {
+    f: F,
+    _args: std::marker::PhantomData<fn(Args)>,
+}
+
+macro_rules! impl_into_handler {
+    ($($arg:ident),*) => {
+        impl<F, Fut, R, $($arg),*> Handler for FnHandler<F, ($($arg,)*)>
+        where
+            F: Fn($($arg),*) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = R> + Send + 'static,
+            R: IntoHandlerResult + 'static,
+            $($arg: FromCause,)*
+        {
+            #[allow(non_snake_case, unused_variables)]
+            fn call(&self, cause: Cause) -> BoxFuture<HandlerResult> {
+                $(
+                    let $arg = match $arg::from_cause(&cause) {
+                        Ok(v) => v,
+                        Err(e) => return Box::pin(async move { Err(e) }),
+                    };
+                )*
+                let fut = (self.f)($($arg),*);
+                Box::pin(async move { fut.await.into_handler_result() })
+            }
+        }
+
+        impl<F, Fut, R, $($arg),*> IntoHandler<($($arg,)*)> for F
+        where
+            F: Fn($($arg),*) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = R> + Send + 'static,
+            R: IntoHandlerResult + 'static,
+            $($arg: FromCause,)*
+        {
+            fn into_handler(self) -> Arc<dyn Handler> {
+                Arc::new(FnHandler { f: self, _args: std::marker::PhantomData })
+            }
+        }
+    };
+}
+
+impl_into_handler!();
+impl_into_handler!(A1);
+impl_into_handler!(A1, A2);
+impl_into_handler!(A1, A2, A3);
+impl_into_handler!(A1, A2, A3, A4);
+impl_into_handler!(A1, A2, A3, A4, A5);
+impl_into_handler!(A1, A2, A3, A4, A5, A6);
+impl_into_handler!(A1, A2, A3, A4, A5, A6, A7);
+impl_into_handler!(A1, A2, A3, A4, A5, A6, A7, A8);
+
+/// Retry after `delay` (Kopf's `TemporaryError`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct TemporaryError {
+    /// The error text.
+    pub message: String,
+    /// When to retry (None: at once).
+    pub delay: Option<Duration>,
+}
+
+impl From<TemporaryError> for HandlerError {
+    fn from(e: TemporaryError) -> Self {
+        HandlerError::Temporary {
+            message: e.message,
+            delay: e.delay,
+        }
+    }
+}
+
+/// Fail for good (Kopf's `PermanentError`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct PermanentError(pub String);
+
+impl From<PermanentError> for HandlerError {
+    fn from(e: PermanentError) -> Self {
+        HandlerError::Permanent { message: e.0 }
+    }
+}
+
+impl From<Box<dyn std::error::Error + Send + Sync>> for HandlerError {
+    fn from(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        HandlerError::other(e)
+    }
+}
+
+impl From<serde_json::Error> for HandlerError {
+    fn from(e: serde_json::Error) -> Self {
+        HandlerError::other(e)
+    }
+}
+
+impl From<std::io::Error> for HandlerError {
+    fn from(e: std::io::Error) -> Self {
+        HandlerError::other(e)
+    }
+}
+
+impl From<String> for HandlerError {
+    fn from(message: String) -> Self {
+        HandlerError::Other { message }
+    }
+}
+
+impl From<&str> for HandlerError {
+    fn from(message: &str) -> Self {
+        HandlerError::Other {
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Deserialize)]
+    struct ExampleSpec {
+        field: String,
+    }
+
+    fn cause() -> Cause {
+        Cause {
+            reason: Reason::Create,
+            body: json!({"metadata": {"name": "k", "namespace": "ns", "labels": {"a": "b"}}, "spec": {"field": "v"}}),
+            diff: kopf_diff::Diff::default(),
+            old: None,
+            new: Some(json!({"spec": {"field": "v"}})),
+            retry: 2,
+            started: "2026-01-01T00:00:00.000000+00:00".into(),
+            patch: PatchHandle::default(),
+            events: EventsHandle::default(),
+        }
+    }
+
+    async fn typed_handler(
+        Spec(spec): Spec<ExampleSpec>,
+        Name(name): Name,
+        Retry(retry): Retry,
+        labels: Labels,
+    ) -> Result<Value, HandlerError> {
+        Ok(json!({"msg": format!("{name}/{}/{retry}/{}", spec.field, labels.0["a"])}))
+    }
+
+    async fn unit_handler(patch: PatchHandle) -> Result<(), TemporaryError> {
+        patch.merge(json!({"metadata": {"labels": {"seen": "yes"}}}));
+        Ok(())
+    }
+
+    async fn bad_spec(Spec(_spec): Spec<Vec<u8>>) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn extractors_and_results() {
+        let h = typed_handler.into_handler();
+        assert_eq!(h.call(cause()).await, Ok(Some(json!({"msg": "k/v/2/b"}))));
+        let c = cause();
+        let patch = c.patch.clone();
+        assert_eq!(unit_handler.into_handler().call(c).await, Ok(None));
+        assert_eq!(patch.get()["metadata"]["labels"]["seen"], "yes");
+        let err = bad_spec.into_handler().call(cause()).await;
+        assert!(
+            matches!(err, Err(HandlerError::Permanent { message }) if message.contains("does not fit"))
+        );
+        let whole = (|c: Cause| async move { Ok::<_, HandlerError>(c.retry) }).into_handler();
+        assert_eq!(whole.call(cause()).await, Ok(Some(json!(2))));
+    }
+}
