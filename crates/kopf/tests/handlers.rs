@@ -518,3 +518,73 @@ async fn failures_post_warning_events_rate_limited_per_object() {
     assert_eq!(list.items[0].data["source"]["component"], "kopf");
     running.stop().await;
 }
+
+/// State written by Python Kopf (progress records and diff-base in Kopf's format) is
+/// continued: the succeeded handler is not re-run, the retrying one resumes its count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continues_progress_written_by_kopf() {
+    let server = server().await;
+    let api = api(&server);
+    let mut o = obj("from-kopf", json!({"field": "value"}));
+    o.metadata.annotations = Some(
+        [
+            (
+                "kopf.zalando.org/done_fn".to_string(),
+                r#"{"started":"2026-11-22T05:04:57.126136+00:00","stopped":"2026-11-22T05:04:57.226136+00:00","purpose":"create","retries":1,"success":true,"failure":false}"#.to_string(),
+            ),
+            (
+                "kopf.zalando.org/retry_fn".to_string(),
+                r#"{"started":"2026-11-22T05:04:57.126136+00:00","delayed":"2026-11-22T05:04:58.126136+00:00","purpose":"create","retries":3,"success":false,"failure":false,"message":"not yet"}"#.to_string(),
+            ),
+        ]
+        .into(),
+    );
+    api.create(&PostParams::default(), &o)
+        .await
+        .expect("create");
+    let calls: Calls = Arc::default();
+    let retries: Arc<Mutex<Vec<(u32, String)>>> = Arc::default();
+    let seen = retries.clone();
+    let op = Operator::new()
+        .on_create("kopfexamples", "done_fn", recorder(&calls, "done_fn"))
+        .on_create("kopfexamples", "retry_fn", move |c: Cause| {
+            let seen = seen.clone();
+            async move {
+                seen.lock()
+                    .expect("lock")
+                    .push((c.retry, c.started.clone()));
+                Ok::<_, HandlerError>(json!("finally"))
+            }
+        });
+    let running = start(&server, op).await;
+    eventually("the retry", async || {
+        api.get("from-kopf")
+            .await
+            .ok()
+            .is_some_and(|o| o.data["status"]["retry_fn"] == "finally")
+    })
+    .await;
+    assert!(
+        calls.lock().expect("lock").is_empty(),
+        "done_fn had succeeded under Kopf"
+    );
+    assert_eq!(
+        retries.lock().expect("lock").clone(),
+        vec![(3, "2026-11-22T05:04:57.126136+00:00".to_string())]
+    );
+    eventually("the purge and the diff-base", async || {
+        api.get("from-kopf")
+            .await
+            .ok()
+            .and_then(|o| o.metadata.annotations)
+            .is_some_and(|a| {
+                !a.contains_key("kopf.zalando.org/done_fn")
+                    && !a.contains_key("kopf.zalando.org/retry_fn")
+                    && a.get("kopf.zalando.org/last-handled-configuration")
+                        .map(String::as_str)
+                        == Some("{\"spec\":{\"field\":\"value\"}}\n")
+            })
+    })
+    .await;
+    running.stop().await;
+}
