@@ -132,6 +132,19 @@ impl Operator {
         self
     }
 
+    /// A handler for a reason with options (retries, timeout, backoff, errors mode, filters).
+    pub fn on_with<Args>(
+        self,
+        reason: Reason,
+        resource: &str,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+        options: Options,
+    ) -> Self {
+        let spec = HandlerSpec::from_arc(id, Some(reason), handler.into_handler());
+        self.register(resource, spec, options)
+    }
+
     /// A creation handler.
     pub fn on_create<Args>(
         self,

@@ -1,0 +1,64 @@
+//! Errors and retries: temporary errors with a delay, permanent errors, arbitrary errors
+//! retried with a backoff, a retry limit and a timeout.
+//!
+//! ```sh
+//! cargo run --example errors -- run --fake
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use kopf::{HandlerError, Operator, Options, PermanentError, Reason, Retry, TemporaryError};
+
+/// Succeeds on the third attempt; the progress annotation keeps the count meanwhile.
+async fn eventually_fn(Retry(retry): Retry) -> Result<String, TemporaryError> {
+    if retry < 2 {
+        return Err(TemporaryError {
+            message: format!("not yet (attempt {retry})"),
+            delay: Some(Duration::from_millis(500)),
+        });
+    }
+    Ok(format!("done after {retry} retries"))
+}
+
+/// Fails for good: never retried; the cause still completes.
+async fn permanent_fn() -> Result<(), PermanentError> {
+    Err(PermanentError("this object can never be handled".into()))
+}
+
+/// Any other error is retried after the backoff, up to the retry limit.
+async fn flaky_fn() -> Result<(), HandlerError> {
+    Err("the backend is down".into())
+}
+
+/// The operator of this example (shared with its integration test).
+pub fn operator() -> Operator {
+    let limited = Options {
+        retries: Some(2),
+        backoff: Some(Duration::from_millis(300)),
+        ..Default::default()
+    };
+    Operator::new()
+        .on_create("kopfexamples", "eventually_fn", eventually_fn)
+        .on_create("kopfexamples", "permanent_fn", permanent_fn)
+        .on_with(
+            Reason::Create,
+            "kopfexamples",
+            "flaky_fn",
+            flaky_fn,
+            limited,
+        )
+}
+
+#[allow(dead_code)]
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let kopf::cli::Command::Run(mut args) = kopf::cli::Cli::parse().command;
+    if args.fake && args.apply.is_empty() {
+        let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        args.apply = vec![examples.join("crd.yaml"), examples.join("obj.yaml")];
+    }
+    operator().run_with_args(args).await?;
+    Ok(())
+}
