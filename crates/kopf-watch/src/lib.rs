@@ -32,7 +32,7 @@ use kopf_core::processing::{FinalizerChange, HandlerOutcome, Persistence, proces
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::discovery::{Discovery, Scope};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -267,7 +267,11 @@ impl Engine {
 
     /// Watches and processes until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WatchError> {
-        let stream = watcher(self.api(), watcher::Config::default());
+        // The watcher relists after 410 and resumes after disconnects; failures (the resource
+        // gone with its CRD, the API server down) are retried with a jittered backoff, so a
+        // resource whose CRD comes back is served again.
+        let stream = watcher(self.api(), watcher::Config::default()).default_backoff();
+        let mut gone = false;
         let mut stream = std::pin::pin!(stream);
         let mut shutdown = std::pin::pin!(shutdown);
         let mut workers: HashMap<String, watch::Sender<Option<Observed>>> = HashMap::new();
@@ -295,10 +299,25 @@ impl Engine {
                 Ok(watcher::Event::InitApply(o)) => (o, EventKind::Listed),
                 Ok(watcher::Event::Apply(o)) => (o, EventKind::Modified),
                 Ok(watcher::Event::Delete(o)) => (o, EventKind::Deleted),
-                Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                Ok(watcher::Event::Init) => continue,
+                Ok(watcher::Event::InitDone) => {
+                    if gone {
+                        gone = false;
+                        tracing::info!(resource = %self.resource.api_resource.plural, "the resource is served again");
+                    }
+                    continue;
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "the watch stream failed; it restarts with backoff");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let not_found = matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404);
+                    if not_found && !gone {
+                        gone = true;
+                        tracing::warn!(
+                            resource = %self.resource.api_resource.plural,
+                            "the resource is not served anymore (its CRD was deleted?); waiting for it to come back"
+                        );
+                    } else if !not_found {
+                        tracing::warn!(error = %e, "the watch stream failed; it restarts with backoff");
+                    }
                     continue;
                 }
             };

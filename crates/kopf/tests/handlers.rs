@@ -588,3 +588,54 @@ async fn continues_progress_written_by_kopf() {
     .await;
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_whose_crd_comes_back_is_served_again() {
+    let server = server().await;
+    let calls: Calls = Arc::default();
+    let running = start(
+        &server,
+        Operator::new().on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn")),
+    )
+    .await;
+    let raw_crds: Api<DynamicObject> = Api::all_with(
+        server.client(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    raw_crds
+        .delete("kopfexamples.kopf.dev", &Default::default())
+        .await
+        .expect("delete the CRD");
+    eventually("the CRD to go", async || {
+        raw_crds
+            .get_opt("kopfexamples.kopf.dev")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+    })
+    .await;
+    // Make the watch notice now rather than at its next timeout.
+    server.close_watches(Some("kopfexamples"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.apply_object(crd()).expect("the CRD again");
+    let api = api(&server);
+    api.create(&PostParams::default(), &obj("back", json!({"field": "a"})))
+        .await
+        .expect("create");
+    for _ in 0..400 {
+        if !calls.lock().expect("lock").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        calls.lock().expect("lock").len(),
+        1,
+        "the object of the re-created CRD was handled"
+    );
+    running.stop().await;
+}
