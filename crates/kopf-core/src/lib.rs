@@ -22,6 +22,7 @@ pub mod extract;
 pub mod finalizers;
 pub mod handler;
 pub mod keys;
+pub mod layers;
 pub mod plan;
 pub mod processing;
 pub mod progress;

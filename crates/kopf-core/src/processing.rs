@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use crate::causes::{ChangingCause, EventKind, Reason, detect};
 use crate::events::EventSpec;
 use crate::finalizers;
-use crate::handler::{Cause, ErrorsMode, EventsHandle, HandlerError, HandlerSpec, PatchHandle};
+use crate::handler::{Cause, EventsHandle, HandlerSpec, PatchHandle};
+use crate::layers::{self, Attempt, HandlerCall};
 use crate::plan::PatchPlan;
 use crate::progress::{ProgressRecord, ProgressStorage, format_time, parse_time};
 
@@ -166,53 +167,6 @@ fn handler_cause(
     }
 }
 
-/// Runs a handler in its own task (a panic stays there), inside the object's log span, and
-/// cancels it when its `timeout` (counted from the first attempt) runs out.
-async fn invoke(
-    h: &HandlerSpec,
-    cause: Cause,
-    remaining: Option<Duration>,
-) -> (Result<Option<Value>, HandlerError>, Value, Vec<EventSpec>) {
-    let patch = cause.patch.clone();
-    let events = cause.events.clone();
-    let handler = h.handler.clone();
-    let span = tracing::Span::current();
-    let mut task = tokio::spawn(tracing::Instrument::instrument(
-        async move { handler.call(cause).await },
-        span,
-    ));
-    let joined = match remaining {
-        Some(limit) => match tokio::time::timeout(limit, &mut task).await {
-            Ok(j) => j,
-            Err(_) => {
-                task.abort();
-                let msg = format!(
-                    "{} has timed out after {:?}",
-                    h.id,
-                    h.timeout.unwrap_or_default()
-                );
-                return (Err(HandlerError::permanent(msg)), json!({}), events.take());
-            }
-        },
-        None => task.await,
-    };
-    let result = match joined {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => Err(HandlerError::other(format!("the handler panicked: {e}"))),
-        Err(e) => Err(HandlerError::other(format!(
-            "the handler was cancelled: {e}"
-        ))),
-    };
-    (result, patch.get(), events.take())
-}
-
-fn after(now: Timestamp, d: Duration) -> String {
-    let t = now
-        .checked_add(jiff::SignedDuration::try_from(d).unwrap_or_default())
-        .unwrap_or(now);
-    format_time(t)
-}
-
 /// Runs one cycle for one object.
 pub async fn process(
     event: EventKind,
@@ -285,105 +239,48 @@ pub async fn process(
         }
         record.started.get_or_insert_with(|| format_time(now));
         record.purpose = Some(cause.reason.purpose().to_string());
-        // Limits are checked before the attempt (Kopf checks them between attempts).
-        let retries = record.retries.unwrap_or(0);
-        let over_time = h.timeout.is_some_and(|t| {
-            record
-                .started
-                .as_deref()
-                .and_then(parse_time)
-                .is_some_and(|s| now.as_millisecond() - s.as_millisecond() >= t.as_millis() as i64)
-        });
-        let over_retries = h.retries.is_some_and(|limit| retries >= limit);
-        let (result, handler_patch, handler_events) = if over_time {
-            (
-                Err(HandlerError::permanent(format!(
-                    "{} has timed out after {:?}",
-                    h.id,
-                    h.timeout.unwrap_or_default()
-                ))),
-                json!({}),
-                Vec::new(),
-            )
-        } else if over_retries {
-            (
-                Err(HandlerError::permanent(format!(
-                    "{} has exceeded {} retries",
-                    h.id, retries
-                ))),
-                json!({}),
-                Vec::new(),
-            )
-        } else {
-            let remaining = h.timeout.map(|t| {
-                let spent = record
-                    .started
-                    .as_deref()
-                    .and_then(parse_time)
-                    .map(|st| (now.as_millisecond() - st.as_millisecond()).max(0) as u64)
-                    .unwrap_or(0);
-                t.saturating_sub(Duration::from_millis(spent))
-            });
-            invoke(h, handler_cause(h, &cause, &current, &record), remaining).await
+        // The handler runs through the layer stack: filter, progress, retry, timeout, invoke.
+        let call = HandlerCall {
+            spec: (*h).clone(),
+            cause: handler_cause(h, &cause, &current, &record),
+            record: record.clone(),
+            now,
         };
-        record.retries = Some(retries + 1);
-        out.events.extend(handler_events);
-        let outcome = match result {
-            Ok(value) => {
-                record.success = Some(true);
-                record.failure = Some(false);
-                record.stopped = Some(format_time(Timestamp::now()));
-                record.delayed = None;
-                record.message = None;
+        let Attempt::Done {
+            outcome: called,
+            record: next,
+            retry_in,
+        } = layers::stack(call).await
+        else {
+            continue;
+        };
+        record = next;
+        out.events.extend(called.events);
+        let outcome = match (called.result, retry_in) {
+            (Ok(value), _) => {
                 if let Some(v) = value {
                     out.plan.status_result(&h.id, v);
                 }
-                out.plan.merge(&handler_patch);
+                out.plan.merge(&called.patch);
                 HandlerOutcome::Succeeded
             }
-            Err(e) => {
-                let (retry_in, message) = match &e {
-                    HandlerError::Temporary { message, delay } => {
-                        (Some(delay.unwrap_or(Duration::ZERO)), message.clone())
-                    }
-                    HandlerError::Permanent { message } => (None, message.clone()),
-                    HandlerError::Other { message } => match h.errors {
-                        ErrorsMode::Temporary => (Some(h.backoff), message.clone()),
-                        ErrorsMode::Permanent => (None, message.clone()),
-                        ErrorsMode::Ignored => {
-                            record.success = Some(true);
-                            record.stopped = Some(format_time(Timestamp::now()));
-                            out.ran.push((h.id.clone(), HandlerOutcome::Succeeded));
-                            continue;
-                        }
-                    },
-                };
-                record.message = Some(message.clone());
-                match retry_in {
-                    Some(d) => {
-                        record.success = Some(false);
-                        record.failure = Some(false);
-                        record.delayed = Some(after(now, d));
-                        all_done = false;
-                        delays.push(d);
-                        out.events.push(EventSpec::warning(
-                            "Logging",
-                            format!("Handler '{}' failed temporarily: {message}", h.id),
-                        ));
-                        HandlerOutcome::Retrying { message }
-                    }
-                    None => {
-                        record.success = Some(false);
-                        record.failure = Some(true);
-                        record.stopped = Some(format_time(Timestamp::now()));
-                        record.delayed = None;
-                        out.events.push(EventSpec::warning(
-                            "Logging",
-                            format!("Handler '{}' failed permanently: {message}", h.id),
-                        ));
-                        HandlerOutcome::Failed { message }
-                    }
-                }
+            (Err(e), Some(d)) => {
+                all_done = false;
+                delays.push(d);
+                let message = e.to_string();
+                out.events.push(EventSpec::warning(
+                    "Logging",
+                    format!("Handler '{}' failed temporarily: {message}", h.id),
+                ));
+                HandlerOutcome::Retrying { message }
+            }
+            (Err(e), None) => {
+                let message = e.to_string();
+                out.events.push(EventSpec::warning(
+                    "Logging",
+                    format!("Handler '{}' failed permanently: {message}", h.id),
+                ));
+                HandlerOutcome::Failed { message }
             }
         };
         if !record.is_finished() {
@@ -455,6 +352,7 @@ pub async fn process(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handler::HandlerError;
     use crate::plan::PatchRequest;
 
     fn kex() -> Value {
