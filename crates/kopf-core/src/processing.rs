@@ -20,7 +20,19 @@ use crate::layers::{self, Attempt, HandlerCall};
 use crate::plan::PatchPlan;
 use crate::progress::{ProgressRecord, ProgressStorage, format_time, parse_time};
 
-/// Where the engine keeps its state on objects.
+/// Which of the ready handlers run in one cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lifecycle {
+    /// All ready handlers (kopf-rs's default: one PATCH per endpoint per cycle).
+    #[default]
+    AllAtOnce,
+    /// One handler per cycle, the one with the fewest retries (Kopf's default `asap`).
+    Asap,
+    /// One handler per cycle, in registration order.
+    OneByOne,
+}
+
+/// Where the engine keeps its state on objects, and how a cycle picks its handlers.
 #[derive(Debug, Clone)]
 pub struct Persistence {
     /// The diff-base annotation and essence rules.
@@ -29,6 +41,8 @@ pub struct Persistence {
     pub progress: ProgressStorage,
     /// The finalizer name.
     pub finalizer: String,
+    /// Which ready handlers run per cycle.
+    pub lifecycle: Lifecycle,
 }
 
 impl Default for Persistence {
@@ -37,6 +51,7 @@ impl Default for Persistence {
             essence: EssenceSettings::default(),
             progress: ProgressStorage::default(),
             finalizer: finalizers::DEFAULT_FINALIZER.into(),
+            lifecycle: Lifecycle::default(),
         }
     }
 }
@@ -219,10 +234,29 @@ pub async fn process(
     }
     let now = Timestamp::now();
     let chosen = selected(handlers, &cause, body);
+    // With a one-per-cycle lifecycle, only the picked ready handler runs now.
+    let ready: Vec<(usize, u32)> = chosen
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| {
+            let rec = persistence
+                .progress
+                .fetch(&h.id, body)
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            (!rec.is_finished() && rec.is_awake(now)).then_some((i, rec.retries.unwrap_or(0)))
+        })
+        .collect();
+    let picked: Option<usize> = match persistence.lifecycle {
+        Lifecycle::AllAtOnce => None,
+        Lifecycle::OneByOne => ready.first().map(|(i, _)| *i),
+        Lifecycle::Asap => ready.iter().min_by_key(|(_, r)| *r).map(|(i, _)| *i),
+    };
     let mut all_done = true;
+    let mut ran_records: Vec<(String, ProgressRecord)> = Vec::new();
     let mut delays: Vec<Duration> = Vec::new();
     let mut current = body.clone();
-    for h in &chosen {
+    for (index, h) in chosen.iter().enumerate() {
         let stored = persistence.progress.fetch(&h.id, body).and_then(Result::ok);
         let mut record = stored.clone().unwrap_or_default();
         if record.is_finished() {
@@ -235,6 +269,12 @@ pub async fn process(
                     (d.as_millisecond() - now.as_millisecond()).max(0) as f64 / 1000.0,
                 ));
             }
+            continue;
+        }
+        if picked.is_some_and(|p| p != index) {
+            // Not this cycle's handler: it runs in the next cycle, at once.
+            all_done = false;
+            delays.push(Duration::ZERO);
             continue;
         }
         record.started.get_or_insert_with(|| format_time(now));
@@ -283,11 +323,9 @@ pub async fn process(
                 HandlerOutcome::Failed { message }
             }
         };
-        if !record.is_finished() {
-            persistence
-                .progress
-                .store(&h.id, &record, body, out.plan.merge_patch_mut());
-        }
+        // Records are written only if the cause stays unfinished (below); finished handlers'
+        // records matter then too, so that they are not run again.
+        ran_records.push((h.id.clone(), record));
         out.ran.push((h.id.clone(), outcome));
         current = out.plan.preview(body);
     }
@@ -311,6 +349,11 @@ pub async fn process(
         }
         out.done = true;
     } else {
+        for (id, record) in &ran_records {
+            persistence
+                .progress
+                .store(id, record, body, out.plan.merge_patch_mut());
+        }
         // Unfinished handlers whose records did not change still need a first record.
         for h in &chosen {
             if persistence.progress.fetch(&h.id, body).is_none()
@@ -574,5 +617,76 @@ mod tests {
             out.finalizer, None,
             "the delete handler does not match, so no finalizer"
         );
+    }
+
+    #[tokio::test]
+    async fn asap_lifecycle_runs_one_handler_per_cycle() {
+        let a = HandlerSpec::new("a", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(1)))
+        });
+        let b = HandlerSpec::new("b", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(2)))
+        });
+        let persistence = Persistence {
+            lifecycle: Lifecycle::Asap,
+            ..Default::default()
+        };
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[a.clone(), b.clone()],
+            &persistence,
+        )
+        .await;
+        assert_eq!(out.ran.len(), 1);
+        assert!(!out.done);
+        assert_eq!(
+            out.delay,
+            Some(Duration::ZERO),
+            "the next cycle follows at once"
+        );
+        // The next cycle (on the patched body) runs the other one and completes the cause.
+        let mut body = out.plan.preview(&kex());
+        body["metadata"]["resourceVersion"] = json!("6");
+        let second = process(EventKind::Modified, &body, false, &[a, b], &persistence).await;
+        assert_eq!(second.ran.len(), 1);
+        assert_ne!(second.ran[0].0, out.ran[0].0);
+        assert!(second.done);
+    }
+
+    #[tokio::test]
+    async fn succeeded_handlers_are_not_rerun_while_others_retry() {
+        let ok = HandlerSpec::new("ok", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(1)))
+        });
+        let later = HandlerSpec::new("later", Some(Reason::Create), |c: Cause| async move {
+            if c.retry == 0 {
+                Err(HandlerError::temporary("wait", Duration::ZERO))
+            } else {
+                Ok(None)
+            }
+        });
+        let first = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[ok.clone(), later.clone()],
+            &Persistence::default(),
+        )
+        .await;
+        assert!(!first.done);
+        let body = first.plan.preview(&kex());
+        let second = process(
+            EventKind::Modified,
+            &body,
+            false,
+            &[ok, later],
+            &Persistence::default(),
+        )
+        .await;
+        let ran: Vec<&str> = second.ran.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ran, vec!["later"], "the succeeded handler is not run again");
+        assert!(second.done);
     }
 }

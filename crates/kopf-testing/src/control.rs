@@ -55,7 +55,8 @@ pub struct RequestRecord {
     pub content_type: String,
     /// The request body, or its head for large or binary bodies.
     pub body: String,
-    /// Response status code.
+    /// Response status code (0 while the request is being served: records are written on
+    /// arrival, before any effect of the request can be observed).
     pub status: u16,
     /// The patch type for PATCH requests (`merge`, `json`, `strategic`, `apply`).
     pub patch_type: String,

@@ -494,6 +494,44 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Body>) -> Response<
         .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
         .to_string();
 
+    // Log and count the request on arrival, in arrival order.
+    let body_text = if body.len() > 4096 || std::str::from_utf8(&body).is_err() {
+        let head = &body[..body.len().min(256)];
+        format!("<{} bytes> {}", body.len(), String::from_utf8_lossy(head))
+    } else {
+        String::from_utf8_lossy(&body).into_owned()
+    };
+    let seq = {
+        let mut intro = lock(&shared.intro);
+        intro.seq += 1;
+        let seq = intro.seq;
+        intro.log.push(RequestRecord {
+            seq,
+            time,
+            micros,
+            method: parts.method.to_string(),
+            path,
+            query: raw_query,
+            user_agent: header_str(&parts.headers, header::USER_AGENT),
+            accept: header_str(&parts.headers, header::ACCEPT),
+            content_type: content_type.clone(),
+            body: body_text,
+            status: 0,
+            patch_type: patch_type.clone(),
+            target: target.clone(),
+        });
+        let key = CounterKey {
+            verb: target.verb.clone(),
+            group: target.group.clone(),
+            version: target.version.clone(),
+            resource: target.resource.clone(),
+            subresource: target.subresource.clone(),
+            patch_type,
+        };
+        *intro.counters.by_key.entry(key).or_insert(0) += 1;
+        seq
+    };
+
     // Faults and latency.
     let (fault, delay) = {
         let mut f = lock(&shared.faults);
@@ -517,41 +555,13 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Body>) -> Response<
         None => serve(&shared, r, &parts.method, &parts.headers, &query, &body).await,
     };
     shared.schedule_establish();
-
+    // The record was written on arrival (so that it is in the log before any effect of
+    // the request can be observed); now it gets its status.
     let status = response.status().as_u16();
-    let body_text = if body.len() > 4096 || std::str::from_utf8(&body).is_err() {
-        let head = &body[..body.len().min(256)];
-        format!("<{} bytes> {}", body.len(), String::from_utf8_lossy(head))
-    } else {
-        String::from_utf8_lossy(&body).into_owned()
-    };
     let mut intro = lock(&shared.intro);
-    intro.seq += 1;
-    let seq = intro.seq;
-    intro.log.push(RequestRecord {
-        seq,
-        time,
-        micros,
-        method: parts.method.to_string(),
-        path,
-        query: raw_query,
-        user_agent: header_str(&parts.headers, header::USER_AGENT),
-        accept: header_str(&parts.headers, header::ACCEPT),
-        content_type,
-        body: body_text,
-        status,
-        patch_type: patch_type.clone(),
-        target: target.clone(),
-    });
-    let key = CounterKey {
-        verb: target.verb.clone(),
-        group: target.group.clone(),
-        version: target.version.clone(),
-        resource: target.resource.clone(),
-        subresource: target.subresource.clone(),
-        patch_type,
-    };
-    *intro.counters.by_key.entry(key).or_insert(0) += 1;
+    if let Some(rec) = intro.log.iter_mut().rev().find(|r| r.seq == seq) {
+        rec.status = status;
+    }
     response
 }
 

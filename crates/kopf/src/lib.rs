@@ -50,7 +50,7 @@ pub use kopf_core::handler::{
     Cause, ErrorsMode, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter, WhenFilter,
 };
 pub use kopf_core::handler::{EventsHandle, PatchHandle};
-pub use kopf_core::processing::Persistence;
+pub use kopf_core::processing::{Lifecycle, Persistence};
 pub use kopf_diff::{Diff, DiffItem, Op};
 
 /// Errors of running an operator.
@@ -214,6 +214,13 @@ impl Operator {
     /// cluster-wide watch.
     pub fn namespace_patterns<S: AsRef<str>>(mut self, patterns: &[S]) -> Self {
         self.filter = kopf_watch::NamespaceSelector::new(patterns);
+        self
+    }
+
+    /// Which ready handlers run per cycle (default: all at once, one PATCH per endpoint;
+    /// `Lifecycle::Asap` is Kopf's one-handler-per-cycle default).
+    pub fn lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        self.persistence.lifecycle = lifecycle;
         self
     }
 
