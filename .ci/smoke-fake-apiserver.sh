@@ -26,9 +26,13 @@ for v in 1.31 1.32; do
   "$k" apply -f examples/obj.yaml
   "$k" get kopfexamples kopf-example-1 -o name
   "$k" patch kopfexamples kopf-example-1 --type=merge -p '{"spec":{"field":"patched"}}'
-  "$k" get kopfexamples -w --request-timeout=3s >"$work/watch-$v.log" 2>&1 &
+  "$k" get kopfexamples -w --request-timeout=8s >"$work/watch-$v.log" 2>&1 &
   watcher=$!
-  sleep 1
+  # Change the object once the watch is open (the server lists its open watches).
+  for _ in $(seq 1 100); do
+    "$k" get --raw /__kopf/state | grep -q '"resource":"kopf.dev/v1/kopfexamples"' && break
+    sleep 0.1
+  done
   "$k" label kopfexamples kopf-example-1 smoke=yes
   wait "$watcher" || true
   # The watch printed the object, then its change.

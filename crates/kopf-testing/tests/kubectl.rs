@@ -265,13 +265,23 @@ async fn scenario(version: Option<&str>) {
             "get",
             "kex",
             "-w",
-            "--request-timeout=3s",
+            "--request-timeout=6s",
             "--output-watch-events",
         ],
         None,
     );
     let change = async {
-        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        // Change the object once kubectl's watch is open (kubectl may start slowly).
+        for _ in 0..200 {
+            if server
+                .watches()
+                .iter()
+                .any(|w| w.resource.ends_with("/kopfexamples"))
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         k.run(&["label", "kex", "kopf-example-1", "watched=yes"])
             .await;
     };

@@ -460,7 +460,7 @@ async fn close_watches_ends_streams_cleanly() {
         )
         .await
     });
-    for _ in 0..50 {
+    for _ in 0..250 {
         if !server.watches().is_empty() {
             break;
         }

@@ -63,7 +63,7 @@ async fn run(op: Operator) -> Harness {
 
 impl Harness {
     async fn until(&self, what: &str, check: impl Fn(Option<&DynamicObject>) -> bool) {
-        for _ in 0..200 {
+        for _ in 0..400 {
             let o = self.api.get_opt("kopf-example-1").await.expect("get");
             if check(o.as_ref()) {
                 return;

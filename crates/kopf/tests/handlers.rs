@@ -80,7 +80,7 @@ async fn start(server: &FakeApiServer, op: Operator) -> Running {
 }
 
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..200 {
+    for _ in 0..400 {
         if check().await {
             return;
         }

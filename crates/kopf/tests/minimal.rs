@@ -33,7 +33,7 @@ async fn wait_for(
     what: &str,
     pred: impl Fn(Option<&DynamicObject>) -> bool,
 ) {
-    for _ in 0..100 {
+    for _ in 0..200 {
         let obj = api.get_opt(name).await.expect("get");
         if pred(obj.as_ref()) {
             return;
