@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value, json};
 
 use crate::catalog::ResourceDef;
+use crate::patch::ListStrategy;
 
 /// One path element in FieldsV1 notation: `f:name`, `k:{"name":"x"}`, `v:"a"`.
 pub type Path = Vec<String>;
@@ -27,22 +28,16 @@ enum ListKind {
     Set,
 }
 
-fn builtin_list_kind(field: &str, parent: Option<&str>, def: &ResourceDef) -> ListKind {
-    let key = |k: &str| ListKind::Map(vec![k.to_string()]);
-    match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "env"
-        | "volumes"
-        | "imagePullSecrets" => key("name"),
-        "volumeMounts" => key("mountPath"),
-        "conditions" => key("type"),
-        "ownerReferences" => key("uid"),
-        "finalizers" if parent == Some("f:metadata") => ListKind::Set,
-        "ports" if def.kind == "Service" => key("port"),
-        "ports" => key("containerPort"),
-        _ => ListKind::Atomic,
+/// Built-in list types come from the strategic-merge-patch keys (one table for both).
+fn builtin_list_kind(path: &[String], field: &str, def: &ResourceDef) -> ListKind {
+    let names: Vec<String> = path
+        .iter()
+        .filter_map(|el| el.strip_prefix("f:").map(str::to_string))
+        .collect();
+    match crate::patch::strategy(&names, field, &def.kind) {
+        ListStrategy::Key(k) => ListKind::Map(vec![k.to_string()]),
+        ListStrategy::Primitive => ListKind::Set,
+        ListStrategy::Atomic => ListKind::Atomic,
     }
 }
 
@@ -88,7 +83,7 @@ fn list_kind(def: &ResourceDef, path: &[String], field: &str) -> ListKind {
             _ => ListKind::Atomic,
         };
     }
-    builtin_list_kind(field, path.last().map(String::as_str), def)
+    builtin_list_kind(path, field, def)
 }
 
 fn key_element(item: &Value, keys: &[String]) -> Option<String> {

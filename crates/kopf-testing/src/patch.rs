@@ -57,9 +57,10 @@ pub fn apply_json_patch(target: &Value, patch: &[u8]) -> Result<Value, PatchErro
 /// A merge patch that turns `from` into `to` (from `kopf-diff`).
 pub use kopf_diff::merge_patch as merge_patch_diff;
 
-/// How a list field merges under a strategic merge patch.
+/// How a list field of a built-in kind merges (strategic merge patch, and the list types of
+/// server-side apply).
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum ListStrategy<'a> {
+pub enum ListStrategy<'a> {
     /// Lists of objects merged by a key.
     Key(&'a str),
     /// Lists of scalars merged as a set.
@@ -68,7 +69,9 @@ enum ListStrategy<'a> {
     Atomic,
 }
 
-fn strategy<'a>(path: &[String], field: &str, kind: &str) -> ListStrategy<'a> {
+/// The merge strategy of the list `field` under the map at `path` (field names from the
+/// root), for a built-in `kind`.
+pub fn strategy<'a>(path: &[String], field: &str, kind: &str) -> ListStrategy<'a> {
     let parent = path.last().map(String::as_str).unwrap_or("");
     match field {
         "containers"

@@ -5,7 +5,6 @@
 //! cargo run --example errors -- run --fake
 //! ```
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
@@ -54,11 +53,8 @@ pub fn operator() -> Operator {
 #[allow(dead_code)]
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(mut args) = kopf::cli::Cli::parse().command;
-    if args.fake && args.apply.is_empty() {
-        let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-        args.apply = vec![examples.join("crd.yaml"), examples.join("obj.yaml")];
-    }
+    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
+    let args = args.with_default_manifests(&kopf::cli::example_manifests());
     operator().run_with_args(args).await?;
     Ok(())
 }

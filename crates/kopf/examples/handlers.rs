@@ -6,8 +6,6 @@
 //! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl delete kex kopf-example-1
 //! ```
 
-use std::path::PathBuf;
-
 use clap::Parser;
 use kopf::{DiffArg, HandlerError, Name, New, Old, Operator, Reason, Spec};
 use serde_json::{Value, json};
@@ -50,11 +48,8 @@ pub fn operator() -> Operator {
 #[allow(dead_code)]
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(mut args) = kopf::cli::Cli::parse().command;
-    if args.fake && args.apply.is_empty() {
-        let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-        args.apply = vec![examples.join("crd.yaml"), examples.join("obj.yaml")];
-    }
+    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
+    let args = args.with_default_manifests(&kopf::cli::example_manifests());
     operator().run_with_args(args).await?;
     Ok(())
 }

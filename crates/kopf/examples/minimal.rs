@@ -26,11 +26,8 @@ async fn create_fn(cause: Cause) -> HandlerResult {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(mut args) = kopf::cli::Cli::parse().command;
-    if args.fake && args.apply.is_empty() {
-        let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-        args.apply = vec![examples.join("crd.yaml"), examples.join("obj.yaml")];
-    }
+    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
+    let args = args.with_default_manifests(&kopf::cli::example_manifests());
     if args.fake {
         tokio::spawn(show_status(args.fake_kubeconfig.clone()));
     }

@@ -71,6 +71,23 @@ pub struct RunArgs {
     pub apply: Vec<PathBuf>,
 }
 
+impl RunArgs {
+    /// With `--fake` and no `--apply`: apply these manifests (examples use their CRD and
+    /// sample object).
+    pub fn with_default_manifests(mut self, files: &[PathBuf]) -> Self {
+        if self.fake && self.apply.is_empty() {
+            self.apply = files.to_vec();
+        }
+        self
+    }
+}
+
+/// The manifests of the repository's examples: `examples/crd.yaml` and `examples/obj.yaml`.
+pub fn example_manifests() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    vec![dir.join("crd.yaml"), dir.join("obj.yaml")]
+}
+
 /// Installs the log subscriber for the chosen verbosity and format.
 pub fn init_logging(args: &RunArgs) {
     use tracing_subscriber::EnvFilter;
