@@ -83,10 +83,17 @@ pub struct ResourceRef {
 /// `plural.group` or `plural.version.group`. Only preferred versions match unless the
 /// version is given.
 pub async fn resolve(client: &kube::Client, selector: &str) -> Result<ResourceRef, WatchError> {
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(WatchError::Discovery)?;
+    // Aggregated discovery takes two requests; older servers get the per-group documents.
+    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::debug!(error = %e, "aggregated discovery failed; using the per-group documents");
+            Discovery::new(client.clone())
+                .run()
+                .await
+                .map_err(WatchError::Discovery)?
+        }
+    };
     let mut matches = Vec::new();
     let mut all_names = Vec::new();
     for group in discovery.groups() {

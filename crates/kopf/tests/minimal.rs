@@ -96,6 +96,23 @@ async fn minimal_operator_writes_status_and_diffbase_with_one_patch_per_endpoint
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Start-up costs two discovery requests (aggregated), one list and one watch.
+    let mut startup: Vec<String> = server
+        .requests()
+        .into_iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    startup.sort();
+    assert_eq!(
+        startup,
+        vec![
+            "GET /api",
+            "GET /apis",
+            "GET /apis/kopf.dev/v1/kopfexamples",
+            "GET /apis/kopf.dev/v1/kopfexamples"
+        ],
+        "{startup:?}"
+    );
     server.clear_requests();
     let obj: DynamicObject =
         serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
