@@ -33,6 +33,11 @@ use crate::handler::{
 
 /// Builds a handler argument from the cause. A failure is a permanent error of the handler
 /// (the object does not fit the type it asks for; retrying would not help).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a handler argument",
+    label = "not an extractor",
+    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, PatchHandle, EventsHandle, or the whole Cause"
+)]
 pub trait FromCause: Sized + Send + 'static {
     /// Extracts the value.
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError>;
@@ -258,6 +263,11 @@ impl<T: Serialize, E: Into<HandlerError>> IntoHandlerResult for Result<T, E> {
 }
 
 /// Something that becomes a [`Handler`]: async functions of extractors.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a kopf handler",
+    label = "not a handler",
+    note = "a handler is an `async fn` of up to 8 extractor arguments (Spec<T>, Name, Body, Old<T>, New<T>, ... or Cause) returning `Result<T: Serialize, E: Into<HandlerError>>`"
+)]
 pub trait IntoHandler<Args>: Send + Sync + 'static {
     /// Wraps it.
     fn into_handler(self) -> Arc<dyn Handler>;

@@ -34,6 +34,25 @@
 //! come next.
 
 pub mod cli;
+pub mod registry;
+
+// The attribute macros expand to `::kopf::...` paths, also inside this crate's own tests.
+extern crate self as kopf;
+
+#[doc(hidden)]
+pub use inventory;
+
+/// Attribute macros that register handlers for [`run`]: `#[kopf::on::create("kopfexamples")]`,
+/// `update`, `delete`, `resume`, and `field(..., field = "spec.x")`.
+pub mod on {
+    pub use kopf_macros::{create, delete, field, resume, update};
+}
+
+/// Runs the handlers registered with the attribute macros: parses the command line
+/// (`run -A`, `run --fake`...), connects, and serves until SIGINT/SIGTERM.
+pub async fn run() -> Result<(), Error> {
+    Operator::from_registry().main().await
+}
 
 use std::future::Future;
 use std::time::Duration;

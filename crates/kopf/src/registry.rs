@@ -1,0 +1,70 @@
+//! Handlers registered by the attribute macros (`#[kopf::on::create(...)]`), collected at
+//! link time and turned into an [`Operator`](crate::Operator) by [`crate::run`].
+
+use std::sync::Arc;
+
+use kopf_core::handler::{Handler, HandlerSpec};
+
+use crate::{Operator, Options, Reason};
+
+/// The kind of a registered handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `#[kopf::on::create]`.
+    Create,
+    /// `#[kopf::on::update]`.
+    Update,
+    /// `#[kopf::on::delete]`.
+    Delete,
+    /// `#[kopf::on::resume]`.
+    Resume,
+    /// `#[kopf::on::field]`.
+    Field,
+}
+
+/// One handler registered by a macro.
+pub struct Registration {
+    /// The resource selector.
+    pub resource: &'static str,
+    /// The handler id.
+    pub id: &'static str,
+    /// Which kind of handler.
+    pub kind: Kind,
+    /// The field of field handlers.
+    pub field: Option<&'static str>,
+    /// Builds the handler.
+    pub make: fn() -> Arc<dyn Handler>,
+}
+
+inventory::collect!(Registration);
+
+impl Operator {
+    /// An operator with every handler registered by the attribute macros in this binary.
+    pub fn from_registry() -> Self {
+        let mut regs: Vec<&Registration> = inventory::iter::<Registration>.into_iter().collect();
+        // Link order is not source order: keep a stable order by resource and id.
+        regs.sort_by_key(|r| (r.resource, r.id));
+        let mut op = Operator::new();
+        for r in regs {
+            let spec = match r.kind {
+                Kind::Create => HandlerSpec::from_arc(r.id, Some(Reason::Create), (r.make)()),
+                Kind::Update => HandlerSpec::from_arc(r.id, Some(Reason::Update), (r.make)()),
+                Kind::Delete => HandlerSpec::from_arc(r.id, Some(Reason::Delete), (r.make)()),
+                Kind::Resume => {
+                    let mut s = HandlerSpec::from_arc(r.id, None, (r.make)());
+                    s.initial = true;
+                    s
+                }
+                Kind::Field => {
+                    let field = r.field.unwrap_or_default();
+                    let mut s =
+                        HandlerSpec::from_arc(format!("{}/{field}", r.id), None, (r.make)());
+                    s.field = Some(field.split('.').map(str::to_string).collect());
+                    s
+                }
+            };
+            op = op.register(r.resource, spec, Options::default());
+        }
+        op
+    }
+}

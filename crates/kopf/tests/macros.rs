@@ -1,0 +1,100 @@
+//! Handlers registered with the attribute macros, run by `Operator::from_registry()`, and
+//! the compile errors of wrong macro use (trybuild).
+
+use std::time::Duration;
+
+use kopf::{HandlerError, Name, New, Old, Operator, Spec};
+use kopf_testing::FakeApiServer;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+#[kopf::on::create("kopfexamples")]
+async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
+    Ok(json!({"message": format!("hello {name}: {}", spec["field"])}))
+}
+
+#[kopf::on::field("kopfexamples", field = "spec.field", id = "watch_field")]
+async fn field_fn(Old(old): Old, New(new): New) -> Result<Value, HandlerError> {
+    Ok(json!({"old": old, "new": new}))
+}
+
+fn crd() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/crd.yaml"
+    ))
+    .expect("crd.yaml");
+    serde_saphyr::from_str(&text).expect("crd yaml")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn macro_registered_handlers_run() {
+    let server = FakeApiServer::start().await.expect("start");
+    server.apply_object(crd()).expect("crd");
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let client = server.client();
+    let task = tokio::spawn(async move {
+        Operator::from_registry()
+            .run_until(client, async {
+                let _ = rx.await;
+            })
+            .await
+    });
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
+        "kopfexamples",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
+    for _ in 0..200 {
+        if !server.watches().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let obj: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+        "metadata": {"name": "m"}, "spec": {"field": "a"}}))
+        .expect("obj");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+    let mut status = Value::Null;
+    for _ in 0..400 {
+        status = api.get("m").await.expect("get").data["status"].clone();
+        if status.get("create_fn").is_some() && status.get("watch_field/spec.field").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status["create_fn"]["message"], "hello m: \"a\"");
+    // A null in a merge patch removes the key: only "new" is stored.
+    assert_eq!(status["watch_field/spec.field"], json!({"new": "a"}));
+    api.patch(
+        "m",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"field": "b"}})),
+    )
+    .await
+    .expect("patch");
+    for _ in 0..400 {
+        status = api.get("m").await.expect("get").data["status"].clone();
+        if status["watch_field/spec.field"]["new"] == "b" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        status["watch_field/spec.field"],
+        json!({"old": "a", "new": "b"})
+    );
+    let _ = stop.send(());
+    task.await.expect("join").expect("operator ran");
+}
+
+/// Wrong uses of the macros fail to compile with messages that point at the user's code.
+#[test]
+fn macro_misuse_is_a_clear_compile_error() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/*.rs");
+}
