@@ -77,7 +77,7 @@ impl PatchHandle {
         if !guard.is_object() {
             *guard = Value::Object(Default::default());
         }
-        merge_keep_nulls(&mut guard, &patch);
+        crate::plan::merge_keep_nulls(&mut guard, &patch);
     }
 
     /// The pending patch (an empty object when nothing was set).
@@ -88,24 +88,6 @@ impl PatchHandle {
         } else {
             Value::Object(Default::default())
         }
-    }
-}
-
-fn merge_keep_nulls(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                match t.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => {
-                        merge_keep_nulls(existing, v)
-                    }
-                    _ => {
-                        t.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        _ => *target = patch.clone(),
     }
 }
 

@@ -138,7 +138,7 @@ impl PatchPlan {
 }
 
 /// Merges `patch` into `target`, keeping `null`s (they are deletions to send).
-fn merge_keep_nulls(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_keep_nulls(target: &mut Value, patch: &Value) {
     match (target.as_object_mut(), patch.as_object()) {
         (Some(t), Some(p)) => {
             for (k, v) in p {

@@ -31,7 +31,7 @@ fn parse(patch: &[u8]) -> Result<Value, PatchError> {
 pub fn apply_merge_patch(target: &Value, patch: &[u8]) -> Result<Value, PatchError> {
     let p = parse(patch)?;
     let mut out = target.clone();
-    json_patch::merge(&mut out, &p);
+    kopf_diff::apply_merge_patch(&mut out, &p);
     Ok(out)
 }
 
