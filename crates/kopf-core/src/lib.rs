@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # kopf-core
 //!
 //! The domain of kopf-rs, with Kopf 1.x's wire format: the annotation [`keys`] of

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # kopf-diff
 //!
 //! Pure JSON functions of kopf-rs, with the semantics of Kopf 1.x:

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Attribute macros of kopf-rs. Use them as `#[kopf::on::create("kopfexamples")]` (the
 //! `kopf` crate re-exports them); each registers the function for `kopf::run()`.
 //!

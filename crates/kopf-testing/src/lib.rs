@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # kopf-testing
 //!
 //! An in-memory Kubernetes API server that real clients accept — kubectl, kube-rs

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # kopf-watch
 //!
 //! Watching for kopf-rs: resolves resource names through discovery ([`resolve`]), lists and

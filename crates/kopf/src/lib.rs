@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # kopf
 //!
 //! Kubernetes operators in a few lines of Rust, with Kopf's handler model and wire format:
