@@ -214,6 +214,7 @@ pub struct Engine {
     filter: NamespaceSelector,
     worker_limit: Option<usize>,
     event_interval: Duration,
+    streaming_lists: bool,
 }
 
 impl Engine {
@@ -230,7 +231,15 @@ impl Engine {
             filter: NamespaceSelector::default(),
             worker_limit: None,
             event_interval: Duration::from_secs(10),
+            streaming_lists: false,
         }
+    }
+
+    /// Start with a streaming list (`sendInitialEvents`) instead of list + watch: one request
+    /// instead of two, and no large list response held in memory (Kubernetes ≥ 1.27).
+    pub fn streaming_lists(mut self, on: bool) -> Self {
+        self.streaming_lists = on;
+        self
     }
 
     /// The minimum interval between two Events about one object (default 10 s); events in
@@ -278,7 +287,12 @@ impl Engine {
         // The watcher relists after 410 and resumes after disconnects; failures (the resource
         // gone with its CRD, the API server down) are retried with a jittered backoff, so a
         // resource whose CRD comes back is served again.
-        let stream = watcher(self.api(), watcher::Config::default()).default_backoff();
+        let config = if self.streaming_lists {
+            watcher::Config::default().streaming_lists()
+        } else {
+            watcher::Config::default()
+        };
+        let stream = watcher(self.api(), config).default_backoff();
         let mut gone = false;
         let mut stream = std::pin::pin!(stream);
         let mut shutdown = std::pin::pin!(shutdown);

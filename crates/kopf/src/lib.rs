@@ -119,6 +119,7 @@ pub struct Operator {
     namespace: Option<String>,
     filter: kopf_watch::NamespaceSelector,
     worker_limit: Option<usize>,
+    streaming_lists: bool,
     persistence: Persistence,
 }
 
@@ -241,6 +242,12 @@ impl Operator {
     /// `Lifecycle::Asap` is Kopf's one-handler-per-cycle default).
     pub fn lifecycle(mut self, lifecycle: Lifecycle) -> Self {
         self.persistence.lifecycle = lifecycle;
+        self
+    }
+
+    /// Start watching with streaming lists (`sendInitialEvents`) instead of list + watch.
+    pub fn streaming_lists(mut self, on: bool) -> Self {
+        self.streaming_lists = on;
         self
     }
 
@@ -390,6 +397,7 @@ impl Operator {
                     .namespace(self.namespace.clone())
                     .namespace_filter(self.filter.clone())
                     .worker_limit(self.worker_limit)
+                    .streaming_lists(self.streaming_lists)
                     .persistence(self.persistence.clone()),
             );
         }

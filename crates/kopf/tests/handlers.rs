@@ -639,3 +639,39 @@ async fn a_resource_whose_crd_comes_back_is_served_again() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_lists_replace_the_initial_list() {
+    let server = server().await;
+    let api = api(&server);
+    api.create(&PostParams::default(), &obj("pre", json!({"field": "a"})))
+        .await
+        .expect("create");
+    server.clear_requests();
+    let calls: Calls = Arc::default();
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
+        .streaming_lists(true);
+    let running = start(&server, op).await;
+    eventually("the existing object handled", async || {
+        calls.lock().expect("lock").len() == 1
+    })
+    .await;
+    let reads: Vec<(String, String)> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/kopfexamples"))
+        .map(|r| (r.target.verb.clone(), r.query.clone()))
+        .collect();
+    assert!(
+        reads.iter().all(|(verb, _)| verb == "watch"),
+        "no list request: {reads:?}"
+    );
+    assert!(
+        reads
+            .iter()
+            .any(|(_, q)| q.contains("sendInitialEvents=true")),
+        "{reads:?}"
+    );
+    running.stop().await;
+}
