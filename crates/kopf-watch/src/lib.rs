@@ -16,8 +16,10 @@
 //! ```
 
 mod namespaces;
+mod selector;
 
 pub use namespaces::{NamespacePattern, NamespaceSelector};
+pub use selector::{Discovered, Selector};
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -80,118 +82,85 @@ pub struct ResourceRef {
     pub status_subresource: bool,
 }
 
-/// Resolves a selector through discovery: plural, singular, kind, short name,
-/// `plural.group` or `plural.version.group`. Only preferred versions match unless the
-/// version is given.
-pub async fn resolve(client: &kube::Client, selector: &str) -> Result<ResourceRef, WatchError> {
-    // Aggregated discovery takes two requests; older servers get the per-group documents.
-    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::debug!(error = %e, "aggregated discovery failed; using the per-group documents");
-            Discovery::new(client.clone())
-                .run()
-                .await
-                .map_err(WatchError::Discovery)?
+/// Everything the API server serves, from aggregated discovery (two requests; short names
+/// included), or from the per-group documents on servers without it.
+pub async fn discover(client: &kube::Client) -> Result<Vec<Discovered>, WatchError> {
+    const ACCEPT: &str =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let mut all = Vec::new();
+    let mut aggregated = true;
+    for path in ["/api", "/apis"] {
+        let request = http::Request::get(path)
+            .header("Accept", ACCEPT)
+            .body(Vec::new());
+        let doc: Option<Value> = match request {
+            Ok(r) => client.request::<Value>(r).await.ok(),
+            Err(_) => None,
+        };
+        match doc {
+            Some(d) if d.get("kind").and_then(Value::as_str) == Some("APIGroupDiscoveryList") => {
+                all.extend(selector::from_aggregated(&d));
+            }
+            _ => {
+                aggregated = false;
+                break;
+            }
         }
-    };
-    let mut matches = Vec::new();
-    let mut all_names = Vec::new();
+    }
+    if aggregated {
+        return Ok(all);
+    }
+    tracing::debug!("no aggregated discovery; using the per-group documents");
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(WatchError::Discovery)?;
+    let mut out = Vec::new();
     for group in discovery.groups() {
         let preferred = group.preferred_version_or_latest().to_string();
-        for (ar, caps) in group.versioned_resources(&preferred).into_iter().chain(
-            group
-                .versions()
-                .filter(|v| *v != preferred)
-                .flat_map(|v| group.versioned_resources(v))
-                .collect::<Vec<_>>(),
-        ) {
-            all_names.push(format!("{}.{}", ar.plural, ar.group));
-            let group_suffix = if ar.group.is_empty() {
-                ar.plural.clone()
-            } else {
-                format!("{}.{}", ar.plural, ar.group)
-            };
-            let is_preferred = ar.version == preferred;
-            let named = selector == group_suffix
-                || selector == format!("{}.{}.{}", ar.plural, ar.version, ar.group)
-                || (is_preferred
-                    && (selector == ar.plural
-                        || selector.eq_ignore_ascii_case(&ar.kind)
-                        || Some(selector) == singular(&ar).as_deref()
-                        || short_names(&discovery, &ar).iter().any(|s| s == selector)));
-            if named && (is_preferred || selector.contains('.')) {
-                matches.push((ar.clone(), caps.clone()));
-            }
-        }
-    }
-    // A core resource wins over same-named others.
-    if matches.len() > 1 && matches.iter().any(|(ar, _)| ar.group.is_empty()) {
-        matches.retain(|(ar, _)| ar.group.is_empty());
-    }
-    match matches.len() {
-        0 => {
-            let similar: Vec<&String> = all_names
-                .iter()
-                .filter(|n| {
-                    n.contains(selector) || selector.contains(n.split('.').next().unwrap_or(""))
-                })
-                .take(5)
-                .collect();
-            let hint = if similar.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; similar: {}",
-                    similar
+        for version in group.versions() {
+            for (ar, caps) in group.versioned_resources(version) {
+                out.push(Discovered {
+                    singular: ar.kind.to_lowercase(),
+                    short_names: Vec::new(),
+                    namespaced: caps.scope == Scope::Namespaced,
+                    verbs: caps.operations.clone(),
+                    status_subresource: caps
+                        .subresources
                         .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            Err(WatchError::UnknownResource {
-                selector: selector.into(),
-                hint,
-            })
-        }
-        1 => {
-            let (ar, caps) = matches.remove(0);
-            for verb in ["list", "watch", "patch"] {
-                if !caps.supports_operation(verb) {
-                    return Err(WatchError::MissingVerb {
-                        resource: format!("{}.{}", ar.plural, ar.group),
-                        verb: verb.into(),
-                    });
-                }
+                        .any(|(sub, _)| sub.plural == "status"),
+                    preferred: ar.version == preferred,
+                    api_resource: ar,
+                });
             }
-            Ok(ResourceRef {
-                namespaced: caps.scope == Scope::Namespaced,
-                status_subresource: caps
-                    .subresources
-                    .iter()
-                    .any(|(sub, _)| sub.plural == "status"),
-                api_resource: ar,
-            })
         }
-        _ => Err(WatchError::Ambiguous {
-            selector: selector.into(),
-            choices: matches
-                .iter()
-                .map(|(ar, _)| format!("{}.{}/{}", ar.plural, ar.group, ar.version))
-                .collect::<Vec<_>>()
-                .join(", "),
-        }),
     }
+    Ok(out)
 }
 
-fn singular(ar: &ApiResource) -> Option<String> {
-    Some(ar.kind.to_lowercase())
+/// Resolves a resource name (plural, singular, kind, short name, `plural.group`,
+/// `plural.version.group`) to the one resource it names. See [`Selector`] for the other forms.
+pub async fn resolve(client: &kube::Client, selector: &str) -> Result<ResourceRef, WatchError> {
+    let all = discover(client).await?;
+    let found = Selector::from(selector).resolve(&all)?;
+    found
+        .into_iter()
+        .next()
+        .map(ResourceRef::from)
+        .ok_or_else(|| WatchError::UnknownResource {
+            selector: selector.into(),
+            hint: String::new(),
+        })
 }
 
-fn short_names(_d: &Discovery, _ar: &ApiResource) -> Vec<String> {
-    // kube's discovery does not keep short names; plural, singular and kind cover most uses.
-    Vec::new()
+impl From<Discovered> for ResourceRef {
+    fn from(d: Discovered) -> Self {
+        ResourceRef {
+            namespaced: d.namespaced,
+            status_subresource: d.status_subresource,
+            api_resource: d.api_resource,
+        }
+    }
 }
 
 /// One observed state of an object, for its worker.

@@ -72,6 +72,7 @@ pub use kopf_core::handler::{
 pub use kopf_core::handler::{EventsHandle, PatchHandle};
 pub use kopf_core::processing::{Lifecycle, Persistence};
 pub use kopf_diff::{Diff, DiffItem, Op};
+pub use kopf_watch::{Discovered, Selector};
 
 /// Errors of running an operator.
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +116,7 @@ pub struct Options {
 /// An operator: handlers per resource, run until stopped.
 #[derive(Default, Clone)]
 pub struct Operator {
-    registrations: Vec<(String, HandlerSpec)>,
+    registrations: Vec<(Selector, HandlerSpec)>,
     namespace: Option<String>,
     filter: kopf_watch::NamespaceSelector,
     worker_limit: Option<usize>,
@@ -130,7 +131,12 @@ impl Operator {
     }
 
     /// Registers a handler with options.
-    pub fn register(mut self, resource: &str, mut spec: HandlerSpec, options: Options) -> Self {
+    pub fn register(
+        mut self,
+        resource: impl Into<Selector>,
+        mut spec: HandlerSpec,
+        options: Options,
+    ) -> Self {
         if let Some(r) = options.retries {
             spec.retries = Some(r);
         }
@@ -149,7 +155,7 @@ impl Operator {
         if options.when.is_some() {
             spec.when = options.when;
         }
-        self.registrations.push((resource.to_string(), spec));
+        self.registrations.push((resource.into(), spec));
         self
     }
 
@@ -157,7 +163,7 @@ impl Operator {
     pub fn on_with<Args>(
         self,
         reason: Reason,
-        resource: &str,
+        resource: impl Into<Selector>,
         id: &str,
         handler: impl IntoHandler<Args>,
         options: Options,
@@ -169,7 +175,7 @@ impl Operator {
     /// A creation handler.
     pub fn on_create<Args>(
         self,
-        resource: &str,
+        resource: impl Into<Selector>,
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
@@ -180,7 +186,7 @@ impl Operator {
     /// An update handler.
     pub fn on_update<Args>(
         self,
-        resource: &str,
+        resource: impl Into<Selector>,
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
@@ -191,7 +197,7 @@ impl Operator {
     /// A deletion handler (requires the finalizer unless registered with `optional`).
     pub fn on_delete<Args>(
         self,
-        resource: &str,
+        resource: impl Into<Selector>,
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
@@ -202,7 +208,7 @@ impl Operator {
     /// A resume handler: runs for objects found when the operator starts.
     pub fn on_resume<Args>(
         self,
-        resource: &str,
+        resource: impl Into<Selector>,
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
@@ -215,7 +221,7 @@ impl Operator {
     /// Its id gets the field as a suffix: `<id>/<field>`.
     pub fn on_field<Args>(
         self,
-        resource: &str,
+        resource: impl Into<Selector>,
         id: &str,
         field: &str,
         handler: impl IntoHandler<Args>,
@@ -382,18 +388,25 @@ impl Operator {
         client: kube::Client,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
-        let mut by_resource: Vec<(String, Vec<HandlerSpec>)> = Vec::new();
-        for (res, spec) in self.registrations {
-            match by_resource.iter_mut().find(|(r, _)| *r == res) {
-                Some((_, specs)) => specs.push(spec),
-                None => by_resource.push((res, vec![spec])),
+        // One discovery for all selectors; one engine per resolved resource with every
+        // handler whose selector names it.
+        let served = kopf_watch::discover(&client).await?;
+        let mut by_resource: Vec<(kopf_watch::Discovered, Vec<HandlerSpec>)> = Vec::new();
+        for (selector, spec) in self.registrations {
+            for found in selector.resolve(&served)? {
+                match by_resource
+                    .iter_mut()
+                    .find(|(d, _)| d.api_resource == found.api_resource)
+                {
+                    Some((_, specs)) => specs.push(spec.clone()),
+                    None => by_resource.push((found, vec![spec.clone()])),
+                }
             }
         }
         let mut engines = Vec::new();
-        for (selector, specs) in by_resource {
-            let resource = kopf_watch::resolve(&client, &selector).await?;
+        for (found, specs) in by_resource {
             engines.push(
-                kopf_watch::Engine::new(client.clone(), resource, specs)
+                kopf_watch::Engine::new(client.clone(), found.into(), specs)
                     .namespace(self.namespace.clone())
                     .namespace_filter(self.filter.clone())
                     .worker_limit(self.worker_limit)

@@ -675,3 +675,50 @@ async fn streaming_lists_replace_the_initial_list() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectors_by_short_name_and_group_version_plural() {
+    let server = server().await;
+    // The test CRD has no short names; give it one through a patch of the CRD.
+    let crds: Api<DynamicObject> = Api::all_with(
+        server.client(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    crds.patch(
+        "kopfexamples.kopf.dev",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"names": {"shortNames": ["kex"]}}})),
+    )
+    .await
+    .expect("short name");
+    let calls: Calls = Arc::default();
+    let op = Operator::new()
+        .on_create("kex", "by_short_name", recorder(&calls, "by_short_name"))
+        .on_create(
+            kopf::Selector::gvp("kopf.dev", "v1", "kopfexamples"),
+            "by_gvp",
+            recorder(&calls, "by_gvp"),
+        );
+    let running = start(&server, op).await;
+    let api = api(&server);
+    api.create(&PostParams::default(), &obj("s", json!({"field": "a"})))
+        .await
+        .expect("create");
+    eventually("both handlers", async || {
+        calls.lock().expect("lock").len() == 2
+    })
+    .await;
+    assert_eq!(
+        server
+            .watches()
+            .iter()
+            .filter(|w| w.resource.ends_with("/kopfexamples"))
+            .count(),
+        1,
+        "one watch for both selectors"
+    );
+    running.stop().await;
+}
