@@ -7,6 +7,12 @@ mod handlers_example;
 #[path = "../examples/errors.rs"]
 mod errors_example;
 
+#[path = "../examples/filters.rs"]
+mod filters_example;
+
+#[path = "../examples/events.rs"]
+mod events_example;
+
 use std::time::Duration;
 
 use kopf::Operator;
@@ -185,5 +191,56 @@ async fn errors_example_retries_and_fails_as_told() {
         !events.is_empty() && events.iter().all(|e| e.contains("\"Warning\"")),
         "{events:?}"
     );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_example_runs_only_matching_handlers() {
+    let h = run(filters_example::operator()).await;
+    h.api
+        .create(&PostParams::default(), &example_object())
+        .await
+        .expect("create");
+    h.until("the filtered handlers", |o| {
+        o.is_some_and(|o| o.data["status"].get("when_fn").is_some())
+    })
+    .await;
+    let o = h.api.get("kopf-example-1").await.expect("get");
+    let mut ran: Vec<String> = o.data["status"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    ran.sort();
+    assert_eq!(ran, vec!["annotated_fn", "labelled_fn", "when_fn"]);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_example_posts_an_event_in_kopfs_shape() {
+    let h = run(events_example::operator()).await;
+    h.api
+        .create(&PostParams::default(), &example_object())
+        .await
+        .expect("create");
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        h.server.client(),
+        "default",
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Event"), "events"),
+    );
+    let mut found = None;
+    for _ in 0..400 {
+        let list = events.list(&Default::default()).await.expect("events");
+        if let Some(e) = list.items.into_iter().next() {
+            found = Some(e);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let e = found.expect("an event was posted");
+    assert_eq!(e.data["type"], "Normal");
+    assert_eq!(e.data["reason"], "Greeting");
+    assert_eq!(e.data["message"], "Hello, kopf-example-1!");
+    assert_eq!(e.data["involvedObject"]["kind"], "KopfExample");
+    assert_eq!(e.data["reportingComponent"], "kopf");
     h.stop().await;
 }
