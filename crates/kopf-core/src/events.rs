@@ -33,6 +33,11 @@ impl EventSpec {
         }
     }
 
+    /// The `Normal` event of a succeeded handler (only when success events are on).
+    pub fn success(handler_id: &str) -> Self {
+        EventSpec::info("Success", format!("Handler '{handler_id}' succeeded."))
+    }
+
     /// A `Warning` event.
     pub fn warning(reason: &str, message: impl Into<String>) -> Self {
         EventSpec {

@@ -28,15 +28,16 @@ use serde_json::Value;
 
 use crate::causes::Reason;
 use crate::handler::{
-    BoxFuture, Cause, EventsHandle, Handler, HandlerError, HandlerResult, PatchHandle,
+    BoxFuture, Cause, EventsHandle, Handler, HandlerError, HandlerResult, PatchHandle, SubHandlers,
 };
+use crate::memo::Memo;
 
 /// Builds a handler argument from the cause. A failure is a permanent error of the handler
 /// (the object does not fit the type it asks for; retrying would not help).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a handler argument",
     label = "not an extractor",
-    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, PatchHandle, EventsHandle, or the whole Cause"
+    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, SubHandlers, or the whole Cause"
 )]
 pub trait FromCause: Sized + Send + 'static {
     /// Extracts the value.
@@ -239,6 +240,77 @@ impl FromCause for EventsHandle {
     }
 }
 
+impl FromCause for SubHandlers {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(c.subhandlers.clone())
+    }
+}
+
+/// The object's memo value of type `T` (registered operator-wide with `Operator::memo`; each
+/// object has its own copy, kept while the operator runs).
+impl<T: Send + Sync + 'static> FromCause for Memo<T> {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        c.memo
+            .get::<T>()
+            .map_err(|e| HandlerError::permanent(e.to_string()))
+    }
+}
+
+/// A logger for the object being handled: every line carries its namespace and name
+/// (target `kopf.objects`, as Kopf's per-object logger).
+#[derive(Debug, Clone)]
+pub struct Logger {
+    namespace: Option<String>,
+    name: String,
+}
+
+impl Logger {
+    /// A logger for an object.
+    pub fn for_body(body: &Value) -> Self {
+        Logger {
+            namespace: body
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            name: body
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        }
+    }
+
+    fn ns(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("")
+    }
+
+    /// Logs at debug level.
+    pub fn debug(&self, message: impl std::fmt::Display) {
+        tracing::debug!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+    }
+
+    /// Logs at info level.
+    pub fn info(&self, message: impl std::fmt::Display) {
+        tracing::info!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+    }
+
+    /// Logs at warning level.
+    pub fn warn(&self, message: impl std::fmt::Display) {
+        tracing::warn!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+    }
+
+    /// Logs at error level.
+    pub fn error(&self, message: impl std::fmt::Display) {
+        tracing::error!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+    }
+}
+
+impl FromCause for Logger {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Logger::for_body(&c.body))
+    }
+}
+
 /// What handlers may return: `Result<T, E>` with any serializable `T` (a mapping is merged
 /// into `status.<handler-id>`, `()`/`None` deliver nothing) and any error convertible into
 /// [`HandlerError`].
@@ -262,25 +334,36 @@ impl<T: Serialize, E: Into<HandlerError>> IntoHandlerResult for Result<T, E> {
     }
 }
 
-/// Something that becomes a [`Handler`]: async functions of extractors.
+/// Something that becomes a [`Handler`]: an `async fn` or a plain `fn` of extractors. The
+/// `Args` parameter only tells the two kinds apart; callers never name it.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a kopf handler",
     label = "not a handler",
-    note = "a handler is an `async fn` of up to 8 extractor arguments (Spec<T>, Name, Body, Old<T>, New<T>, ... or Cause) returning `Result<T: Serialize, E: Into<HandlerError>>`"
+    note = "a handler is an `async fn` or a `fn` of up to 8 extractor arguments (Spec<T>, Name, Body, Old<T>, New<T>, ... or Cause) returning `Result<T: Serialize, E: Into<HandlerError>>`"
 )]
 pub trait IntoHandler<Args>: Send + Sync + 'static {
     /// Wraps it.
     fn into_handler(self) -> Arc<dyn Handler>;
 }
 
+/// Marks async handlers in [`IntoHandler`]'s parameter.
+#[derive(Debug)]
+pub enum AsyncHandler {}
+
+/// Marks sync handlers in [`IntoHandler`]'s parameter. Sync handlers run on tokio's
+/// blocking threads; a timeout fails the attempt at the deadline, but the thread cannot be
+/// stopped: it runs to its end and its late result is discarded.
+#[derive(Debug)]
+pub enum SyncHandler {}
+
 struct FnHandler<F, Args> {
-    f: F,
+    f: Arc<F>,
     _args: std::marker::PhantomData<fn(Args)>,
 }
 
 macro_rules! impl_into_handler {
     ($($arg:ident),*) => {
-        impl<F, Fut, R, $($arg),*> Handler for FnHandler<F, ($($arg,)*)>
+        impl<F, Fut, R, $($arg),*> Handler for FnHandler<F, (AsyncHandler, $($arg,)*)>
         where
             F: Fn($($arg),*) -> Fut + Send + Sync + 'static,
             Fut: Future<Output = R> + Send + 'static,
@@ -300,7 +383,7 @@ macro_rules! impl_into_handler {
             }
         }
 
-        impl<F, Fut, R, $($arg),*> IntoHandler<($($arg,)*)> for F
+        impl<F, Fut, R, $($arg),*> IntoHandler<(AsyncHandler, $($arg,)*)> for F
         where
             F: Fn($($arg),*) -> Fut + Send + Sync + 'static,
             Fut: Future<Output = R> + Send + 'static,
@@ -308,7 +391,50 @@ macro_rules! impl_into_handler {
             $($arg: FromCause,)*
         {
             fn into_handler(self) -> Arc<dyn Handler> {
-                Arc::new(FnHandler { f: self, _args: std::marker::PhantomData })
+                Arc::new(FnHandler::<F, (AsyncHandler, $($arg,)*)> { f: Arc::new(self), _args: std::marker::PhantomData })
+            }
+        }
+
+        impl<F, R, $($arg),*> Handler for FnHandler<F, (SyncHandler, $($arg,)*)>
+        where
+            F: Fn($($arg),*) -> R + Send + Sync + 'static,
+            R: IntoHandlerResult + Send + 'static,
+            $($arg: FromCause,)*
+        {
+            #[allow(non_snake_case, unused_variables)]
+            fn call(&self, cause: Cause) -> BoxFuture<HandlerResult> {
+                $(
+                    let $arg = match $arg::from_cause(&cause) {
+                        Ok(v) => v,
+                        Err(e) => return Box::pin(async move { Err(e) }),
+                    };
+                )*
+                let f = self.f.clone();
+                let span = tracing::Span::current();
+                let task = tokio::task::spawn_blocking(move || {
+                    let _entered = span.enter();
+                    f($($arg),*).into_handler_result()
+                });
+                Box::pin(async move {
+                    match task.await {
+                        Ok(result) => result,
+                        Err(e) if e.is_panic() => {
+                            Err(HandlerError::other(format!("the handler panicked: {e}")))
+                        }
+                        Err(e) => Err(HandlerError::other(format!("the handler was cancelled: {e}"))),
+                    }
+                })
+            }
+        }
+
+        impl<F, R, $($arg),*> IntoHandler<(SyncHandler, $($arg,)*)> for F
+        where
+            F: Fn($($arg),*) -> R + Send + Sync + 'static,
+            R: IntoHandlerResult + Send + 'static,
+            $($arg: FromCause,)*
+        {
+            fn into_handler(self) -> Arc<dyn Handler> {
+                Arc::new(FnHandler::<F, (SyncHandler, $($arg,)*)> { f: Arc::new(self), _args: std::marker::PhantomData })
             }
         }
     };
@@ -398,17 +524,53 @@ mod tests {
     }
 
     fn cause() -> Cause {
-        Cause {
-            reason: Reason::Create,
-            body: json!({"metadata": {"name": "k", "namespace": "ns", "labels": {"a": "b"}}, "spec": {"field": "v"}}),
-            diff: kopf_diff::Diff::default(),
-            old: None,
-            new: Some(json!({"spec": {"field": "v"}})),
-            retry: 2,
-            started: "2026-01-01T00:00:00.000000+00:00".into(),
-            patch: PatchHandle::default(),
-            events: EventsHandle::default(),
-        }
+        let mut c = Cause::for_body(
+            Reason::Create,
+            json!({"metadata": {"name": "k", "namespace": "ns", "labels": {"a": "b"}}, "spec": {"field": "v"}}),
+        );
+        c.new = Some(json!({"spec": {"field": "v"}}));
+        c.retry = 2;
+        c.started = "2026-01-01T00:00:00.000000+00:00".into();
+        c
+    }
+
+    fn sync_handler(Name(name): Name, logger: Logger) -> Result<String, HandlerError> {
+        logger.info("running on a blocking thread");
+        Ok(format!("sync {name}"))
+    }
+
+    #[derive(Clone)]
+    struct Counter(u32);
+
+    async fn memo_handler(memo: Memo<Counter>) -> Result<u32, HandlerError> {
+        Ok(memo.update(|c| {
+            c.0 += 1;
+            c.0
+        }))
+    }
+
+    #[tokio::test]
+    async fn sync_handlers_and_memos() {
+        assert_eq!(
+            sync_handler.into_handler().call(cause()).await,
+            Ok(Some(json!("sync k")))
+        );
+        let boom = (|_c: Cause| -> Result<(), HandlerError> { panic!("sync boom") }).into_handler();
+        assert!(
+            matches!(boom.call(cause()).await, Err(HandlerError::Other { message }) if message.contains("panicked"))
+        );
+        let missing = memo_handler.into_handler().call(cause()).await;
+        assert!(
+            matches!(&missing, Err(HandlerError::Permanent { message }) if message.contains("Operator::memo")),
+            "{missing:?}"
+        );
+        let mut seed = crate::memo::MemoSeed::default();
+        seed.insert(Counter(10));
+        let mut c = cause();
+        c.memo = crate::memo::Memos::new(seed.into());
+        let h = memo_handler.into_handler();
+        assert_eq!(h.call(c.clone()).await, Ok(Some(json!(11))));
+        assert_eq!(h.call(c).await, Ok(Some(json!(12))), "kept per object");
     }
 
     async fn typed_handler(

@@ -138,9 +138,30 @@ pub struct Cause {
     pub patch: PatchHandle,
     /// Kubernetes Events to post about the object.
     pub events: EventsHandle,
+    /// Sub-handlers registered during the call; they run when the handler returns.
+    pub subhandlers: SubHandlers,
+    /// The object's memo: in-memory values kept per object while the operator runs.
+    pub memo: crate::memo::Memos,
 }
 
 impl Cause {
+    /// A cause for a body with no diff and no history (for tests and tools).
+    pub fn for_body(reason: Reason, body: Value) -> Self {
+        Cause {
+            reason,
+            body,
+            diff: Diff::default(),
+            old: None,
+            new: None,
+            retry: 0,
+            started: crate::progress::format_time(jiff::Timestamp::now()),
+            patch: PatchHandle::default(),
+            events: EventsHandle::default(),
+            subhandlers: SubHandlers::default(),
+            memo: crate::memo::Memos::default(),
+        }
+    }
+
     /// `metadata.name`.
     pub fn name(&self) -> &str {
         self.body
@@ -159,6 +180,41 @@ impl Cause {
     /// `spec` (Null when absent).
     pub fn spec(&self) -> &Value {
         self.body.get("spec").unwrap_or(&Value::Null)
+    }
+}
+
+/// Sub-handlers that a handler registers while it runs (Kopf's `@kopf.subhandler`). They run
+/// after the handler returns, each with its own progress record (id `<parent-id>/<id>`); the
+/// parent counts as finished only when all of them have finished, and is called again until
+/// then (so it must register the same sub-handlers every time).
+#[derive(Debug, Clone, Default)]
+pub struct SubHandlers(Arc<Mutex<Vec<HandlerSpec>>>);
+
+impl SubHandlers {
+    /// Registers a sub-handler with default options.
+    pub fn register<Args>(&self, id: &str, handler: impl crate::extract::IntoHandler<Args>) {
+        self.register_with(id, handler, Options::default());
+    }
+
+    /// Registers a sub-handler with options (filters, retries, timeout, backoff, errors).
+    pub fn register_with<Args>(
+        &self,
+        id: &str,
+        handler: impl crate::extract::IntoHandler<Args>,
+        options: Options,
+    ) {
+        let spec = HandlerSpec::from_arc(id, None, handler.into_handler()).with_options(options);
+        self.push(spec);
+    }
+
+    /// Registers a ready-made spec (its id is relative to the parent).
+    pub fn push(&self, spec: HandlerSpec) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(spec);
+    }
+
+    /// Takes the registered sub-handlers.
+    pub fn take(&self) -> Vec<HandlerSpec> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -227,22 +283,245 @@ impl std::fmt::Debug for MetaFilter {
     }
 }
 
+/// A predicate on a field's value (None when absent).
+pub type FieldPredicate = Arc<dyn Fn(Option<&Value>) -> bool + Send + Sync>;
+
+/// A filter on a field's value (`value=`, `old=`, `new=`): None when the field is absent.
+#[derive(Clone)]
+pub enum FieldFilter {
+    /// Exactly this value.
+    Value(Value),
+    /// Present with any value.
+    Present,
+    /// Absent.
+    Absent,
+    /// A predicate on the value (None when absent).
+    Predicate(FieldPredicate),
+}
+
+impl FieldFilter {
+    /// Whether a value (None: absent) passes.
+    pub fn check(&self, value: Option<&Value>) -> bool {
+        match self {
+            FieldFilter::Value(v) => value == Some(v),
+            FieldFilter::Present => value.is_some(),
+            FieldFilter::Absent => value.is_none(),
+            FieldFilter::Predicate(f) => f(value),
+        }
+    }
+}
+
+impl std::fmt::Debug for FieldFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldFilter::Value(v) => write!(f, "Value({v})"),
+            FieldFilter::Present => f.write_str("Present"),
+            FieldFilter::Absent => f.write_str("Absent"),
+            FieldFilter::Predicate(_) => f.write_str("Predicate(..)"),
+        }
+    }
+}
+
+impl From<Value> for FieldFilter {
+    fn from(v: Value) -> Self {
+        FieldFilter::Value(v)
+    }
+}
+
+impl From<&str> for FieldFilter {
+    fn from(v: &str) -> Self {
+        FieldFilter::Value(Value::String(v.into()))
+    }
+}
+
+impl From<&str> for MetaFilter {
+    fn from(v: &str) -> Self {
+        MetaFilter::Value(v.into())
+    }
+}
+
+impl From<String> for MetaFilter {
+    fn from(v: String) -> Self {
+        MetaFilter::Value(v)
+    }
+}
+
 /// A `when=` filter on the whole object.
 pub type WhenFilter = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
+/// Options of one handler registration, with Kopf's meanings. Build them with the methods:
+///
+/// ```
+/// use kopf_core::handler::{MetaFilter, Options};
+/// use std::time::Duration;
+///
+/// let options = Options::new()
+///     .label("tier", "gold")
+///     .annotation("skip", MetaFilter::Absent)
+///     .retries(3)
+///     .timeout(Duration::from_secs(60));
+/// # let _ = options;
+/// ```
+#[derive(Clone, Default)]
+pub struct Options {
+    /// Label filters: the handler runs only for objects whose labels pass all of them.
+    pub labels: Vec<(String, MetaFilter)>,
+    /// Annotation filters.
+    pub annotations: Vec<(String, MetaFilter)>,
+    /// A filter on the whole object, evaluated last.
+    pub when: Option<WhenFilter>,
+    /// A dotted field: the handler sees the diff, old and new values relative to it, and an
+    /// update handler runs only when it changes. Also tracked in the diff-base.
+    pub field: Option<String>,
+    /// With `field`: the field's value (old or new) must pass (default: present).
+    pub value: Option<FieldFilter>,
+    /// With `field`, update and field handlers: the old value must pass.
+    pub old: Option<FieldFilter>,
+    /// With `field`, update and field handlers: the new value must pass.
+    pub new: Option<FieldFilter>,
+    /// Maximum attempts.
+    pub retries: Option<u32>,
+    /// Maximum time since the first attempt.
+    pub timeout: Option<Duration>,
+    /// Delay before retrying after arbitrary errors (default 60 s).
+    pub backoff: Option<Duration>,
+    /// What to do with arbitrary errors.
+    pub errors: Option<ErrorsMode>,
+    /// Delete handlers: do not require the finalizer.
+    pub optional: bool,
+    /// Resume handlers: also resume objects being deleted.
+    pub deleted: bool,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("labels", &self.labels)
+            .field("annotations", &self.annotations)
+            .field("field", &self.field)
+            .field("retries", &self.retries)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    /// No filters, Kopf's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A label filter: a value (`"gold"`), [`MetaFilter::Present`], [`MetaFilter::Absent`] or
+    /// a predicate.
+    pub fn label(mut self, key: &str, filter: impl Into<MetaFilter>) -> Self {
+        self.labels.push((key.into(), filter.into()));
+        self
+    }
+
+    /// An annotation filter, like [`label`](Self::label).
+    pub fn annotation(mut self, key: &str, filter: impl Into<MetaFilter>) -> Self {
+        self.annotations.push((key.into(), filter.into()));
+        self
+    }
+
+    /// A filter on the whole object, evaluated after all others.
+    pub fn when(mut self, f: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
+        self.when = Some(Arc::new(f));
+        self
+    }
+
+    /// Restricts the handler to a dotted field (see [`Options::field`](#structfield.field)).
+    pub fn field(mut self, field: &str) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// With a field: its value must pass this filter.
+    pub fn value(mut self, filter: impl Into<FieldFilter>) -> Self {
+        self.value = Some(filter.into());
+        self
+    }
+
+    /// With a field: the old value must pass this filter.
+    pub fn old(mut self, filter: impl Into<FieldFilter>) -> Self {
+        self.old = Some(filter.into());
+        self
+    }
+
+    /// With a field: the new value must pass this filter.
+    pub fn new_value(mut self, filter: impl Into<FieldFilter>) -> Self {
+        self.new = Some(filter.into());
+        self
+    }
+
+    /// Maximum attempts; then the handler fails for good.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = Some(retries);
+        self
+    }
+
+    /// Maximum time since the first attempt; async handlers are cancelled at the deadline.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Delay before retrying after arbitrary errors.
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// What to do with arbitrary errors.
+    pub fn errors(mut self, errors: ErrorsMode) -> Self {
+        self.errors = Some(errors);
+        self
+    }
+
+    /// Delete handlers: run only if the object is still there, without a finalizer.
+    pub fn optional(mut self) -> Self {
+        self.optional = true;
+        self
+    }
+
+    /// Resume handlers: also for objects being deleted.
+    pub fn deleted(mut self) -> Self {
+        self.deleted = true;
+        self
+    }
+}
+
+/// A dotted path split into its keys.
+pub fn split_field(field: &str) -> Vec<String> {
+    field
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
 
 /// A registered changing handler.
 #[derive(Clone)]
 pub struct HandlerSpec {
     /// The handler id (progress key, status key).
     pub id: String,
-    /// The reason it runs for; None for field handlers (any reason where the field changed).
+    /// The reason it runs for; None for field handlers, resume handlers and sub-handlers.
     pub reason: Option<Reason>,
     /// Also run in the first cycle of objects found by the initial listing (resume).
     pub initial: bool,
     /// Resume also objects being deleted.
     pub deleted: bool,
-    /// The field it watches (field handlers; also tracked in the essence).
+    /// The field it is about (diff, old and new are relative to it; tracked in the essence).
     pub field: Option<Vec<String>>,
+    /// Runs only when the field's value changed (update and field handlers).
+    pub field_needs_change: bool,
+    /// The field's value (old or new) must pass this filter; without it, the field must be
+    /// present in the old or the new state.
+    pub value: Option<FieldFilter>,
+    /// The field's old value must pass this filter.
+    pub old: Option<FieldFilter>,
+    /// The field's new value must pass this filter.
+    pub new: Option<FieldFilter>,
     /// Whether the object needs the finalizer for this handler (non-optional delete handlers).
     pub requires_finalizer: bool,
     /// What to do with other errors.
@@ -292,6 +571,10 @@ impl HandlerSpec {
             initial: false,
             deleted: false,
             field: None,
+            field_needs_change: reason == Some(Reason::Update),
+            value: None,
+            old: None,
+            new: None,
             requires_finalizer: reason == Some(Reason::Delete),
             errors: ErrorsMode::Temporary,
             backoff: Duration::from_secs(60),
@@ -304,7 +587,60 @@ impl HandlerSpec {
         }
     }
 
-    /// Whether the object passes the handler's filters (labels, annotations, `when`).
+    /// A field handler (Kopf's `on.field`): runs for any reason where the field's value
+    /// changed, creation included; its id gets the field as a suffix (`<id>/<field>`).
+    pub fn field_handler(id: &str, field: &str, handler: Arc<dyn Handler>) -> Self {
+        let mut spec = HandlerSpec::from_arc(format!("{id}/{field}"), None, handler);
+        spec.field = Some(split_field(field));
+        spec.field_needs_change = true;
+        spec
+    }
+
+    /// A resume handler: joins the first cycle of objects found by the initial listing.
+    pub fn resume_handler(id: &str, handler: Arc<dyn Handler>) -> Self {
+        let mut spec = HandlerSpec::from_arc(id, None, handler);
+        spec.initial = true;
+        spec
+    }
+
+    /// Applies registration options. A `field` option on a handler without one restricts it
+    /// to that field and suffixes its id with `/<field>`, as Kopf does.
+    pub fn with_options(mut self, options: Options) -> Self {
+        if let Some(r) = options.retries {
+            self.retries = Some(r);
+        }
+        self.timeout = options.timeout.or(self.timeout);
+        if let Some(b) = options.backoff {
+            self.backoff = b;
+        }
+        if let Some(e) = options.errors {
+            self.errors = e;
+        }
+        if options.optional {
+            self.requires_finalizer = false;
+        }
+        if options.deleted {
+            self.deleted = true;
+        }
+        self.labels.extend(options.labels);
+        self.annotations.extend(options.annotations);
+        if options.when.is_some() {
+            self.when = options.when;
+        }
+        if let Some(field) = options.field
+            && self.field.is_none()
+        {
+            self.id = format!("{}/{field}", self.id);
+            self.field = Some(split_field(&field));
+        }
+        self.value = options.value.or(self.value);
+        self.old = options.old.or(self.old);
+        self.new = options.new.or(self.new);
+        self
+    }
+
+    /// Whether the object passes the handler's filters on the body (labels, annotations,
+    /// `when`): the "prematch" that also decides whether the finalizer is needed.
     pub fn matches(&self, body: &Value) -> bool {
         let get = |field: &str, key: &str| {
             body.pointer(&format!("/metadata/{field}"))
@@ -317,5 +653,25 @@ impl HandlerSpec {
                 .iter()
                 .all(|(k, f)| f.check(get("annotations", k)))
             && self.when.as_ref().is_none_or(|w| w(body))
+    }
+
+    /// Whether the handler's field filters pass for the old and new states (essences):
+    /// the value filter on either state, then (if the handler needs a change) a change of
+    /// the field, then the old/new filters. True for handlers without a field.
+    pub fn matches_field(&self, old: Option<&Value>, new: Option<&Value>) -> bool {
+        let Some(field) = &self.field else {
+            return true;
+        };
+        let old = kopf_diff::resolve(old, field);
+        let new = kopf_diff::resolve(new, field);
+        let value_ok = match &self.value {
+            None => old.is_some() || new.is_some(),
+            Some(FieldFilter::Absent) => old.is_none() || new.is_none(),
+            Some(f) => f.check(new) || f.check(old),
+        };
+        value_ok
+            && (!self.field_needs_change || old != new)
+            && self.old.as_ref().is_none_or(|f| f.check(old))
+            && self.new.as_ref().is_none_or(|f| f.check(new))
     }
 }

@@ -24,6 +24,8 @@ pub mod finalizers;
 pub mod handler;
 pub mod keys;
 pub mod layers;
+pub mod memo;
 pub mod plan;
 pub mod processing;
 pub mod progress;
+pub mod throttle;

@@ -78,6 +78,15 @@ impl PatchPlan {
         is_noop(&self.merge) && self.json_ops.is_empty()
     }
 
+    /// Whether applying the plan to `body` would change nothing.
+    pub fn is_noop_for(&self, body: &Value) -> bool {
+        is_noop(&self.effective(body))
+            && self
+                .json_ops
+                .iter()
+                .all(|o| o.get("op") == Some(&json!("test")))
+    }
+
     /// The merge patch minus what the body already has (so a cycle that changes nothing sends
     /// nothing).
     pub fn effective(&self, body: &Value) -> Value {

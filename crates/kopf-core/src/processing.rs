@@ -1,22 +1,48 @@
 //! One processing cycle of one object: detect the cause, keep the finalizer right, run every
-//! ready handler, and fold all outcomes into one [`PatchPlan`].
+//! ready handler (and the sub-handlers they register), and fold all outcomes into one
+//! [`PatchPlan`].
 //!
 //! Unlike Kopf's default (one handler per cycle, a PATCH per handler), all ready handlers run
 //! in the same cycle; a cycle in which they all finish writes no progress records, only the
 //! results, the new diff-base and (on deletion) the finalizer removal.
+//!
+//! ```
+//! # async fn demo() {
+//! use kopf_core::causes::{EventKind, Reason};
+//! use kopf_core::handler::{Cause, HandlerSpec};
+//! use kopf_core::memo::Memos;
+//! use kopf_core::processing::{Persistence, Processor};
+//! use serde_json::json;
+//!
+//! let create = HandlerSpec::new("create_fn", Some(Reason::Create), |_c: Cause| async {
+//!     Ok(Some(json!({"message": "hello world"})))
+//! });
+//! let processor = Processor::new(vec![create], Persistence::default());
+//! let body = json!({"metadata": {"name": "x", "resourceVersion": "1"}, "spec": {"a": 1}});
+//! let outcome = processor.process(EventKind::Added, &body, false, &Memos::default()).await;
+//! assert!(outcome.done);
+//! assert_eq!(outcome.plan.preview(&body)["status"]["create_fn"]["message"], "hello world");
+//! # }
+//! ```
 
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use kopf_diff::essence::{self, EssenceSettings};
 use kopf_diff::{Diff, diff, reduce, resolve};
 use serde_json::{Value, json};
+use tower::{Layer, Service, ServiceExt};
 
 use crate::causes::{ChangingCause, EventKind, Reason, detect};
 use crate::events::EventSpec;
 use crate::finalizers;
-use crate::handler::{Cause, EventsHandle, HandlerSpec, PatchHandle};
-use crate::layers::{self, Attempt, HandlerCall};
+use crate::handler::{BoxFuture, Cause, HandlerSpec};
+use crate::layers::{Attempt, FinalizerLayer, HandlerCall, Stack, retrying};
+use crate::memo::Memos;
 use crate::plan::PatchPlan;
 use crate::progress::{ProgressRecord, ProgressStorage, format_time, parse_time};
 
@@ -37,7 +63,7 @@ pub enum Lifecycle {
 pub struct Persistence {
     /// The diff-base annotation and essence rules.
     pub essence: EssenceSettings,
-    /// Progress annotations.
+    /// Progress records.
     pub progress: ProgressStorage,
     /// The finalizer name.
     pub finalizer: String,
@@ -69,10 +95,6 @@ impl Persistence {
         }
         p
     }
-
-    fn touch_key(&self) -> String {
-        format!("{}/touch-dummy", self.progress.keys.prefix)
-    }
 }
 
 /// How one handler ended in this cycle.
@@ -80,6 +102,8 @@ impl Persistence {
 pub enum HandlerOutcome {
     /// Returned successfully.
     Succeeded,
+    /// Returned, but some of its sub-handlers have not finished yet: called again later.
+    Waiting,
     /// Will be retried.
     Retrying {
         /// The error.
@@ -103,7 +127,7 @@ pub struct CycleOutcome {
     pub delay: Option<Duration>,
     /// All handlers of the cause finished (or none matched).
     pub done: bool,
-    /// Handlers that ran, with their outcomes.
+    /// Handlers (and sub-handlers) that ran, with their outcomes.
     pub ran: Vec<(String, HandlerOutcome)>,
     /// Why the stored diff-base was ignored, if it was unreadable.
     pub corrupt_diffbase: Option<String>,
@@ -111,6 +135,28 @@ pub struct CycleOutcome {
     pub finalizer: Option<FinalizerChange>,
     /// Events to post about the object: the handlers' own, and warnings about failures.
     pub events: Vec<EventSpec>,
+    /// Handlers of the cause that have succeeded and failed so far (this cycle and before).
+    pub counts: (usize, usize),
+    /// Kopf's note on records of another cause that this one supersedes (they are purged).
+    pub superseded: Option<String>,
+}
+
+impl CycleOutcome {
+    /// An outcome that changes nothing (yet).
+    pub fn new(reason: Reason) -> Self {
+        CycleOutcome {
+            reason,
+            plan: PatchPlan::new(),
+            delay: None,
+            done: false,
+            ran: Vec::new(),
+            corrupt_diffbase: None,
+            finalizer: None,
+            events: Vec::new(),
+            counts: (0, 0),
+            superseded: None,
+        }
+    }
 }
 
 /// A change of the operator's finalizer.
@@ -122,67 +168,117 @@ pub enum FinalizerChange {
     Removed,
 }
 
-fn selected<'a>(
-    handlers: &'a [HandlerSpec],
-    cause: &ChangingCause,
-    body: &Value,
-) -> Vec<&'a HandlerSpec> {
-    handlers
-        .iter()
-        .filter(|h| h.matches(body))
-        .filter(|h| match (&h.field, h.reason, cause.reason) {
-            // Resume handlers join the first cycle of listed objects.
-            (_, _, Reason::Resume) => h.initial,
-            (_, _, Reason::Delete) if h.initial && cause.initial => {
-                h.deleted || h.reason == Some(Reason::Delete)
-            }
-            (_, Some(r), reason) if r == reason => true,
-            (_, _, Reason::Update) if h.initial && cause.initial => true,
-            // Field handlers fire for creation and updates where the field value differs.
-            (Some(field), None, Reason::Create | Reason::Update) => {
-                !reduce(&diff(cause.old.as_ref(), Some(&cause.new)), field).is_empty()
-            }
-            _ => false,
-        })
-        .collect()
+/// One cycle of one object, as the cycle-level layers see it.
+#[derive(Debug, Clone)]
+pub struct CycleCall {
+    /// The object.
+    pub body: Value,
+    /// Its changing cause.
+    pub cause: ChangingCause,
+    /// The object's memo.
+    pub memo: Memos,
 }
 
-fn handler_cause(
-    h: &HandlerSpec,
-    cause: &ChangingCause,
-    body: &Value,
-    record: &ProgressRecord,
-) -> Cause {
-    let full: Diff = if cause.reason == Reason::Update || cause.reason == Reason::Create {
-        diff(cause.old.as_ref(), Some(&cause.new))
-    } else {
-        cause.diff.clone()
-    };
-    let (d, old, new) = match &h.field {
-        Some(field) => (
-            reduce(&full, field),
-            resolve(cause.old.as_ref(), field).cloned(),
-            resolve(Some(&cause.new), field).cloned(),
-        ),
-        None => (full, cause.old.clone(), Some(cause.new.clone())),
-    };
-    Cause {
-        reason: cause.reason,
-        body: body.clone(),
-        diff: d,
-        old,
-        new,
-        retry: record.retries.unwrap_or(0),
-        started: record
-            .started
-            .clone()
-            .unwrap_or_else(|| format_time(Timestamp::now())),
-        patch: PatchHandle::default(),
-        events: EventsHandle::default(),
+/// Runs the changing handlers of a resource on objects, one cycle at a time.
+#[derive(Clone)]
+pub struct Processor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    handlers: Vec<HandlerSpec>,
+    persistence: Persistence,
+    stack: Stack,
+}
+
+impl std::fmt::Debug for Processor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processor")
+            .field("handlers", &self.inner.handlers)
+            .field("stack", &self.inner.stack)
+            .finish()
     }
 }
 
-/// Runs one cycle for one object.
+impl Processor {
+    /// A processor for these handlers (their fields join the tracked essence).
+    pub fn new(handlers: Vec<HandlerSpec>, persistence: Persistence) -> Self {
+        Self::with_stack(handlers, persistence, Stack::default())
+    }
+
+    /// Like [`new`](Self::new) with a per-handler stack (user layers, success events).
+    pub fn with_stack(handlers: Vec<HandlerSpec>, persistence: Persistence, stack: Stack) -> Self {
+        let persistence = persistence.tracking(&handlers);
+        Processor {
+            inner: Arc::new(Inner {
+                handlers,
+                persistence,
+                stack,
+            }),
+        }
+    }
+
+    /// The persistence settings in use (with the handlers' fields tracked).
+    pub fn persistence(&self) -> &Persistence {
+        &self.inner.persistence
+    }
+
+    /// Whether some handler that matches the object needs the finalizer.
+    pub fn requires_finalizer(&self, body: &Value) -> bool {
+        self.inner
+            .handlers
+            .iter()
+            .any(|h| h.requires_finalizer && h.matches(body))
+    }
+
+    /// Runs one cycle for one object: `initial` is true for objects first seen in a listing
+    /// and not yet fully handled by this process (resume handlers join then).
+    pub async fn process(
+        &self,
+        event: EventKind,
+        body: &Value,
+        initial: bool,
+        memo: &Memos,
+    ) -> CycleOutcome {
+        let persistence = &self.inner.persistence;
+        let cause = detect(
+            event,
+            body,
+            &persistence.essence,
+            &persistence.finalizer,
+            initial,
+        );
+        if matches!(cause.reason, Reason::Gone | Reason::Free) {
+            let mut out = CycleOutcome::new(cause.reason);
+            out.done = true;
+            return out;
+        }
+        let corrupt = cause.corrupt_diffbase.clone();
+        let this = self.clone();
+        let requires = Arc::new(move |b: &Value| this.requires_finalizer(b));
+        let svc = FinalizerLayer::new(persistence.finalizer.clone(), requires)
+            .layer(HandlersCycle(self.inner.clone()));
+        let call = CycleCall {
+            body: body.clone(),
+            cause,
+            memo: memo.clone(),
+        };
+        let mut out = match svc.oneshot(call).await {
+            Ok(out) => out,
+            Err(never) => match never {},
+        };
+        out.corrupt_diffbase = corrupt;
+        // A real change also clears the touch.
+        if !out.plan.is_noop_for(body)
+            && let Some(clear) = persistence.progress.touch_clear(body)
+        {
+            out.plan.merge(&clear);
+        }
+        out
+    }
+}
+
+/// Runs one cycle for one object with a one-off processor (see [`Processor::process`]).
 pub async fn process(
     event: EventKind,
     body: &Value,
@@ -190,155 +286,153 @@ pub async fn process(
     handlers: &[HandlerSpec],
     persistence: &Persistence,
 ) -> CycleOutcome {
-    let persistence = persistence.tracking(handlers);
-    let cause = detect(
-        event,
-        body,
-        &persistence.essence,
-        &persistence.finalizer,
-        initial,
-    );
-    let mut out = CycleOutcome {
-        reason: cause.reason,
-        plan: PatchPlan::new(),
-        delay: None,
-        done: false,
-        ran: Vec::new(),
-        corrupt_diffbase: cause.corrupt_diffbase.clone(),
-        finalizer: None,
-        events: Vec::new(),
-    };
-    if matches!(cause.reason, Reason::Gone | Reason::Free) {
-        out.done = true;
-        return out;
+    Processor::new(handlers.to_vec(), persistence.clone())
+        .process(event, body, initial, &Memos::default())
+        .await
+}
+
+/// The innermost cycle service: selects and runs the handlers, and folds their outcomes.
+#[derive(Clone)]
+struct HandlersCycle(Arc<Inner>);
+
+impl Service<CycleCall> for HandlersCycle {
+    type Response = CycleOutcome;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<CycleOutcome, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
     }
-    let deleting = cause.reason == Reason::Delete;
-    // Filters are evaluated before any work: only handlers relevant to this object count.
-    let requires_finalizer = handlers
-        .iter()
-        .any(|h| h.requires_finalizer && h.matches(body));
-    let has_finalizer = finalizers::has(body, &persistence.finalizer);
-    // Unlike Kopf (a cycle of its own), the finalizer change travels with this cycle's
-    // other object changes in one JSON patch guarded by the resourceVersion test.
-    if !deleting && requires_finalizer && !has_finalizer {
-        out.plan
-            .json_ops(finalizers::add_ops(body, &persistence.finalizer));
+
+    fn call(&mut self, call: CycleCall) -> Self::Future {
+        let inner = self.0.clone();
+        Box::pin(async move { Ok(run_cycle(&inner, call).await) })
     }
-    if !deleting && !requires_finalizer && has_finalizer {
-        out.plan
-            .json_ops(finalizers::remove_ops(body, &persistence.finalizer));
+}
+
+/// The values a handler's cause is made of: the whole essence's, or a field's.
+#[derive(Debug, Clone)]
+struct Base {
+    diff: Diff,
+    old: Option<Value>,
+    new: Option<Value>,
+}
+
+impl Base {
+    fn of(cause: &ChangingCause) -> Self {
+        Base {
+            diff: diff(cause.old.as_ref(), Some(&cause.new)),
+            old: cause.old.clone(),
+            new: Some(cause.new.clone()),
+        }
     }
-    if cause.reason == Reason::Noop {
-        out.done = true;
-        return out;
+
+    fn for_handler(&self, h: &HandlerSpec) -> Base {
+        match &h.field {
+            Some(field) => Base {
+                diff: reduce(&self.diff, field),
+                old: resolve(self.old.as_ref(), field).cloned(),
+                new: resolve(self.new.as_ref(), field).cloned(),
+            },
+            None => self.clone(),
+        }
     }
-    let now = Timestamp::now();
-    let chosen = selected(handlers, &cause, body);
-    // With a one-per-cycle lifecycle, only the picked ready handler runs now.
-    let ready: Vec<(usize, u32)> = chosen
-        .iter()
-        .enumerate()
-        .filter_map(|(i, h)| {
-            let rec = persistence
-                .progress
-                .fetch(&h.id, body)
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            (!rec.is_finished() && rec.is_awake(now)).then_some((i, rec.retries.unwrap_or(0)))
+}
+
+/// Whether a top-level handler is for this cause (Kopf's reason and `initial` rules).
+fn for_reason(h: &HandlerSpec, cause: &ChangingCause) -> bool {
+    if h.initial && !cause.initial {
+        return false;
+    }
+    if h.initial && h.reason.is_none() && cause.reason == Reason::Delete && !h.deleted {
+        return false;
+    }
+    h.reason.is_none_or(|r| r == cause.reason)
+}
+
+/// The handlers of a level in Kopf's matching order (reason, labels, annotations, field
+/// value, field change, `when`), each id once.
+fn select(
+    handlers: impl IntoIterator<Item = HandlerSpec>,
+    body: &Value,
+    base: &Base,
+    reason_ok: impl Fn(&HandlerSpec) -> bool,
+) -> Vec<HandlerSpec> {
+    let mut seen = HashSet::new();
+    handlers
+        .into_iter()
+        .filter(|h| {
+            reason_ok(h) && h.matches(body) && h.matches_field(base.old.as_ref(), base.new.as_ref())
         })
-        .collect();
-    let picked: Option<usize> = match persistence.lifecycle {
-        Lifecycle::AllAtOnce => None,
-        Lifecycle::OneByOne => ready.first().map(|(i, _)| *i),
-        Lifecycle::Asap => ready.iter().min_by_key(|(_, r)| *r).map(|(i, _)| *i),
-    };
-    let mut all_done = true;
-    let mut ran_records: Vec<(String, ProgressRecord)> = Vec::new();
-    let mut delays: Vec<Duration> = Vec::new();
-    let mut current = body.clone();
-    for (index, h) in chosen.iter().enumerate() {
-        let stored = persistence.progress.fetch(&h.id, body).and_then(Result::ok);
-        let mut record = stored.clone().unwrap_or_default();
-        if record.is_finished() {
-            continue;
-        }
-        if !record.is_awake(now) {
-            all_done = false;
-            if let Some(d) = record.delayed.as_deref().and_then(parse_time) {
-                delays.push(Duration::from_secs_f64(
-                    (d.as_millisecond() - now.as_millisecond()).max(0) as f64 / 1000.0,
-                ));
-            }
-            continue;
-        }
-        if picked.is_some_and(|p| p != index) {
-            // Not this cycle's handler: it runs in the next cycle, at once.
-            all_done = false;
-            delays.push(Duration::ZERO);
-            continue;
-        }
-        record.started.get_or_insert_with(|| format_time(now));
-        record.purpose = Some(cause.reason.purpose().to_string());
-        // The handler runs through the layer stack: filter, progress, retry, timeout, invoke.
-        let call = HandlerCall {
-            spec: (*h).clone(),
-            cause: handler_cause(h, &cause, &current, &record),
-            record: record.clone(),
-            now,
-        };
-        let Attempt::Done {
-            outcome: called,
-            record: next,
-            retry_in,
-        } = layers::stack(call).await
-        else {
-            continue;
-        };
-        record = next;
-        out.events.extend(called.events);
-        let outcome = match (called.result, retry_in) {
-            (Ok(value), _) => {
-                if let Some(v) = value {
-                    out.plan.status_result(&h.id, v);
-                }
-                out.plan.merge(&called.patch);
-                HandlerOutcome::Succeeded
-            }
-            (Err(e), Some(d)) => {
-                all_done = false;
-                delays.push(d);
-                let message = e.to_string();
-                out.events.push(EventSpec::warning(
-                    "Logging",
-                    format!("Handler '{}' failed temporarily: {message}", h.id),
-                ));
-                HandlerOutcome::Retrying { message }
-            }
-            (Err(e), None) => {
-                let message = e.to_string();
-                out.events.push(EventSpec::warning(
-                    "Logging",
-                    format!("Handler '{}' failed permanently: {message}", h.id),
-                ));
-                HandlerOutcome::Failed { message }
-            }
-        };
-        // Records are written only if the cause stays unfinished (below); finished handlers'
-        // records matter then too, so that they are not run again.
-        ran_records.push((h.id.clone(), record));
-        out.ran.push((h.id.clone(), outcome));
-        current = out.plan.preview(body);
+        .filter(|h| seen.insert(h.id.clone()))
+        .collect()
+}
+
+/// What a level of handlers (top-level, or one parent's sub-handlers) came to.
+struct Level {
+    done: bool,
+    succeeded: usize,
+    failed: usize,
+    delays: Vec<Duration>,
+    /// Every handler id of the level, with all their descendants (for purging).
+    ids: Vec<String>,
+}
+
+impl Level {
+    fn delay(&self) -> Duration {
+        self.delays.iter().min().copied().unwrap_or(Duration::ZERO)
     }
-    if all_done {
-        for h in &chosen {
+}
+
+/// The state of one cycle while its handlers run.
+struct Exec<'a> {
+    inner: &'a Inner,
+    body: &'a Value,
+    reason: Reason,
+    now: Timestamp,
+    memo: Memos,
+    out: CycleOutcome,
+    /// Records of handlers that ran, and first records of those that did not run yet:
+    /// written only if the cause stays unfinished.
+    records: Vec<(String, ProgressRecord)>,
+    /// The body as it will be after what has been planned so far.
+    current: Value,
+}
+
+async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
+    let cause = call.cause;
+    let body = &call.body;
+    let persistence = &inner.persistence;
+    if cause.reason == Reason::Noop {
+        let mut out = CycleOutcome::new(cause.reason);
+        out.done = true;
+        return out;
+    }
+    let base = Base::of(&cause);
+    let top = select(inner.handlers.iter().cloned(), body, &base, |h| {
+        for_reason(h, &cause)
+    });
+    let mut exec = Exec {
+        inner,
+        body,
+        reason: cause.reason,
+        now: Timestamp::now(),
+        memo: call.memo,
+        out: CycleOutcome::new(cause.reason),
+        records: Vec::new(),
+        current: body.clone(),
+    };
+    exec.supersede();
+    let level = exec.run_level(top, &base).await;
+    let mut out = exec.out;
+    out.counts = (level.succeeded, level.failed);
+    if level.done {
+        for id in &level.ids {
             persistence
                 .progress
-                .purge(&h.id, body, out.plan.merge_patch_mut());
+                .purge(id, body, out.plan.merge_patch_mut());
         }
-        if deleting {
-            out.plan
-                .json_ops(finalizers::remove_ops(body, &persistence.finalizer));
-        } else {
+        if cause.reason != Reason::Delete {
             let stored = essence::stored(body, &persistence.essence).and_then(Result::ok);
             if stored.as_ref() != Some(&cause.new) {
                 let key = persistence.essence.annotation();
@@ -349,47 +443,260 @@ pub async fn process(
         }
         out.done = true;
     } else {
-        for (id, record) in &ran_records {
+        for (id, record) in &exec.records {
             persistence
                 .progress
                 .store(id, record, body, out.plan.merge_patch_mut());
         }
-        // Unfinished handlers whose records did not change still need a first record.
-        for h in &chosen {
-            if persistence.progress.fetch(&h.id, body).is_none()
-                && !out.ran.iter().any(|(id, _)| id == &h.id)
-            {
-                let rec = ProgressRecord {
-                    started: Some(format_time(now)),
-                    purpose: Some(cause.reason.purpose().into()),
-                    retries: Some(0),
-                    success: Some(false),
-                    failure: Some(false),
-                    ..Default::default()
-                };
-                persistence
-                    .progress
-                    .store(&h.id, &rec, body, out.plan.merge_patch_mut());
-            }
-        }
-        out.delay = delays.into_iter().min();
-    }
-    // A real change also clears the touch annotation.
-    let touch = persistence.touch_key();
-    if !out
-        .plan
-        .effective(body)
-        .as_object()
-        .is_none_or(serde_json::Map::is_empty)
-        && body
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(&touch))
-            .is_some()
-    {
-        out.plan
-            .merge(&json!({"metadata": {"annotations": {touch: null}}}));
+        out.delay = Some(level.delay());
     }
     out
+}
+
+impl Exec<'_> {
+    fn cause(&self, base: &Base, record: &ProgressRecord) -> Cause {
+        let mut cause = Cause::for_body(self.reason, self.current.clone());
+        cause.diff = base.diff.clone();
+        cause.old = base.old.clone();
+        cause.new = base.new.clone();
+        cause.retry = record.retries.unwrap_or(0);
+        cause.started = record
+            .started
+            .clone()
+            .unwrap_or_else(|| format_time(self.now));
+        cause.memo = self.memo.clone();
+        cause
+    }
+
+    /// Purges the records that other causes left (e.g. a creation still retrying when the
+    /// deletion comes), and says so as Kopf does.
+    fn supersede(&mut self) {
+        let progress = &self.inner.persistence.progress;
+        let purpose = self.reason.purpose();
+        let (mut succeeded, mut failed, mut left) = (0, 0, 0);
+        let mut titles = Vec::new();
+        for h in &self.inner.handlers {
+            let Some(Ok(record)) = progress.fetch(&h.id, self.body) else {
+                continue;
+            };
+            let Some(other) = record.purpose.as_deref().filter(|p| *p != purpose) else {
+                continue;
+            };
+            match (record.success, record.failure) {
+                (Some(true), _) => succeeded += 1,
+                (_, Some(true)) => failed += 1,
+                _ => left += 1,
+            }
+            if !titles.contains(&other.to_string()) {
+                titles.push(other.to_string());
+            }
+            let patch = self.out.plan.merge_patch_mut();
+            progress.purge(&h.id, self.body, patch);
+            for sub in record.subrefs.iter().flatten() {
+                progress.purge(sub, self.body, patch);
+            }
+        }
+        if let Some(first) = titles.first() {
+            let title = match first.as_str() {
+                "create" => "Creation",
+                "update" => "Updating",
+                "delete" => "Deletion",
+                "resume" => "Resuming",
+                other => other,
+            };
+            self.out.superseded = Some(format!(
+                "{title} is superseded by {}: {succeeded} succeeded; {failed} failed; {left} left to the moment.",
+                self.reason.title().to_lowercase()
+            ));
+        }
+    }
+
+    fn fresh_record(&self) -> ProgressRecord {
+        ProgressRecord {
+            started: Some(format_time(self.now)),
+            purpose: Some(self.reason.purpose().into()),
+            retries: Some(0),
+            success: Some(false),
+            failure: Some(false),
+            ..Default::default()
+        }
+    }
+
+    /// Runs the ready handlers of one level; sub-handlers recurse into their own level.
+    fn run_level<'s>(
+        &'s mut self,
+        handlers: Vec<HandlerSpec>,
+        base: &'s Base,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Level> + Send + 's>> {
+        Box::pin(self.run_level_inner(handlers, base))
+    }
+
+    async fn run_level_inner(&mut self, handlers: Vec<HandlerSpec>, base: &Base) -> Level {
+        let persistence = &self.inner.persistence;
+        let now = self.now;
+        // Records of another cause were purged as superseded: they start over.
+        let purpose = self.reason.purpose();
+        let stored: Vec<Option<ProgressRecord>> = handlers
+            .iter()
+            .map(|h| {
+                persistence
+                    .progress
+                    .fetch(&h.id, self.body)
+                    .and_then(Result::ok)
+                    .filter(|r| r.purpose.as_deref().is_none_or(|p| p == purpose))
+            })
+            .collect();
+        // With a one-per-cycle lifecycle, only the picked ready handler runs now.
+        let ready = stored.iter().enumerate().filter_map(|(i, r)| {
+            let r = r.clone().unwrap_or_default();
+            (!r.is_finished() && r.is_awake(now)).then_some((i, r.retries.unwrap_or(0)))
+        });
+        let picked: Option<usize> = match persistence.lifecycle {
+            Lifecycle::AllAtOnce => None,
+            Lifecycle::OneByOne => ready.map(|(i, _)| i).next(),
+            Lifecycle::Asap => ready.min_by_key(|(_, r)| *r).map(|(i, _)| i),
+        };
+        let mut level = Level {
+            done: true,
+            succeeded: 0,
+            failed: 0,
+            delays: Vec::new(),
+            ids: Vec::new(),
+        };
+        for (index, (h, stored)) in handlers.iter().zip(stored).enumerate() {
+            let mut record = stored.clone().unwrap_or_default();
+            level.ids.push(h.id.clone());
+            level.ids.extend(record.subrefs.clone().unwrap_or_default());
+            if record.is_finished() {
+                if record.success == Some(true) {
+                    level.succeeded += 1;
+                } else {
+                    level.failed += 1;
+                }
+                continue;
+            }
+            if !record.is_awake(now) {
+                level.done = false;
+                if let Some(d) = record.delayed.as_deref().and_then(parse_time) {
+                    level.delays.push(Duration::from_millis(
+                        (d.as_millisecond() - now.as_millisecond()).max(0) as u64,
+                    ));
+                }
+                continue;
+            }
+            if picked.is_some_and(|p| p != index) {
+                // Not this cycle's handler: it runs in the next cycle, at once.
+                level.done = false;
+                level.delays.push(Duration::ZERO);
+                if stored.is_none() {
+                    let fresh = self.fresh_record();
+                    self.records.push((h.id.clone(), fresh));
+                }
+                continue;
+            }
+            record.started.get_or_insert_with(|| format_time(now));
+            record.purpose = Some(self.reason.purpose().to_string());
+            let hbase = base.for_handler(h);
+            let call = HandlerCall {
+                spec: h.clone(),
+                cause: self.cause(&hbase, &record),
+                record: record.clone(),
+                now,
+            };
+            let Attempt::Done {
+                mut outcome,
+                record: next,
+                retry_in,
+            } = self.inner.stack.call(call).await
+            else {
+                continue;
+            };
+            record = next;
+            self.out.events.append(&mut outcome.events);
+            let result = match (outcome.result, retry_in) {
+                (Ok(value), _) => {
+                    self.out.plan.merge(&outcome.patch);
+                    self.current = self.out.plan.preview(self.body);
+                    let subs = std::mem::take(&mut outcome.subhandlers);
+                    let waiting = if subs.is_empty() {
+                        None
+                    } else {
+                        self.run_children(h, subs, &hbase, &mut record).await
+                    };
+                    match waiting {
+                        Some(d) => {
+                            // Like Kopf's HandlerChildrenRetry: called again when the
+                            // sub-handlers may run; its result is delivered only then.
+                            record = retrying(record, now, d, None);
+                            level.done = false;
+                            level.delays.push(d);
+                            HandlerOutcome::Waiting
+                        }
+                        None => {
+                            if let Some(v) = value {
+                                self.out.plan.status_result(&h.id, v);
+                            }
+                            level.succeeded += 1;
+                            HandlerOutcome::Succeeded
+                        }
+                    }
+                }
+                (Err(e), Some(d)) => {
+                    level.done = false;
+                    level.delays.push(d);
+                    HandlerOutcome::Retrying {
+                        message: e.to_string(),
+                    }
+                }
+                (Err(e), None) => {
+                    level.failed += 1;
+                    HandlerOutcome::Failed {
+                        message: e.to_string(),
+                    }
+                }
+            };
+            level.ids.extend(record.subrefs.clone().unwrap_or_default());
+            self.records.push((h.id.clone(), record));
+            self.out.ran.push((h.id.clone(), result));
+            self.current = self.out.plan.preview(self.body);
+        }
+        level.ids.sort();
+        level.ids.dedup();
+        level
+    }
+
+    /// Runs a parent's sub-handlers; records their ids in the parent's `subrefs`. Returns
+    /// the delay until the parent must be called again, or None when all have finished.
+    async fn run_children(
+        &mut self,
+        parent: &HandlerSpec,
+        subs: Vec<HandlerSpec>,
+        base: &Base,
+        record: &mut ProgressRecord,
+    ) -> Option<Duration> {
+        let children: Vec<HandlerSpec> = subs
+            .into_iter()
+            .map(|mut s| {
+                s.id = format!("{}/{}", parent.id, s.id);
+                s
+            })
+            .collect();
+        let children = select(children, &self.current, base, |_| true);
+        let level = self.run_level(children, base).await;
+        let mut refs = record.subrefs.take().unwrap_or_default();
+        refs.extend(level.ids.iter().cloned());
+        refs.sort();
+        refs.dedup();
+        record.subrefs = (!refs.is_empty()).then_some(refs);
+        if level.done {
+            if self.inner.stack.posts_success_events() {
+                self.out.events.push(EventSpec::success(&parent.id));
+            }
+            None
+        } else {
+            Some(level.delay())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -688,5 +995,288 @@ mod tests {
         let ran: Vec<&str> = second.ran.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ran, vec!["later"], "the succeeded handler is not run again");
         assert!(second.done);
+    }
+
+    fn annotations(patch: &Value) -> serde_json::Map<String, Value> {
+        patch["metadata"]["annotations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn record(patch: &Value, key: &str) -> ProgressRecord {
+        serde_json::from_str(
+            patch["metadata"]["annotations"][key]
+                .as_str()
+                .unwrap_or("{}"),
+        )
+        .unwrap_or_default()
+    }
+
+    fn parent_with_children() -> HandlerSpec {
+        HandlerSpec::new("create_fn", Some(Reason::Create), |c: Cause| async move {
+            c.subhandlers
+                .register("a", |_c: Cause| async { Ok::<_, HandlerError>(json!(1)) });
+            c.subhandlers.register("b", |c: Cause| async move {
+                if c.retry == 0 {
+                    Err(HandlerError::temporary("b not yet", Duration::ZERO))
+                } else {
+                    Ok(Some(json!(2)))
+                }
+            });
+            Ok(Some(json!("parent")))
+        })
+    }
+
+    #[tokio::test]
+    async fn subhandlers_keep_progress_until_all_finish() {
+        let handlers = [parent_with_children()];
+        let first = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &handlers,
+            &Persistence::default(),
+        )
+        .await;
+        let ran: Vec<(&str, &HandlerOutcome)> =
+            first.ran.iter().map(|(id, o)| (id.as_str(), o)).collect();
+        assert_eq!(ran[0], ("create_fn/a", &HandlerOutcome::Succeeded));
+        assert!(matches!(
+            ran[1],
+            ("create_fn/b", HandlerOutcome::Retrying { .. })
+        ));
+        assert_eq!(ran[2], ("create_fn", &HandlerOutcome::Waiting));
+        assert!(!first.done);
+        assert_eq!(first.delay, Some(Duration::ZERO));
+        let patch = first.plan.effective(&kex());
+        let parent = record(&patch, "kopf.zalando.org/create_fn");
+        assert_eq!(
+            parent.subrefs,
+            Some(vec!["create_fn/a".to_string(), "create_fn/b".to_string()])
+        );
+        assert_eq!((parent.success, parent.retries), (Some(false), Some(1)));
+        assert!(record(&patch, "kopf.zalando.org/create_fn.a").is_finished());
+        assert_eq!(
+            record(&patch, "kopf.zalando.org/create_fn.b").retries,
+            Some(1)
+        );
+        assert_eq!(patch["status"]["create_fn/a"], json!(1));
+        assert!(
+            patch["status"].get("create_fn").is_none(),
+            "the parent's result waits for its children"
+        );
+
+        // The next cycle: the parent runs again, the succeeded child does not.
+        let mut body = first.plan.preview(&kex());
+        body["metadata"]["resourceVersion"] = json!("6");
+        let second = process(
+            EventKind::Modified,
+            &body,
+            false,
+            &handlers,
+            &Persistence::default(),
+        )
+        .await;
+        let ran: Vec<&str> = second.ran.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ran, vec!["create_fn/b", "create_fn"]);
+        assert!(second.done);
+        let patch = second.plan.effective(&body);
+        assert_eq!(patch["status"]["create_fn"], json!("parent"));
+        assert_eq!(patch["status"]["create_fn/b"], json!(2));
+        let ann = annotations(&patch);
+        for key in ["create_fn", "create_fn.a", "create_fn.b"] {
+            assert_eq!(
+                ann[&format!("kopf.zalando.org/{key}")],
+                Value::Null,
+                "{key} purged"
+            );
+        }
+        assert!(ann["kopf.zalando.org/last-handled-configuration"].is_string());
+    }
+
+    #[tokio::test]
+    async fn subhandlers_that_finish_at_once_write_no_records() {
+        let parent = HandlerSpec::new("create_fn", Some(Reason::Create), |c: Cause| async move {
+            for item in ["x", "y"] {
+                c.subhandlers.register(item, move |_c: Cause| async move {
+                    Ok::<_, HandlerError>(item)
+                });
+            }
+            Ok(None)
+        });
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[parent],
+            &Persistence::default(),
+        )
+        .await;
+        assert!(out.done);
+        let patch = out.plan.effective(&kex());
+        let ann = annotations(&patch);
+        assert_eq!(
+            ann.keys().collect::<Vec<_>>(),
+            vec!["kopf.zalando.org/last-handled-configuration"]
+        );
+        assert_eq!(
+            patch["status"],
+            json!({"create_fn/x": "x", "create_fn/y": "y"})
+        );
+    }
+
+    #[tokio::test]
+    async fn field_filters_follow_kopfs_matching_order() {
+        use crate::handler::{FieldFilter, Options};
+        let body = {
+            let mut b = kex();
+            b["metadata"]["annotations"] = json!({"kopf.zalando.org/last-handled-configuration":
+                "{\"spec\":{\"field\":\"old\",\"other\":1},\"metadata\":{\"labels\":{\"a\":\"b\"}}}\n"});
+            b["spec"]["other"] = json!(1);
+            b
+        };
+        let ok = |id: &str, reason: Option<Reason>, options: Options| {
+            HandlerSpec::new(id, reason, |c: Cause| async move {
+                Ok(Some(json!({"old": c.old, "new": c.new})))
+            })
+            .with_options(options)
+        };
+        let handlers = vec![
+            ok(
+                "on_field_change",
+                Some(Reason::Update),
+                Options::new().field("spec.field"),
+            ),
+            ok(
+                "on_other",
+                Some(Reason::Update),
+                Options::new().field("spec.other"),
+            ),
+            ok(
+                "new_is_value",
+                Some(Reason::Update),
+                Options::new().field("spec.field").new_value("value"),
+            ),
+            ok(
+                "old_is_other",
+                Some(Reason::Update),
+                Options::new().field("spec.field").old("nope"),
+            ),
+            ok(
+                "value_pred",
+                Some(Reason::Update),
+                Options::new()
+                    .field("spec.field")
+                    .value(FieldFilter::Predicate(std::sync::Arc::new(
+                        |v: Option<&Value>| v == Some(&json!("old")),
+                    ))),
+            ),
+            ok(
+                "absent",
+                Some(Reason::Update),
+                Options::new().field("spec.missing"),
+            ),
+        ];
+        let out = process(
+            EventKind::Modified,
+            &body,
+            false,
+            &handlers,
+            &Persistence::default(),
+        )
+        .await;
+        let ran: Vec<&str> = out.ran.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(
+            ran,
+            vec![
+                "on_field_change/spec.field",
+                "new_is_value/spec.field",
+                "value_pred/spec.field"
+            ]
+        );
+        assert_eq!(
+            out.plan.preview(&body)["status"]["on_field_change/spec.field"],
+            json!({"old": "old", "new": "value"}),
+            "old and new are the field's"
+        );
+    }
+
+    #[tokio::test]
+    async fn one_id_runs_once_per_cause_and_the_finalizer_is_reported() {
+        let twice = HandlerSpec::new("same", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(1)))
+        });
+        let del = HandlerSpec::new("del", Some(Reason::Delete), |_c: Cause| async { Ok(None) });
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[twice.clone(), twice, del],
+            &Persistence::default(),
+        )
+        .await;
+        assert_eq!(out.ran.len(), 1);
+        assert_eq!(out.finalizer, Some(FinalizerChange::Added));
+    }
+
+    #[tokio::test]
+    async fn success_events_only_when_enabled() {
+        let quiet = Processor::new(vec![create_fn()], Persistence::default());
+        let out = quiet
+            .process(EventKind::Added, &kex(), false, &Memos::default())
+            .await;
+        assert!(out.events.is_empty());
+        let loud = Processor::with_stack(
+            vec![create_fn()],
+            Persistence::default(),
+            Stack::default().success_events(true),
+        );
+        let out = loud
+            .process(EventKind::Added, &kex(), false, &Memos::default())
+            .await;
+        assert_eq!(out.events, vec![EventSpec::success("create_fn")]);
+    }
+
+    #[tokio::test]
+    async fn a_deletion_supersedes_a_creation_in_progress() {
+        let flaky = HandlerSpec::new("create_fn", Some(Reason::Create), |_c: Cause| async {
+            Err(HandlerError::temporary("not yet", Duration::from_secs(60)))
+        });
+        let del = HandlerSpec::new("delete_fn", Some(Reason::Delete), |_c: Cause| async {
+            Ok(None)
+        });
+        let handlers = [flaky, del];
+        let first = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &handlers,
+            &Persistence::default(),
+        )
+        .await;
+        let mut deleting = first.plan.preview(&kex());
+        deleting["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let out = process(
+            EventKind::Modified,
+            &deleting,
+            false,
+            &handlers,
+            &Persistence::default(),
+        )
+        .await;
+        assert_eq!(
+            out.superseded.as_deref(),
+            Some(
+                "Creation is superseded by deletion: 0 succeeded; 0 failed; 1 left to the moment."
+            )
+        );
+        assert_eq!(out.counts, (1, 0));
+        let patch = out.plan.effective(&deleting);
+        assert_eq!(
+            patch["metadata"]["annotations"]["kopf.zalando.org/create_fn"],
+            Value::Null
+        );
     }
 }

@@ -1,5 +1,11 @@
-//! Per-handler progress records, stored in annotations `<prefix>/<handler-id>` as compact
-//! JSON with Kopf 1.x's fields, and the merge-patch operations that store and purge them.
+//! Per-handler progress records with Kopf 1.x's fields, and the merge-patch operations that
+//! store and purge them. Two places, as in Kopf:
+//!
+//! * annotations `<prefix>/<handler-id>` holding compact JSON (the default; like Kopf's
+//!   `SmartProgressStorage`, it also reads and purges records that older Kopf versions left
+//!   in `status.kopf.progress`, but never writes there);
+//! * the status: `status.<name>.progress.<handler-id>` holding the record as an object
+//!   (Kopf's `StatusProgressStorage`), chosen with [`ProgressStorage::status`].
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -83,11 +89,26 @@ pub fn parse_time(s: &str) -> Option<Timestamp> {
         .or_else(|| format!("{s}Z").parse::<Timestamp>().ok())
 }
 
-/// Reads, writes and purges progress records in annotations.
+/// Where progress records live.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ProgressLocation {
+    /// Annotations (Kopf's default); legacy `status.kopf.progress` is read and purged.
+    #[default]
+    Annotations,
+    /// `status.<name>.progress.<handler-id>`.
+    Status {
+        /// The name under `status` (Kopf: `kopf`).
+        name: String,
+    },
+}
+
+/// Reads, writes and purges progress records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProgressStorage {
-    /// How keys are formed.
+    /// How annotation keys are formed (and the prefix of the touch annotation).
     pub keys: StorageKeys,
+    /// Where the records are.
+    pub location: ProgressLocation,
 }
 
 fn annotations(body: &Value) -> Option<&Map<String, Value>> {
@@ -110,33 +131,122 @@ fn patch_annotations(patch: &mut Value) -> Option<&mut Map<String, Value>> {
     ann.as_object_mut()
 }
 
+/// The `status.<name>.progress` object of a body.
+fn status_progress<'a>(body: &'a Value, name: &str) -> Option<&'a Map<String, Value>> {
+    body.get("status")?.get(name)?.get("progress")?.as_object()
+}
+
+/// The `status.<name>.progress` object of a patch, created if missing.
+fn patch_status_progress<'a>(
+    patch: &'a mut Value,
+    name: &str,
+) -> Option<&'a mut Map<String, Value>> {
+    if !patch.is_object() {
+        *patch = json!({});
+    }
+    let mut cur = patch;
+    for key in ["status", name, "progress"] {
+        cur = cur.as_object_mut()?.entry(key).or_insert_with(|| json!({}));
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+    }
+    cur.as_object_mut()
+}
+
+/// Where Kopf versions before 1.44 kept progress (read and purged, never written).
+const LEGACY_STATUS: &str = "kopf";
+
 impl ProgressStorage {
-    /// The record of a handler, from the first of its keys present on the body.
-    pub fn fetch(&self, id: &str, body: &Value) -> Option<Result<ProgressRecord, ProgressError>> {
-        let ann = annotations(body)?;
-        self.keys
-            .make_keys(id, Some(body))
-            .into_iter()
-            .find_map(|key| {
-                let text = ann.get(&key)?.as_str()?;
-                Some(serde_json::from_str(text).map_err(|source| ProgressError { key, source }))
-            })
+    /// Records in `status.<name>.progress` (e.g. `"kopf"`), as Kopf's status storage.
+    pub fn status(name: &str) -> Self {
+        ProgressStorage {
+            keys: StorageKeys::default(),
+            location: ProgressLocation::Status { name: name.into() },
+        }
     }
 
-    /// Adds the record to a merge patch, under every key of the handler.
-    pub fn store(&self, id: &str, record: &ProgressRecord, body: &Value, patch: &mut Value) {
-        let encoded = record.encode();
-        let keys = self.keys.make_keys(id, Some(body));
-        if let Some(ann) = patch_annotations(patch) {
-            for key in keys {
-                ann.insert(key, Value::String(encoded.clone()));
+    /// The record of a handler, from the first of its places present on the body.
+    pub fn fetch(&self, id: &str, body: &Value) -> Option<Result<ProgressRecord, ProgressError>> {
+        let from_status = |name: &str| {
+            let value = status_progress(body, name)?.get(id)?;
+            Some(
+                serde_json::from_value(value.clone()).map_err(|source| ProgressError {
+                    key: format!("status.{name}.progress.{id}"),
+                    source,
+                }),
+            )
+        };
+        match &self.location {
+            ProgressLocation::Status { name } => from_status(name),
+            ProgressLocation::Annotations => {
+                let in_annotations = annotations(body).and_then(|ann| {
+                    self.keys
+                        .make_keys(id, Some(body))
+                        .into_iter()
+                        .find_map(|key| {
+                            let text = ann.get(&key)?.as_str()?;
+                            Some(
+                                serde_json::from_str(text)
+                                    .map_err(|source| ProgressError { key, source }),
+                            )
+                        })
+                });
+                in_annotations.or_else(|| from_status(LEGACY_STATUS))
             }
         }
     }
 
-    /// Purges a handler's record: `null` for keys present on the body; keys only pending in
-    /// the patch are dropped from it.
+    /// Adds the record to a merge patch, in every place of the handler.
+    pub fn store(&self, id: &str, record: &ProgressRecord, body: &Value, patch: &mut Value) {
+        match &self.location {
+            ProgressLocation::Status { name } => {
+                let value = serde_json::to_value(record).unwrap_or_else(|_| json!({}));
+                if let Some(progress) = patch_status_progress(patch, name) {
+                    progress.insert(id.to_string(), value);
+                }
+            }
+            ProgressLocation::Annotations => {
+                let encoded = record.encode();
+                let keys = self.keys.make_keys(id, Some(body));
+                if let Some(ann) = patch_annotations(patch) {
+                    for key in keys {
+                        ann.insert(key, Value::String(encoded.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Purges a handler's record: `null` where it is on the body; where it is only pending
+    /// in the patch, it is dropped from the patch.
     pub fn purge(&self, id: &str, body: &Value, patch: &mut Value) {
+        let status_name = match &self.location {
+            ProgressLocation::Status { name } => Some(name.as_str()),
+            ProgressLocation::Annotations => Some(LEGACY_STATUS),
+        };
+        if let Some(name) = status_name {
+            let on_body = status_progress(body, name).is_some_and(|p| p.contains_key(id));
+            let pending = patch
+                .pointer(&format!(
+                    "/status/{}/progress",
+                    name.replace('~', "~0").replace('/', "~1")
+                ))
+                .is_some_and(|p| p.get(id).is_some());
+            if (on_body || pending)
+                && let Some(progress) = patch_status_progress(patch, name)
+            {
+                if on_body {
+                    progress.insert(id.to_string(), Value::Null);
+                } else {
+                    progress.remove(id);
+                }
+            }
+            prune_empty_status(patch, name);
+        }
+        if matches!(self.location, ProgressLocation::Status { .. }) {
+            return;
+        }
         let keys = self.keys.make_keys(id, Some(body));
         let present: Vec<bool> = keys
             .iter()
@@ -152,6 +262,60 @@ impl ProgressStorage {
             }
         }
         prune_empty(patch);
+    }
+}
+
+impl ProgressStorage {
+    /// The merge patch that touches an object to provoke a new watch event (Kopf's
+    /// `touch-dummy` annotation, or `status.<name>.dummy` with the status storage).
+    pub fn touch_patch(&self, now: jiff::Timestamp) -> Value {
+        let stamp = format_time(now);
+        match &self.location {
+            ProgressLocation::Annotations => {
+                json!({"metadata": {"annotations": {self.touch_key(): stamp}}})
+            }
+            ProgressLocation::Status { name } => json!({"status": {name: {"dummy": stamp}}}),
+        }
+    }
+
+    /// The merge patch that clears a touch found on the body (None when there is none).
+    pub fn touch_clear(&self, body: &Value) -> Option<Value> {
+        match &self.location {
+            ProgressLocation::Annotations => annotations(body)
+                .is_some_and(|a| a.contains_key(&self.touch_key()))
+                .then(|| json!({"metadata": {"annotations": {self.touch_key(): null}}})),
+            ProgressLocation::Status { name } => body
+                .get("status")
+                .and_then(|s| s.get(name))
+                .and_then(|s| s.get("dummy"))
+                .map(|_| json!({"status": {name: {"dummy": null}}})),
+        }
+    }
+
+    fn touch_key(&self) -> String {
+        format!("{}/touch-dummy", self.keys.prefix)
+    }
+}
+
+/// Removes an empty `status.<name>.progress` (and then empty parents) from a patch.
+fn prune_empty_status(patch: &mut Value, name: &str) {
+    let empty = |v: Option<&Value>| v.and_then(Value::as_object).is_some_and(Map::is_empty);
+    if let Some(named) = patch.get_mut("status").and_then(|s| s.get_mut(name))
+        && empty(named.get("progress"))
+        && let Some(m) = named.as_object_mut()
+    {
+        m.remove("progress");
+    }
+    if let Some(status) = patch.get_mut("status")
+        && empty(status.get(name))
+        && let Some(m) = status.as_object_mut()
+    {
+        m.remove(name);
+    }
+    if empty(patch.get("status"))
+        && let Some(m) = patch.as_object_mut()
+    {
+        m.remove("status");
     }
 }
 
@@ -236,11 +400,70 @@ mod tests {
         // A key only pending in the patch is dropped, not nulled.
         storage.purge("create_fn", &json!({}), &mut patch);
         assert_eq!(patch, json!({}));
+        // Records left in the status by Kopf < 1.44 are read, and purged with the others.
+        let legacy = json!({"status": {"kopf": {"progress": {"create_fn": {"retries": 2}}}}});
+        assert_eq!(
+            storage
+                .fetch("create_fn", &legacy)
+                .and_then(Result::ok)
+                .and_then(|r| r.retries),
+            Some(2)
+        );
+        let mut purge = json!({});
+        storage.purge("create_fn", &legacy, &mut purge);
+        assert_eq!(
+            purge,
+            json!({"status": {"kopf": {"progress": {"create_fn": null}}}})
+        );
         let broken = json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": "{"}}});
         assert!(
             storage
                 .fetch("create_fn", &broken)
                 .is_some_and(|r| r.is_err())
         );
+    }
+
+    #[test]
+    fn status_storage() {
+        let storage = ProgressStorage::status("kopf");
+        let rec = ProgressRecord {
+            retries: Some(1),
+            message: Some("later".into()),
+            ..Default::default()
+        };
+        let mut patch = json!({});
+        storage.store("create_fn/sub", &rec, &json!({}), &mut patch);
+        assert_eq!(
+            patch,
+            json!({"status": {"kopf": {"progress": {"create_fn/sub": {"retries": 1, "message": "later"}}}}})
+        );
+        let body = patch.clone();
+        assert_eq!(
+            storage.fetch("create_fn/sub", &body).and_then(Result::ok),
+            Some(rec)
+        );
+        let mut purge = json!({});
+        storage.purge("create_fn/sub", &body, &mut purge);
+        assert_eq!(
+            purge,
+            json!({"status": {"kopf": {"progress": {"create_fn/sub": null}}}})
+        );
+        // Only pending: dropped from the patch, which becomes empty.
+        storage.purge("create_fn/sub", &json!({}), &mut patch);
+        assert_eq!(patch, json!({}));
+        let touched = storage.touch_patch(jiff::Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            touched["status"]["kopf"]["dummy"],
+            "1970-01-01T00:00:00.000000+00:00"
+        );
+        assert_eq!(
+            storage.touch_clear(&touched),
+            Some(json!({"status": {"kopf": {"dummy": null}}}))
+        );
+        let annotations = ProgressStorage::default();
+        let touched = annotations.touch_patch(jiff::Timestamp::UNIX_EPOCH);
+        assert!(touched["metadata"]["annotations"]["kopf.zalando.org/touch-dummy"].is_string());
+        assert!(annotations.touch_clear(&touched).is_some());
+        assert_eq!(annotations.touch_clear(&json!({})), None);
     }
 }

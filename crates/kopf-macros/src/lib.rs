@@ -2,20 +2,116 @@
 //! Attribute macros of kopf-rs. Use them as `#[kopf::on::create("kopfexamples")]` (the
 //! `kopf` crate re-exports them); each registers the function for `kopf::run()`.
 //!
-//! Arguments: the resource first (a string literal), then optional `id = "..."` (default:
-//! the function name) and, for `field`, the mandatory `field = "spec.x"`.
+//! The resource comes first (a string literal); then Kopf's options, all optional:
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `id = "name"` | the handler id (default: the function's name) |
+//! | `field = "spec.x"` | the field (mandatory for `field`; restricts the others) |
+//! | `labels("key" = "value", "other" = present, "skip" = absent, "x" = some_fn)` | label filters |
+//! | `annotations(...)` | annotation filters, same forms |
+//! | `when = some_fn` | `fn(&serde_json::Value) -> bool` on the whole object |
+//! | `value = "x"` / `old = present` / `new = absent` / `= some_fn` | field value filters |
+//! | `retries = 3`, `timeout = 60`, `backoff = 1.5` | attempts; seconds |
+//! | `errors = "temporary" \| "permanent" \| "ignored"` | arbitrary errors mode |
+//! | `optional` | delete handlers: no finalizer |
+//! | `deleted` | resume handlers: also objects being deleted |
+//!
+//! Handlers are `async fn`s or plain `fn`s (these run on blocking threads).
 
 use proc_macro::TokenStream;
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::quote;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, ItemFn, Lit, LitStr, MetaNameValue, Token};
+use syn::{Expr, ExprLit, Ident, ItemFn, Lit, LitStr, Token};
 
+const OPTIONS: &str = "`id`, `field`, `labels(...)`, `annotations(...)`, `when`, `value`, `old`, `new`, `retries`, `timeout`, `backoff`, `errors`, `optional`, `deleted`";
+
+/// One `"key" = value` of `labels(...)` / `annotations(...)`.
+struct MetaEntry {
+    key: LitStr,
+    value: Expr,
+}
+
+impl Parse for MetaEntry {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let key: LitStr = input.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "label and annotation keys are string literals: labels(\"app\" = \"web\")",
+            )
+        })?;
+        input.parse::<Token![=]>()?;
+        let value: Expr = input.parse()?;
+        Ok(MetaEntry { key, value })
+    }
+}
+
+#[derive(Default)]
 struct Args {
-    resource: LitStr,
+    resource: Option<LitStr>,
     id: Option<LitStr>,
     field: Option<LitStr>,
+    options: Vec<TokenStream2>,
+}
+
+fn seconds(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(i), ..
+        }) => {
+            let n: u64 = i.base10_parse()?;
+            Ok(quote!(::std::time::Duration::from_secs(#n)))
+        }
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(f), ..
+        }) => {
+            let n: f64 = f.base10_parse()?;
+            Ok(quote!(::std::time::Duration::from_secs_f64(#n)))
+        }
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{key}` takes a number of seconds, e.g. `{key} = 60` or `{key} = 1.5`"),
+        )),
+    }
+}
+
+fn string(key: &Ident, value: &Expr) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s.clone()),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{key}` takes a string literal"),
+        )),
+    }
+}
+
+/// `present`, `absent`, a literal, or any expression (a predicate function).
+fn filter(value: &Expr, meta: bool) -> TokenStream2 {
+    let ty = if meta {
+        quote!(::kopf::MetaFilter)
+    } else {
+        quote!(::kopf::FieldFilter)
+    };
+    if let Expr::Path(p) = value
+        && let Some(ident) = p.path.get_ident()
+    {
+        match ident.to_string().as_str() {
+            "present" | "PRESENT" => return quote!(#ty::Present),
+            "absent" | "ABSENT" => return quote!(#ty::Absent),
+            _ => {}
+        }
+    }
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) if meta => quote!(#ty::Value(::std::string::String::from(#s))),
+        Expr::Lit(_) if !meta => quote!(#ty::Value(::kopf::serde_json::json!(#value))),
+        _ => quote!(#ty::Predicate(::std::sync::Arc::new(#value))),
+    }
 }
 
 impl Parse for Args {
@@ -38,44 +134,132 @@ impl Parse for Args {
                 "the resource must not be empty",
             ));
         }
-        let mut id = None;
-        let mut field = None;
-        if input.parse::<Option<Token![,]>>()?.is_some() {
-            let rest: Punctuated<MetaNameValue, Token![,]> = Punctuated::parse_terminated(input)?;
-            for nv in rest {
-                let key = nv
-                    .path
-                    .get_ident()
-                    .map(|i| i.to_string())
-                    .unwrap_or_default();
-                let value = match &nv.value {
-                    Expr::Lit(ExprLit {
-                        lit: Lit::Str(s), ..
-                    }) => s.clone(),
-                    other => {
+        let mut args = Args {
+            resource: Some(resource),
+            ..Default::default()
+        };
+        while !input.is_empty() {
+            input.parse::<Token![,]>()?;
+            if input.is_empty() {
+                break;
+            }
+            let key: Ident = input.parse()?;
+            let name = key.to_string();
+            if input.peek(syn::token::Paren) {
+                let content;
+                syn::parenthesized!(content in input);
+                let entries: Punctuated<MetaEntry, Token![,]> =
+                    Punctuated::parse_terminated(&content)?;
+                let method = match name.as_str() {
+                    "labels" => quote!(label),
+                    "annotations" => quote!(annotation),
+                    _ => {
                         return Err(syn::Error::new_spanned(
-                            other,
-                            format!("`{key}` takes a string literal"),
+                            &key,
+                            format!(
+                                "unknown option `{name}(...)`: expected `labels(...)` or `annotations(...)`"
+                            ),
                         ));
                     }
                 };
-                match key.as_str() {
-                    "id" => id = Some(value),
-                    "field" => field = Some(value),
+                for e in entries {
+                    let k = e.key;
+                    let f = filter(&e.value, true);
+                    args.options.push(quote!(.#method(#k, #f)));
+                }
+                continue;
+            }
+            if !input.peek(Token![=]) {
+                match name.as_str() {
+                    "optional" => args.options.push(quote!(.optional())),
+                    "deleted" => args.options.push(quote!(.deleted())),
                     _ => {
                         return Err(syn::Error::new_spanned(
-                            &nv.path,
-                            format!("unknown option `{key}`: expected `id` or `field`"),
+                            &key,
+                            format!(
+                                "`{name}` needs a value (`{name} = ...`); options are {OPTIONS}"
+                            ),
                         ));
                     }
                 }
+                continue;
+            }
+            input.parse::<Token![=]>()?;
+            let value: Expr = input.parse()?;
+            match name.as_str() {
+                "id" => args.id = Some(string(&key, &value)?),
+                "field" => args.field = Some(string(&key, &value)?),
+                "retries" => match &value {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Int(i), ..
+                    }) => {
+                        let n: u32 = i.base10_parse()?;
+                        args.options.push(quote!(.retries(#n)));
+                    }
+                    other => {
+                        return Err(syn::Error::new_spanned(
+                            other,
+                            "`retries` takes an integer, e.g. `retries = 3`",
+                        ));
+                    }
+                },
+                "timeout" | "backoff" => {
+                    let d = seconds(&key, &value)?;
+                    args.options.push(quote!(.#key(#d)));
+                }
+                "errors" => {
+                    let mode = string(&key, &value)?;
+                    let variant = match mode.value().as_str() {
+                        "temporary" => quote!(Temporary),
+                        "permanent" => quote!(Permanent),
+                        "ignored" => quote!(Ignored),
+                        _ => {
+                            return Err(syn::Error::new_spanned(
+                                &mode,
+                                "`errors` is \"temporary\", \"permanent\" or \"ignored\"",
+                            ));
+                        }
+                    };
+                    args.options
+                        .push(quote!(.errors(::kopf::ErrorsMode::#variant)));
+                }
+                "when" => args.options.push(quote!(.when(#value))),
+                "value" => {
+                    let f = filter(&value, false);
+                    args.options.push(quote!(.value(#f)));
+                }
+                "old" => {
+                    let f = filter(&value, false);
+                    args.options.push(quote!(.old(#f)));
+                }
+                "new" => {
+                    let f = filter(&value, false);
+                    args.options.push(quote!(.new_value(#f)));
+                }
+                "optional" | "deleted" => match &value {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Bool(b), ..
+                    }) => {
+                        if b.value {
+                            args.options.push(quote!(.#key()));
+                        }
+                    }
+                    other => {
+                        return Err(syn::Error::new_spanned(
+                            other,
+                            format!("`{name}` takes `true` or `false` (or write just `{name}`)"),
+                        ));
+                    }
+                },
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &key,
+                        format!("unknown option `{name}`: expected one of {OPTIONS}"),
+                    ));
+                }
             }
         }
-        Ok(Args {
-            resource,
-            id,
-            field,
-        })
+        Ok(args)
     }
 }
 
@@ -92,26 +276,15 @@ fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
                 .into();
         }
     };
-    if func.sig.asyncness.is_none() {
-        return syn::Error::new_spanned(
-            func.sig.fn_token,
-            "kopf handlers must be `async fn` (blocking work can go to tokio::task::spawn_blocking inside)",
-        )
-        .to_compile_error()
-        .into();
-    }
+    let Some(resource) = args.resource else {
+        return syn::Error::new(Span::call_site(), "the resource is missing")
+            .to_compile_error()
+            .into();
+    };
     if reason == "field" && args.field.is_none() {
         return syn::Error::new(
-            args.resource.span(),
+            resource.span(),
             "#[kopf::on::field] needs `field = \"spec.x\"`",
-        )
-        .to_compile_error()
-        .into();
-    }
-    if reason != "field" && args.field.is_some() {
-        return syn::Error::new(
-            args.resource.span(),
-            "`field` is only for #[kopf::on::field]",
         )
         .to_compile_error()
         .into();
@@ -121,11 +294,11 @@ fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
         .id
         .map(|i| i.value())
         .unwrap_or_else(|| name.to_string());
-    let resource = args.resource.value();
     let field = match &args.field {
         Some(f) => quote!(::core::option::Option::Some(#f)),
         None => quote!(::core::option::Option::None),
     };
+    let options = &args.options;
     let mut variant = reason.to_string();
     if let Some(first) = variant.get_mut(0..1) {
         first.make_ascii_uppercase();
@@ -141,6 +314,7 @@ fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
                 kind: ::kopf::registry::Kind::#reason_ident,
                 field: #field,
                 make: || ::kopf::IntoHandler::into_handler(#name),
+                options: || ::kopf::Options::new() #(#options)*,
             }
         }
     }

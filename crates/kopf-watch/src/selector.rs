@@ -111,8 +111,9 @@ impl Selector {
         Selector::Predicate(Arc::new(f))
     }
 
-    /// Whether this selector names one specific resource (ambiguity is an error then).
-    fn is_specific(&self) -> bool {
+    /// Whether this selector names one specific resource (ambiguity is an error then), as
+    /// opposed to `everything` and predicates, which match whatever is served.
+    pub fn is_specific(&self) -> bool {
         !matches!(self, Selector::Everything | Selector::Predicate(_))
     }
 

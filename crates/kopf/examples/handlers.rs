@@ -7,7 +7,7 @@
 //! ```
 
 use clap::Parser;
-use kopf::{DiffArg, HandlerError, Name, New, Old, Operator, Reason, Spec};
+use kopf::{Diff, HandlerError, Name, New, Old, Operator, Reason, Spec};
 use serde_json::{Value, json};
 
 async fn create_fn(Name(name): Name, Spec(spec): Spec) -> Result<Value, HandlerError> {
@@ -15,7 +15,7 @@ async fn create_fn(Name(name): Name, Spec(spec): Spec) -> Result<Value, HandlerE
     Ok(json!({"message": "created"}))
 }
 
-async fn update_fn(DiffArg(diff): DiffArg) -> Result<Value, HandlerError> {
+async fn update_fn(Diff(diff): Diff) -> Result<Value, HandlerError> {
     tracing::info!("updating: {}", diff.to_kopf_json());
     Ok(json!({"message": "updated"}))
 }

@@ -46,13 +46,13 @@ pub struct RunArgs {
     #[arg(short = 'A', long, conflicts_with = "namespaces")]
     pub all_namespaces: bool,
     /// Run without peering (peering is not implemented yet: always standalone).
-    #[arg(long)]
+    #[arg(long, env = "KOPF_RUN_STANDALONE")]
     pub standalone: bool,
     /// More logs (debug level for kopf-rs).
     #[arg(long, short = 'v')]
     pub verbose: bool,
     /// Even more logs (debug level for everything).
-    #[arg(long)]
+    #[arg(long, short = 'd')]
     pub debug: bool,
     /// Fewer logs (warnings and errors only).
     #[arg(long, short = 'q', conflicts_with_all = ["verbose", "debug"])]
@@ -60,6 +60,16 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value = "full", env = "KOPF_RUN_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// Prefix text log lines about an object with `[namespace/name]` (default: on for
+    /// plain/full, off for json).
+    #[arg(long, overrides_with = "no_log_prefix")]
+    pub log_prefix: bool,
+    /// No `[namespace/name]` prefix.
+    #[arg(long, overrides_with = "log_prefix")]
+    pub no_log_prefix: bool,
+    /// The key of the object reference in JSON log lines.
+    #[arg(long, default_value = "object", value_name = "KEY")]
+    pub log_refkey: String,
     /// Run against an embedded in-memory Kubernetes API server instead of a cluster.
     #[arg(long)]
     pub fake: bool,
@@ -72,6 +82,15 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Whether text log lines get the `[namespace/name]` prefix.
+    pub fn log_prefix(&self) -> bool {
+        if self.no_log_prefix {
+            false
+        } else {
+            self.log_prefix || self.log_format != LogFormat::Json
+        }
+    }
+
     /// With `--fake` and no `--apply`: apply these manifests (examples use their CRD and
     /// sample object).
     pub fn with_default_manifests(mut self, files: &[PathBuf]) -> Self {
@@ -86,35 +105,6 @@ impl RunArgs {
 pub fn example_manifests() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     vec![dir.join("crd.yaml"), dir.join("obj.yaml")]
-}
-
-/// Installs the log subscriber for the chosen verbosity and format.
-pub fn init_logging(args: &RunArgs) {
-    use tracing_subscriber::EnvFilter;
-    let default = if args.debug {
-        "debug"
-    } else if args.verbose {
-        "info,kopf=debug,kopf_core=debug,kopf_watch=debug"
-    } else if args.quiet {
-        "warn"
-    } else {
-        "info"
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi);
-    // A second initialisation (e.g. in tests) keeps the first subscriber.
-    let _ = match args.log_format {
-        LogFormat::Plain => builder
-            .without_time()
-            .with_target(false)
-            .with_level(false)
-            .try_init(),
-        LogFormat::Full => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }
 
 #[cfg(test)]
@@ -156,6 +146,16 @@ mod tests {
             "-A conflicts with -n"
         );
         assert!(parse(&["run", "--quiet", "--verbose"]).is_err());
+        assert!(parse(&["run"]).expect("parses").log_prefix());
+        assert!(
+            !parse(&["run", "--no-log-prefix"])
+                .expect("parses")
+                .log_prefix()
+        );
+        let j =
+            parse(&["run", "--log-format", "json", "--log-refkey", "k8s", "-d"]).expect("parses");
+        assert!(!j.log_prefix() && j.debug);
+        assert_eq!(j.log_refkey, "k8s");
         assert!(parse(&["run", "--log-format", "xml"]).is_err());
     }
 }

@@ -7,9 +7,11 @@
 //! `status.<handler-id>` and progress in annotations — with at most one PATCH per endpoint
 //! per processing cycle.
 //!
-//! Handler arguments are extractors (the axum pattern): `Spec<T>`, `Name`, `Namespace`,
-//! `Labels`, `Body`, `Meta`, `Status<T>`, `Old<T>`, `New<T>`, `Diff`, `Reason`, `Retry`,
-//! `Started`, `Runtime`, `PatchHandle`, `EventsHandle`, or the whole `Cause`.
+//! Handler arguments are extractors (the axum pattern): `Spec<T>`, `Status<T>`, `Body`,
+//! `Meta`, `Name`, `Namespace`, `Uid`, `Labels`, `Annotations`, `Diff`, `Old<T>`, `New<T>`,
+//! `Reason`, `Retry`, `Started`, `Runtime`, `Patch`, `Events`, `Logger`, `Memo<T>`,
+//! `SubHandlers`, or the whole `Cause`. Handlers are `async fn`s, or plain `fn`s that run on
+//! blocking threads.
 //!
 //! ```no_run
 //! use kopf::{HandlerError, Name, Operator, Spec};
@@ -29,10 +31,25 @@
 //! }
 //! ```
 //!
-//! This is the first slice of the engine: create, update, delete, resume and field handlers,
-//! temporary/permanent errors with retries, finalizers and progress in Kopf's format. Timers,
-//! daemons, indexes, filters, sub-handlers, extractors, macros and the `kopf run` command line
-//! come next.
+//! Options (filters, retries, timeouts...) go with `on_with`:
+//!
+//! ```no_run
+//! use kopf::{HandlerError, Operator, Options, Reason};
+//! use std::time::Duration;
+//!
+//! async fn gold_fn() -> Result<(), HandlerError> { Ok(()) }
+//!
+//! let operator = Operator::new().on_with(
+//!     Reason::Create,
+//!     "kopfexamples",
+//!     "gold_fn",
+//!     gold_fn,
+//!     Options::new().label("tier", "gold").retries(3).timeout(Duration::from_secs(60)),
+//! );
+//! # let _ = operator;
+//! ```
+//!
+//! Timers, daemons, indexes, peering and webhooks are not there yet.
 
 pub mod cli;
 pub mod registry;
@@ -42,9 +59,12 @@ extern crate self as kopf;
 
 #[doc(hidden)]
 pub use inventory;
+#[doc(hidden)]
+pub use serde_json;
 
 /// Attribute macros that register handlers for [`run`]: `#[kopf::on::create("kopfexamples")]`,
-/// `update`, `delete`, `resume`, and `field(..., field = "spec.x")`.
+/// `update`, `delete`, `resume`, and `field(..., field = "spec.x")`, with options such as
+/// `retries = 3`, `timeout = 60`, `labels(tier = "gold")` (see `kopf-macros`).
 pub mod on {
     pub use kopf_macros::{create, delete, field, resume, update};
 }
@@ -55,24 +75,37 @@ pub async fn run() -> Result<(), Error> {
     Operator::from_registry().main().await
 }
 
+pub mod logging;
+
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 
 pub use kopf_core::causes::Reason;
 pub use kopf_core::extract::{
-    Annotations, Body, Diff as DiffArg, FromCause, IntoHandler, IntoHandlerResult, Labels, Meta,
-    Name, Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started, Status,
-    TemporaryError, Uid,
+    Annotations, Body, Diff, FromCause, IntoHandler, IntoHandlerResult, Labels, Logger, Meta, Name,
+    Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started, Status, TemporaryError,
+    Uid,
 };
 pub use kopf_core::handler::{
-    Cause, ErrorsMode, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter, WhenFilter,
+    Cause, ErrorsMode, FieldFilter, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter,
+    Options, SubHandlers, WhenFilter,
 };
-pub use kopf_core::handler::{EventsHandle, PatchHandle};
+pub use kopf_core::handler::{
+    EventsHandle, EventsHandle as Events, PatchHandle, PatchHandle as Patch,
+};
+pub use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
+pub use kopf_core::memo::Memo;
 pub use kopf_core::processing::{Lifecycle, Persistence};
-pub use kopf_diff::{Diff, DiffItem, Op};
+pub use kopf_core::progress::ProgressStorage;
 pub use kopf_watch::{Discovered, Selector};
+
+/// Kopf's diffs: items of `add`/`change`/`remove` with a path, old and new values.
+pub mod diff {
+    pub use kopf_diff::{Diff, DiffItem, Op, diff, reduce, resolve};
+}
 
 /// Errors of running an operator.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +113,9 @@ pub enum Error {
     /// No Kubernetes client could be built.
     #[error("cannot connect to Kubernetes: {0}")]
     Client(#[source] kube::Error),
+    /// The kubeconfig or in-cluster configuration cannot be read.
+    #[error("cannot configure the Kubernetes client: {0}")]
+    Config(String),
     /// A resource could not be served.
     #[error(transparent)]
     Watch(#[from] kopf_watch::WatchError),
@@ -92,36 +128,30 @@ pub enum Error {
     NoFake,
 }
 
-/// Options of one handler registration.
-#[derive(Clone, Default)]
-pub struct Options {
-    /// Label filters: the handler runs only for objects whose labels pass all of them.
-    pub labels: Vec<(String, MetaFilter)>,
-    /// Annotation filters.
-    pub annotations: Vec<(String, MetaFilter)>,
-    /// A filter on the whole object, evaluated last.
-    pub when: Option<WhenFilter>,
-    /// Maximum attempts.
-    pub retries: Option<u32>,
-    /// Maximum time since the first attempt.
-    pub timeout: Option<Duration>,
-    /// Delay before retrying after arbitrary errors (default 60 s).
-    pub backoff: Option<Duration>,
-    /// What to do with arbitrary errors.
-    pub errors: Option<ErrorsMode>,
-    /// Delete handlers: do not require the finalizer.
-    pub optional: bool,
-}
-
 /// An operator: handlers per resource, run until stopped.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct Operator {
     registrations: Vec<(Selector, HandlerSpec)>,
-    namespace: Option<String>,
-    filter: kopf_watch::NamespaceSelector,
-    worker_limit: Option<usize>,
-    streaming_lists: bool,
+    settings: kopf_watch::Settings,
     persistence: Persistence,
+    stack: kopf_core::layers::Stack,
+    memo: kopf_core::memo::MemoSeed,
+    wait_for_resources: bool,
+    inactivity_timeout: Duration,
+}
+
+impl Default for Operator {
+    fn default() -> Self {
+        Operator {
+            registrations: Vec::new(),
+            settings: kopf_watch::Settings::default(),
+            persistence: Persistence::default(),
+            stack: kopf_core::layers::Stack::default(),
+            memo: kopf_core::memo::MemoSeed::default(),
+            wait_for_resources: false,
+            inactivity_timeout: Duration::from_secs(70),
+        }
+    }
 }
 
 impl Operator {
@@ -130,36 +160,20 @@ impl Operator {
         Self::default()
     }
 
-    /// Registers a handler with options.
+    /// Registers a handler spec with options.
     pub fn register(
         mut self,
         resource: impl Into<Selector>,
-        mut spec: HandlerSpec,
+        spec: HandlerSpec,
         options: Options,
     ) -> Self {
-        if let Some(r) = options.retries {
-            spec.retries = Some(r);
-        }
-        spec.timeout = options.timeout.or(spec.timeout);
-        if let Some(b) = options.backoff {
-            spec.backoff = b;
-        }
-        if let Some(e) = options.errors {
-            spec.errors = e;
-        }
-        if options.optional {
-            spec.requires_finalizer = false;
-        }
-        spec.labels.extend(options.labels);
-        spec.annotations.extend(options.annotations);
-        if options.when.is_some() {
-            spec.when = options.when;
-        }
-        self.registrations.push((resource.into(), spec));
+        self.registrations
+            .push((resource.into(), spec.with_options(options)));
         self
     }
 
-    /// A handler for a reason with options (retries, timeout, backoff, errors mode, filters).
+    /// A handler for a reason with options (filters, retries, timeout, backoff, errors
+    /// mode). `Reason::Resume` registers a resume handler.
     pub fn on_with<Args>(
         self,
         reason: Reason,
@@ -168,7 +182,11 @@ impl Operator {
         handler: impl IntoHandler<Args>,
         options: Options,
     ) -> Self {
-        let spec = HandlerSpec::from_arc(id, Some(reason), handler.into_handler());
+        let handler = handler.into_handler();
+        let spec = match reason {
+            Reason::Resume => HandlerSpec::resume_handler(id, handler),
+            reason => HandlerSpec::from_arc(id, Some(reason), handler),
+        };
         self.register(resource, spec, options)
     }
 
@@ -179,8 +197,7 @@ impl Operator {
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
-        let spec = HandlerSpec::from_arc(id, Some(Reason::Create), handler.into_handler());
-        self.register(resource, spec, Options::default())
+        self.on_with(Reason::Create, resource, id, handler, Options::default())
     }
 
     /// An update handler.
@@ -190,8 +207,7 @@ impl Operator {
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
-        let spec = HandlerSpec::from_arc(id, Some(Reason::Update), handler.into_handler());
-        self.register(resource, spec, Options::default())
+        self.on_with(Reason::Update, resource, id, handler, Options::default())
     }
 
     /// A deletion handler (requires the finalizer unless registered with `optional`).
@@ -201,8 +217,7 @@ impl Operator {
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
-        let spec = HandlerSpec::from_arc(id, Some(Reason::Delete), handler.into_handler());
-        self.register(resource, spec, Options::default())
+        self.on_with(Reason::Delete, resource, id, handler, Options::default())
     }
 
     /// A resume handler: runs for objects found when the operator starts.
@@ -212,9 +227,7 @@ impl Operator {
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
-        let mut spec = HandlerSpec::from_arc(id, None, handler.into_handler());
-        spec.initial = true;
-        self.register(resource, spec, Options::default())
+        self.on_with(Reason::Resume, resource, id, handler, Options::default())
     }
 
     /// A field handler: runs when the dotted `field` changes (also on creation when set).
@@ -226,21 +239,32 @@ impl Operator {
         field: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
-        let mut spec = HandlerSpec::from_arc(format!("{id}/{field}"), None, handler.into_handler());
-        spec.field = Some(field.split('.').map(str::to_string).collect());
-        self.register(resource, spec, Options::default())
+        self.on_field_with(resource, id, field, handler, Options::default())
+    }
+
+    /// A field handler with options (`old`/`new`/`value` filters among them).
+    pub fn on_field_with<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        field: &str,
+        handler: impl IntoHandler<Args>,
+        options: Options,
+    ) -> Self {
+        let spec = HandlerSpec::field_handler(id, field, handler.into_handler());
+        self.register(resource, spec, options)
     }
 
     /// Serve only one namespace (default: all namespaces).
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
-        self
+    pub fn namespace(self, namespace: impl Into<String>) -> Self {
+        let ns: String = namespace.into();
+        self.namespace_patterns(&[ns])
     }
 
-    /// Serve namespaces matching `-n`-style patterns (`team-*`, `!kube-*`, `a,b`) through one
-    /// cluster-wide watch.
+    /// Serve namespaces matching `-n`-style patterns: exact names are watched one by one;
+    /// globs and negations (`team-*`, `!kube-*`, `a,b`) filter one cluster-wide watch.
     pub fn namespace_patterns<S: AsRef<str>>(mut self, patterns: &[S]) -> Self {
-        self.filter = kopf_watch::NamespaceSelector::new(patterns);
+        self.settings.namespaces = kopf_watch::NamespaceSelector::new(patterns);
         self
     }
 
@@ -253,19 +277,91 @@ impl Operator {
 
     /// Start watching with streaming lists (`sendInitialEvents`) instead of list + watch.
     pub fn streaming_lists(mut self, on: bool) -> Self {
-        self.streaming_lists = on;
+        self.settings.streaming_lists = on;
         self
     }
 
     /// Process at most this many objects at the same time.
     pub fn worker_limit(mut self, limit: usize) -> Self {
-        self.worker_limit = Some(limit);
+        self.settings.worker_limit = Some(limit);
         self
     }
 
     /// Where state is kept on objects (prefix, finalizer...).
     pub fn persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
+        self
+    }
+
+    /// Where progress records are kept: annotations (default) or
+    /// `ProgressStorage::status("kopf")` for `status.kopf.progress`.
+    pub fn progress_storage(mut self, storage: ProgressStorage) -> Self {
+        self.persistence.progress = storage;
+        self
+    }
+
+    /// Adds a tower layer around every handler call (metrics, tracing, auth...). It sees
+    /// each attempt with its classified outcome; see [`kopf_core::layers::Stack::layer`].
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<HandlerService> + Send + Sync + 'static,
+        L::Service: tower::Service<HandlerCall, Response = CallOutcome, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
+    {
+        self.stack = self.stack.layer(layer);
+        self
+    }
+
+    /// Post a `Normal` event each time a handler succeeds (off by default).
+    pub fn success_events(mut self, on: bool) -> Self {
+        self.stack = self.stack.success_events(on);
+        self
+    }
+
+    /// The minimum interval between two Events about one object (default 10 s).
+    pub fn event_interval(mut self, interval: Duration) -> Self {
+        self.settings.event_interval = interval;
+        self
+    }
+
+    /// An operator-wide memo value: each object gets its own copy, for [`Memo<T>`] arguments.
+    pub fn memo<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.memo.insert(value);
+        self
+    }
+
+    /// After a retry delay, touch the object (Kopf's `touch-dummy` annotation) to get a fresh
+    /// event, instead of processing its last known state again (default: off, it costs a
+    /// PATCH per retry).
+    pub fn touch_delays(mut self, on: bool) -> Self {
+        self.settings.touch_delays = on;
+        self
+    }
+
+    /// How long changing handlers wait for our own write to come back through the watch
+    /// (default 5 s, Kopf's consistency timeout).
+    pub fn consistency_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.consistency_timeout = timeout;
+        self
+    }
+
+    /// Do not fail at start-up on resources that are not served yet: serve them when their
+    /// CRD appears (Kopf's behaviour; off by default so that typos fail at once).
+    pub fn wait_for_resources(mut self, on: bool) -> Self {
+        self.wait_for_resources = on;
+        self
+    }
+
+    /// Reconnect a watch that has received nothing, not even a bookmark, for this long
+    /// (default 70 s, as Kopf): it resumes from its last resourceVersion, without a relist.
+    /// Applies to the clients the operator builds itself ([`main`](Self::main),
+    /// [`run_with_args`](Self::run_with_args)); a client passed to
+    /// [`run_until`](Self::run_until) keeps its own read timeout (see [`client_config`]).
+    pub fn inactivity_timeout(mut self, timeout: Duration) -> Self {
+        self.inactivity_timeout = timeout;
         self
     }
 
@@ -279,21 +375,14 @@ impl Operator {
 
     /// Like [`main`](Self::main) with already parsed arguments.
     pub async fn run_with_args(mut self, args: cli::RunArgs) -> Result<(), Error> {
-        cli::init_logging(&args);
-        if !args.namespaces.is_empty() && !args.all_namespaces {
-            // One namespace is served by one watch; several by one watch each.
-            if args.namespaces.len() > 1 {
-                tracing::warn!("several namespaces are served one watch each");
-            }
+        logging::init(&args);
+        if !args.all_namespaces && !args.namespaces.is_empty() {
+            self = self.namespace_patterns(&args.namespaces);
         }
-        let namespaces = if args.all_namespaces {
-            Vec::new()
-        } else {
-            args.namespaces.clone()
-        };
         if !args.fake {
-            let client = kube::Client::try_default().await.map_err(Error::Client)?;
-            return self.run_namespaces(client, namespaces).await;
+            let config = client_config(None, self.inactivity_timeout).await?;
+            let client = kube::Client::try_from(config).map_err(Error::Client)?;
+            return self.run_until(client, stop_signal()).await;
         }
         #[cfg(feature = "testing")]
         {
@@ -308,9 +397,9 @@ impl Operator {
                 server.url(),
                 args.fake_kubeconfig.display()
             );
-            let client = server.client();
-            self.namespace = None;
-            let result = self.run_namespaces(client, namespaces).await;
+            let config = client_config(Some(&server.url()), self.inactivity_timeout).await?;
+            let client = kube::Client::try_from(config).map_err(Error::Client)?;
+            let result = self.run_until(client, stop_signal()).await;
             server.shutdown().await;
             result
         }
@@ -320,121 +409,67 @@ impl Operator {
         }
     }
 
-    async fn run_namespaces(
-        self,
-        client: kube::Client,
-        namespaces: Vec<String>,
-    ) -> Result<(), Error> {
-        let shutdown = async {
-            #[cfg(unix)]
-            {
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-                }
-            }
-            #[cfg(not(unix))]
-            {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-            tracing::info!("Stop requested; stopping.");
-        };
-        match namespaces.as_slice() {
-            [] => self.run_until(client, shutdown).await,
-            [one] => {
-                let ns = one.clone();
-                self.namespace(ns).run_until(client, shutdown).await
-            }
-            many => {
-                let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-                let mut tasks = Vec::new();
-                for ns in many {
-                    let mut op = self.clone();
-                    op.namespace = Some(ns.clone());
-                    let client = client.clone();
-                    let mut rx = stop_rx.clone();
-                    tasks.push(tokio::spawn(async move {
-                        op.run_until(client, async move {
-                            let _ = rx.wait_for(|s| *s).await;
-                        })
-                        .await
-                    }));
-                }
-                shutdown.await;
-                let _ = stop_tx.send(true);
-                for t in tasks {
-                    if let Ok(Err(e)) = t.await {
-                        return Err(e);
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Runs until SIGINT (Ctrl-C).
+    /// Runs until SIGINT or SIGTERM.
     pub async fn run(self, client: kube::Client) -> Result<(), Error> {
-        self.run_until(client, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+        self.run_until(client, stop_signal()).await
     }
 
-    /// Runs until `shutdown` completes.
+    /// Runs until `shutdown` completes: one discovery for all selectors, one watch per
+    /// resource (per namespace when exact namespaces are served).
     pub async fn run_until(
         self,
         client: kube::Client,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
-        // One discovery for all selectors; one engine per resolved resource with every
-        // handler whose selector names it.
-        let served = kopf_watch::discover(&client).await?;
-        let mut by_resource: Vec<(kopf_watch::Discovered, Vec<HandlerSpec>)> = Vec::new();
-        for (selector, spec) in self.registrations {
-            for found in selector.resolve(&served)? {
-                match by_resource
-                    .iter_mut()
-                    .find(|(d, _)| d.api_resource == found.api_resource)
-                {
-                    Some((_, specs)) => specs.push(spec.clone()),
-                    None => by_resource.push((found, vec![spec.clone()])),
-                }
-            }
-        }
-        let mut engines = Vec::new();
-        for (found, specs) in by_resource {
-            engines.push(
-                kopf_watch::Engine::new(client.clone(), found.into(), specs)
-                    .namespace(self.namespace.clone())
-                    .namespace_filter(self.filter.clone())
-                    .worker_limit(self.worker_limit)
-                    .streaming_lists(self.streaming_lists)
-                    .persistence(self.persistence.clone()),
-            );
-        }
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let mut tasks = Vec::new();
-        for engine in engines {
-            let mut rx = stop_rx.clone();
-            tasks.push(tokio::spawn(async move {
-                engine
-                    .run(async move {
-                        let _ = rx.wait_for(|stop| *stop).await;
-                    })
-                    .await
-            }));
-        }
-        shutdown.await;
-        let _ = stop_tx.send(true);
-        for t in tasks {
-            match t.await {
-                Ok(Err(e)) => return Err(e.into()),
-                Ok(Ok(())) => {}
-                Err(e) => tracing::error!(error = %e, "a resource's watcher stopped abnormally"),
-            }
-        }
+        let mut settings = self.settings;
+        settings.memo = Arc::new(self.memo);
+        kopf_watch::Orchestrator::new(client, self.registrations)
+            .settings(settings)
+            .persistence(self.persistence)
+            .stack(self.stack)
+            .wait_for_resources(self.wait_for_resources)
+            .run(shutdown)
+            .await?;
         Ok(())
     }
+}
+
+/// The client configuration operators use: the given URL (the embedded fake server), or
+/// `KUBECONFIG` / `~/.kube/config` / the in-cluster service account; with a read timeout of
+/// `inactivity`, so that a watch connection that went silent (no events, no bookmarks) is
+/// reconnected.
+pub async fn client_config(url: Option<&str>, inactivity: Duration) -> Result<kube::Config, Error> {
+    let mut config = match url {
+        Some(url) => {
+            let uri = url
+                .parse()
+                .map_err(|e| Error::Config(format!("the URL {url} is not valid: {e}")))?;
+            kube::Config::new(uri)
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Error::Config(format!(
+                "{e}. Set KUBECONFIG or create ~/.kube/config, run inside a cluster, or try `run --fake` for an embedded API server"
+            ))
+        })?,
+    };
+    config.read_timeout = Some(inactivity);
+    Ok(config)
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("Stop requested; stopping.");
 }

@@ -34,6 +34,8 @@ pub struct Registration {
     pub field: Option<&'static str>,
     /// Builds the handler.
     pub make: fn() -> Arc<dyn Handler>,
+    /// Builds the options (filters, retries, timeouts...).
+    pub options: fn() -> Options,
 }
 
 inventory::collect!(Registration);
@@ -46,24 +48,21 @@ impl Operator {
         regs.sort_by_key(|r| (r.resource, r.id));
         let mut op = Operator::new();
         for r in regs {
+            let handler = (r.make)();
+            let mut options = (r.options)();
             let spec = match r.kind {
-                Kind::Create => HandlerSpec::from_arc(r.id, Some(Reason::Create), (r.make)()),
-                Kind::Update => HandlerSpec::from_arc(r.id, Some(Reason::Update), (r.make)()),
-                Kind::Delete => HandlerSpec::from_arc(r.id, Some(Reason::Delete), (r.make)()),
-                Kind::Resume => {
-                    let mut s = HandlerSpec::from_arc(r.id, None, (r.make)());
-                    s.initial = true;
-                    s
-                }
+                Kind::Create => HandlerSpec::from_arc(r.id, Some(Reason::Create), handler),
+                Kind::Update => HandlerSpec::from_arc(r.id, Some(Reason::Update), handler),
+                Kind::Delete => HandlerSpec::from_arc(r.id, Some(Reason::Delete), handler),
+                Kind::Resume => HandlerSpec::resume_handler(r.id, handler),
                 Kind::Field => {
-                    let field = r.field.unwrap_or_default();
-                    let mut s =
-                        HandlerSpec::from_arc(format!("{}/{field}", r.id), None, (r.make)());
-                    s.field = Some(field.split('.').map(str::to_string).collect());
-                    s
+                    HandlerSpec::field_handler(r.id, r.field.unwrap_or_default(), handler)
                 }
             };
-            op = op.register(r.resource, spec, Options::default());
+            if r.kind != Kind::Field {
+                options.field = r.field.map(str::to_string);
+            }
+            op = op.register(r.resource, spec, options);
         }
         op
     }

@@ -19,6 +19,30 @@ async fn field_fn(Old(old): Old, New(new): New) -> Result<Value, HandlerError> {
     Ok(json!({"old": old, "new": new}))
 }
 
+/// A sync handler with options: runs on a blocking thread, only for labelled objects.
+#[kopf::on::create(
+    "kopfexamples",
+    id = "labelled",
+    labels("tier" = "gold", "skip" = absent),
+    when = has_spec,
+    retries = 3,
+    timeout = 30,
+    errors = "permanent"
+)]
+fn labelled_fn(Name(name): Name) -> Result<String, HandlerError> {
+    Ok(format!("gold {name}"))
+}
+
+/// An update handler restricted to a field with a new-value filter.
+#[kopf::on::update("kopfexamples", field = "spec.field", new = "b", backoff = 0.5)]
+async fn became_b(New(new): New) -> Result<Value, HandlerError> {
+    Ok(json!({"now": new}))
+}
+
+fn has_spec(body: &Value) -> bool {
+    body.get("spec").is_some()
+}
+
 fn crd() -> Value {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -54,7 +78,7 @@ async fn macro_registered_handlers_run() {
     }
     let obj: DynamicObject =
         serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
-        "metadata": {"name": "m"}, "spec": {"field": "a"}}))
+        "metadata": {"name": "m", "labels": {"tier": "gold"}}, "spec": {"field": "a"}}))
         .expect("obj");
     api.create(&PostParams::default(), &obj)
         .await
@@ -62,12 +86,16 @@ async fn macro_registered_handlers_run() {
     let mut status = Value::Null;
     for _ in 0..400 {
         status = api.get("m").await.expect("get").data["status"].clone();
-        if status.get("create_fn").is_some() && status.get("watch_field/spec.field").is_some() {
+        if status.get("create_fn").is_some()
+            && status.get("watch_field/spec.field").is_some()
+            && status.get("labelled").is_some()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(status["create_fn"]["message"], "hello m: \"a\"");
+    assert_eq!(status["labelled"], "gold m");
     // A null in a merge patch removes the key: only "new" is stored.
     assert_eq!(status["watch_field/spec.field"], json!({"new": "a"}));
     api.patch(
@@ -79,7 +107,9 @@ async fn macro_registered_handlers_run() {
     .expect("patch");
     for _ in 0..400 {
         status = api.get("m").await.expect("get").data["status"].clone();
-        if status["watch_field/spec.field"]["new"] == "b" {
+        if status["watch_field/spec.field"]["new"] == "b"
+            && status.get("became_b/spec.field").is_some()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -88,6 +118,7 @@ async fn macro_registered_handlers_run() {
         status["watch_field/spec.field"],
         json!({"old": "a", "new": "b"})
     );
+    assert_eq!(status["became_b/spec.field"], json!({"now": "b"}));
     let _ = stop.send(());
     task.await.expect("join").expect("operator ran");
 }

@@ -1,4 +1,4 @@
-#[kopf::on::update("kopfexamples", retries = "3")]
+#[kopf::on::update("kopfexamples", priority = 3)]
 async fn update_fn() -> Result<(), kopf::HandlerError> {
     Ok(())
 }

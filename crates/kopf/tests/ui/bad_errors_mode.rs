@@ -1,4 +1,4 @@
-#[kopf::on::create("kopfexamples")]
+#[kopf::on::create("kopfexamples", errors = "sometimes")]
 fn create_fn() -> Result<(), kopf::HandlerError> {
     Ok(())
 }

@@ -1,0 +1,198 @@
+//! The operator's finalizer, around a whole processing cycle of one object: added when some
+//! handler that matches the object needs it (non-optional delete handlers; daemons and
+//! timers later), removed when none does any more, and removed once a deletion has been
+//! handled. Unlike Kopf, which spends a cycle (and a PATCH) on adding it, the change travels
+//! in the cycle's own object PATCH, as JSON-patch operations guarded by a resourceVersion
+//! test so that other controllers' finalizers are never clobbered.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde_json::Value;
+use tower::{Layer, Service};
+
+use crate::causes::Reason;
+use crate::finalizers;
+use crate::handler::BoxFuture;
+use crate::processing::{CycleCall, CycleOutcome, FinalizerChange};
+
+/// Whether an object needs the finalizer (its handlers' "prematch").
+pub type RequiresFinalizer = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
+/// Keeps the finalizer right around a cycle.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kopf_core::layers::FinalizerLayer;
+///
+/// let layer = FinalizerLayer::new("kopf.zalando.org/KopfFinalizerMarker", Arc::new(|_body: &serde_json::Value| true));
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct FinalizerLayer {
+    finalizer: String,
+    requires: RequiresFinalizer,
+}
+
+impl std::fmt::Debug for FinalizerLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FinalizerLayer")
+            .field("finalizer", &self.finalizer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FinalizerLayer {
+    /// A layer for a finalizer name and the test of whether an object needs it.
+    pub fn new(finalizer: impl Into<String>, requires: RequiresFinalizer) -> Self {
+        FinalizerLayer {
+            finalizer: finalizer.into(),
+            requires,
+        }
+    }
+}
+
+/// The service of [`FinalizerLayer`].
+#[derive(Clone)]
+pub struct Finalizer<S> {
+    inner: S,
+    finalizer: String,
+    requires: RequiresFinalizer,
+}
+
+impl<S> Layer<S> for FinalizerLayer {
+    type Service = Finalizer<S>;
+    fn layer(&self, inner: S) -> Finalizer<S> {
+        Finalizer {
+            inner,
+            finalizer: self.finalizer.clone(),
+            requires: self.requires.clone(),
+        }
+    }
+}
+
+impl<S> Service<CycleCall> for Finalizer<S>
+where
+    S: Service<CycleCall, Response = CycleOutcome, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    type Response = CycleOutcome;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<CycleOutcome, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, call: CycleCall) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let finalizer = self.finalizer.clone();
+        let required = (self.requires)(&call.body);
+        Box::pin(async move {
+            let body = call.body.clone();
+            let deleting = call.cause.reason == Reason::Delete;
+            let present = finalizers::has(&body, &finalizer);
+            let mut out = inner.call(call).await?;
+            let change = if deleting {
+                // Released only when every delete handler has finished.
+                (out.done && present).then_some(FinalizerChange::Removed)
+            } else if required && !present {
+                Some(FinalizerChange::Added)
+            } else if !required && present {
+                Some(FinalizerChange::Removed)
+            } else {
+                None
+            };
+            match change {
+                Some(FinalizerChange::Added) => {
+                    out.plan.json_ops(finalizers::add_ops(&body, &finalizer))
+                }
+                Some(FinalizerChange::Removed) => {
+                    out.plan.json_ops(finalizers::remove_ops(&body, &finalizer))
+                }
+                None => {}
+            }
+            out.finalizer = change;
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::causes::{EventKind, detect};
+    use crate::memo::Memos;
+    use crate::plan::PatchPlan;
+    use kopf_diff::essence::EssenceSettings;
+    use serde_json::json;
+
+    const F: &str = finalizers::DEFAULT_FINALIZER;
+
+    fn cycle(body: Value) -> CycleCall {
+        let cause = detect(
+            EventKind::Modified,
+            &body,
+            &EssenceSettings::default(),
+            F,
+            false,
+        );
+        CycleCall {
+            body,
+            cause,
+            memo: Memos::default(),
+        }
+    }
+
+    async fn through(required: bool, done: bool, body: Value) -> CycleOutcome {
+        let inner = tower::service_fn(move |call: CycleCall| async move {
+            let mut out = CycleOutcome::new(call.cause.reason);
+            out.done = done;
+            Ok::<_, Infallible>(out)
+        });
+        let layer = FinalizerLayer::new(F, Arc::new(move |_b: &Value| required));
+        let svc = layer.layer(inner);
+        match tower::ServiceExt::oneshot(svc, cycle(body)).await {
+            Ok(o) => o,
+            Err(never) => match never {},
+        }
+    }
+
+    fn ops(plan: &PatchPlan, body: &Value) -> Vec<Value> {
+        match plan.requests(body, true).as_slice() {
+            [crate::plan::PatchRequest::JsonObject(ops)] => ops.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn added_when_needed_removed_when_not_and_after_deletion() {
+        let bare = json!({"metadata": {"name": "k", "resourceVersion": "3"}});
+        let out = through(true, true, bare.clone()).await;
+        assert_eq!(out.finalizer, Some(FinalizerChange::Added));
+        assert_eq!(ops(&out.plan, &bare)[1]["op"], "add");
+        assert_eq!(through(false, true, bare).await.finalizer, None);
+
+        let held =
+            json!({"metadata": {"name": "k", "resourceVersion": "4", "finalizers": ["other", F]}});
+        let out = through(false, true, held.clone()).await;
+        assert_eq!(out.finalizer, Some(FinalizerChange::Removed));
+        assert_eq!(
+            ops(&out.plan, &held)[1],
+            json!({"op": "remove", "path": "/metadata/finalizers/1"}),
+            "only our entry goes"
+        );
+
+        let mut deleting = held.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let unfinished = through(true, false, deleting.clone()).await;
+        assert_eq!(
+            unfinished.finalizer, None,
+            "kept while delete handlers retry"
+        );
+        let finished = through(true, true, deleting).await;
+        assert_eq!(finished.finalizer, Some(FinalizerChange::Removed));
+    }
+}

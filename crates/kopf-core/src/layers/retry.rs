@@ -1,0 +1,220 @@
+//! Retry limits and timeouts between attempts, and the classification of arbitrary errors by
+//! the handler's errors mode — with Kopf's look-ahead: an attempt that fails temporarily
+//! fails for good at once when its next attempt would exceed the retry limit or the timeout.
+
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower::{Layer, Service};
+
+use super::{CallOutcome, HandlerCall};
+use crate::handler::{BoxFuture, ErrorsMode, HandlerError};
+
+/// Applies `retries`, `timeout` and the errors mode of the handler.
+///
+/// ```
+/// use kopf_core::layers::{Invoke, RetryLayer, TimeoutLayer};
+/// use tower::Layer;
+///
+/// let service = RetryLayer.layer(TimeoutLayer.layer(Invoke));
+/// # let _ = service;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RetryLayer;
+
+/// The service of [`RetryLayer`].
+#[derive(Debug, Clone)]
+pub struct Retry<S> {
+    inner: S,
+}
+
+impl<S> Layer<S> for RetryLayer {
+    type Service = Retry<S>;
+    fn layer(&self, inner: S) -> Retry<S> {
+        Retry { inner }
+    }
+}
+
+impl<S> Service<HandlerCall> for Retry<S>
+where
+    S: Service<HandlerCall, Response = CallOutcome, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    type Response = CallOutcome;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<CallOutcome, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, call: HandlerCall) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move {
+            let spec = call.spec.clone();
+            let name = format!("Handler '{}'", spec.id);
+            let retries = call.record.retries.unwrap_or(0);
+            let spent = call.spent();
+            // Strict checks first: downtime may have used up the time or the attempts.
+            if let Some(limit) = spec.timeout
+                && spent >= limit
+            {
+                return Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
+                    "{name} has timed out after {spent:?}."
+                )))));
+            }
+            if let Some(limit) = spec.retries
+                && retries >= limit
+            {
+                return Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
+                    "{name} has exceeded {retries} retries."
+                )))));
+            }
+            let mut outcome = inner.call(call).await?;
+            // Would the next attempt be too late or one too many?
+            let doomed = |delay: Duration| -> Option<String> {
+                if let Some(limit) = spec.timeout
+                    && spent + delay >= limit
+                {
+                    return Some(format!("will time out after {limit:?}"));
+                }
+                if let Some(limit) = spec.retries
+                    && retries + 1 >= limit
+                {
+                    return Some(format!("will exceed {limit} retries"));
+                }
+                None
+            };
+            outcome.result = match outcome.result {
+                Err(HandlerError::Temporary { message, delay }) => {
+                    match doomed(delay.unwrap_or(Duration::ZERO)) {
+                        Some(why) => Err(HandlerError::permanent(format!(
+                            "{name} failed temporarily but {why}: {message}"
+                        ))),
+                        None => Err(HandlerError::Temporary { message, delay }),
+                    }
+                }
+                Err(HandlerError::Other { message }) => match spec.errors {
+                    ErrorsMode::Ignored => {
+                        tracing::warn!(
+                            "{name} failed with an exception and will ignore it: {message}"
+                        );
+                        Ok(None)
+                    }
+                    ErrorsMode::Permanent => Err(HandlerError::permanent(message)),
+                    ErrorsMode::Temporary => match doomed(spec.backoff) {
+                        Some(why) => Err(HandlerError::permanent(format!(
+                            "{name} failed with an exception and will stop now (it {why} on the next attempt): {message}"
+                        ))),
+                        None => Err(HandlerError::Temporary {
+                            message,
+                            delay: Some(spec.backoff),
+                        }),
+                    },
+                },
+                other => other,
+            };
+            Ok(outcome)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::progress::{ProgressRecord, format_time};
+
+    fn attempt(retries: u32) -> ProgressRecord {
+        ProgressRecord {
+            retries: Some(retries),
+            started: Some(format_time(jiff::Timestamp::now())),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn limits_and_classifies() {
+        let mut s = spec();
+        s.retries = Some(3);
+        let out = run(
+            RetryLayer.layer(fake(Ok(None))),
+            call_with(s.clone(), attempt(3)),
+        )
+        .await;
+        assert!(
+            matches!(out.result, Err(HandlerError::Permanent { message }) if message.contains("exceeded 3 retries"))
+        );
+        s.backoff = Duration::from_secs(7);
+        let out = run(
+            RetryLayer.layer(fake(Err(HandlerError::other("x")))),
+            call_with(s.clone(), attempt(0)),
+        )
+        .await;
+        assert_eq!(
+            out.result,
+            Err(HandlerError::Temporary {
+                message: "x".into(),
+                delay: Some(Duration::from_secs(7))
+            })
+        );
+        s.errors = ErrorsMode::Ignored;
+        let out = run(
+            RetryLayer.layer(fake(Err(HandlerError::other("x")))),
+            call_with(s.clone(), attempt(0)),
+        )
+        .await;
+        assert_eq!(out.result, Ok(None));
+        s.errors = ErrorsMode::Permanent;
+        let out = run(
+            RetryLayer.layer(fake(Err(HandlerError::other("x")))),
+            call_with(s, attempt(0)),
+        )
+        .await;
+        assert_eq!(out.result, Err(HandlerError::permanent("x")));
+    }
+
+    #[tokio::test]
+    async fn looks_ahead_like_kopf() {
+        // The last allowed attempt fails temporarily: no further attempt is scheduled.
+        let mut s = spec();
+        s.retries = Some(2);
+        let out = run(
+            RetryLayer.layer(fake(Err(HandlerError::temporary(
+                "later",
+                Duration::from_secs(1),
+            )))),
+            call_with(s.clone(), attempt(1)),
+        )
+        .await;
+        assert!(
+            matches!(&out.result, Err(HandlerError::Permanent { message })
+                if message == "Handler 'h' failed temporarily but will exceed 2 retries: later"),
+            "{:?}",
+            out.result
+        );
+        // A first attempt is still retried.
+        let out = run(
+            RetryLayer.layer(fake(Err(HandlerError::other("boom")))),
+            call_with(s.clone(), attempt(0)),
+        )
+        .await;
+        assert!(matches!(out.result, Err(HandlerError::Temporary { .. })));
+        // A backoff beyond the timeout ends the handler now.
+        s.retries = None;
+        s.timeout = Some(Duration::from_secs(30));
+        s.backoff = Duration::from_secs(60);
+        let out = run(
+            RetryLayer.layer(fake(Err(HandlerError::other("boom")))),
+            call_with(s, attempt(0)),
+        )
+        .await;
+        assert!(
+            matches!(&out.result, Err(HandlerError::Permanent { message }) if message.contains("will time out")),
+            "{:?}",
+            out.result
+        );
+    }
+}

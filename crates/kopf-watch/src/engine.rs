@@ -1,0 +1,656 @@
+//! Per-resource processing: one list+watch stream (kube's `watcher`), one worker per object
+//! (strictly serial per object, always on its latest state, parallel across objects), each
+//! cycle's patch plan applied with at most one request per endpoint, and our own writes
+//! waited for before the object is processed again.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kopf_core::causes::{EventKind, Reason};
+use kopf_core::events::{EventSpec, RateLimiter, Reporter, event_body};
+use kopf_core::handler::HandlerSpec;
+use kopf_core::layers::Stack;
+use kopf_core::memo::{MemoSeed, Memos};
+use kopf_core::plan::PatchRequest;
+use kopf_core::processing::{
+    CycleOutcome, FinalizerChange, HandlerOutcome, Persistence, Processor,
+};
+use kopf_core::throttle::{KOPF_ERROR_DELAYS, Throttler};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::{NamespaceSelector, ResourceRef, WatchError};
+
+/// How resources are watched and objects processed; the same for every resource of an
+/// operator.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Which namespaces are served: exact names get one watch each; globs and negations
+    /// filter one cluster-wide watch; empty serves all namespaces.
+    pub namespaces: NamespaceSelector,
+    /// At most this many objects are processed at the same time (None: no limit).
+    pub worker_limit: Option<usize>,
+    /// The minimum interval between two Events about one object.
+    pub event_interval: Duration,
+    /// Start watches with a streaming list (`sendInitialEvents`) instead of list + watch.
+    pub streaming_lists: bool,
+    /// After our own PATCH, changing handlers wait this long at most for the written
+    /// resourceVersion to come back through the watch (Kopf's consistency timeout).
+    pub consistency_timeout: Duration,
+    /// When a handler's retry delay is over and nothing else happened, touch the object
+    /// (Kopf's touch-dummy annotation) to get a fresh event, instead of processing the last
+    /// known state again. Off by default: it costs a PATCH per retry.
+    pub touch_delays: bool,
+    /// Delays after consecutive framework errors of one object (Kopf's error delays).
+    pub error_delays: Vec<Duration>,
+    /// The operator-wide memo each object's memo starts from.
+    pub memo: Arc<MemoSeed>,
+    /// Who posts Events.
+    pub reporter: Reporter,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespaces: NamespaceSelector::default(),
+            worker_limit: None,
+            event_interval: Duration::from_secs(10),
+            streaming_lists: false,
+            consistency_timeout: Duration::from_secs(5),
+            touch_delays: false,
+            error_delays: KOPF_ERROR_DELAYS
+                .iter()
+                .map(|s| Duration::from_secs(*s))
+                .collect(),
+            memo: Arc::default(),
+            reporter: Reporter::default(),
+        }
+    }
+}
+
+/// One observed state of an object, for its worker.
+#[derive(Debug, Clone)]
+struct Observed {
+    body: Value,
+    event: EventKind,
+    initial: bool,
+}
+
+/// Per-resource processing.
+pub struct Engine {
+    client: kube::Client,
+    resource: ResourceRef,
+    handlers: Vec<HandlerSpec>,
+    persistence: Persistence,
+    stack: Stack,
+    settings: Settings,
+    namespace: Option<String>,
+}
+
+impl Engine {
+    /// An engine for one resource with its handlers (cluster-wide, Kopf's persistence).
+    pub fn new(client: kube::Client, resource: ResourceRef, handlers: Vec<HandlerSpec>) -> Self {
+        Engine {
+            client,
+            resource,
+            handlers,
+            persistence: Persistence::default(),
+            stack: Stack::default(),
+            settings: Settings::default(),
+            namespace: None,
+        }
+    }
+
+    /// Watching and processing settings.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The per-handler stack (user layers, success events).
+    pub fn stack(mut self, stack: Stack) -> Self {
+        self.stack = stack;
+        self
+    }
+
+    /// Start with a streaming list (`sendInitialEvents`) instead of list + watch: one request
+    /// instead of two, and no large list response held in memory (Kubernetes ≥ 1.27).
+    pub fn streaming_lists(mut self, on: bool) -> Self {
+        self.settings.streaming_lists = on;
+        self
+    }
+
+    /// The minimum interval between two Events about one object (default 10 s); events in
+    /// between are counted into the next one.
+    pub fn event_interval(mut self, interval: Duration) -> Self {
+        self.settings.event_interval = interval;
+        self
+    }
+
+    /// Serve only objects in namespaces matching these patterns.
+    pub fn namespace_filter(mut self, filter: NamespaceSelector) -> Self {
+        self.settings.namespaces = filter;
+        self
+    }
+
+    /// At most this many objects are processed at the same time (default: no limit).
+    pub fn worker_limit(mut self, limit: Option<usize>) -> Self {
+        self.settings.worker_limit = limit;
+        self
+    }
+
+    /// Watch only one namespace.
+    pub fn namespace(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Where state is kept on objects.
+    pub fn persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    fn api(&self) -> Api<DynamicObject> {
+        match &self.namespace {
+            Some(ns) if self.resource.namespaced => {
+                Api::namespaced_with(self.client.clone(), ns, &self.resource.api_resource)
+            }
+            _ => Api::all_with(self.client.clone(), &self.resource.api_resource),
+        }
+    }
+
+    /// Watches and processes until `shutdown` completes.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WatchError> {
+        // The watcher relists after 410 and resumes after disconnects (including the
+        // client's read timeout on a silent connection); failures (the resource gone with its
+        // CRD, the API server down) are retried with a jittered backoff.
+        let config = if self.settings.streaming_lists {
+            watcher::Config::default().streaming_lists()
+        } else {
+            watcher::Config::default()
+        };
+        let stream = watcher(self.api(), config).default_backoff();
+        let mut gone = false;
+        let mut stream = std::pin::pin!(stream);
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut workers: HashMap<String, watch::Sender<Option<Observed>>> = HashMap::new();
+        let plural = self.resource.api_resource.plural.clone();
+        let shared = Arc::new(WorkerShared {
+            client: self.client.clone(),
+            resource: self.resource.clone(),
+            processor: Processor::with_stack(self.handlers, self.persistence, self.stack),
+            handled_once: Mutex::default(),
+            limit: self
+                .settings
+                .worker_limit
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
+            events: Mutex::new(RateLimiter::new(self.settings.event_interval)),
+            settings: self.settings.clone(),
+        });
+        tracing::info!(resource = %plural, namespace = self.namespace.as_deref().unwrap_or("*"), "watching");
+        loop {
+            let item = tokio::select! {
+                _ = &mut shutdown => break,
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { break };
+            let (obj, kind) = match item {
+                Ok(watcher::Event::InitApply(o)) => (o, EventKind::Listed),
+                Ok(watcher::Event::Apply(o)) => (o, EventKind::Modified),
+                Ok(watcher::Event::Delete(o)) => (o, EventKind::Deleted),
+                Ok(watcher::Event::Init) => continue,
+                Ok(watcher::Event::InitDone) => {
+                    if gone {
+                        gone = false;
+                        tracing::info!(resource = %plural, "the resource is served again");
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    let not_found = matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404);
+                    if not_found && !gone {
+                        gone = true;
+                        tracing::warn!(
+                            resource = %plural,
+                            "the resource is not served anymore (its CRD was deleted?); waiting for it to come back"
+                        );
+                    } else if !not_found {
+                        tracing::warn!(resource = %plural, error = %e, "the watch stream failed; it restarts with backoff");
+                    }
+                    continue;
+                }
+            };
+            if !self
+                .settings
+                .namespaces
+                .matches(obj.metadata.namespace.as_deref())
+            {
+                continue;
+            }
+            let Some(uid) = obj.metadata.uid.clone() else {
+                continue;
+            };
+            let body = match serde_json::to_value(&obj) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read an object");
+                    continue;
+                }
+            };
+            let initial = kind == EventKind::Listed && !shared.was_handled(&uid);
+            let observed = Observed {
+                body,
+                event: kind,
+                initial,
+            };
+            match workers.get(&uid) {
+                Some(tx) if !tx.is_closed() => {
+                    tx.send_replace(Some(observed));
+                }
+                _ => {
+                    let (tx, rx) = watch::channel(Some(observed));
+                    workers.insert(uid.clone(), tx);
+                    let shared = shared.clone();
+                    tokio::spawn(async move { shared.work(uid, rx).await });
+                }
+            }
+            workers.retain(|_, tx| !tx.is_closed());
+        }
+        Ok(())
+    }
+}
+
+struct WorkerShared {
+    client: kube::Client,
+    resource: ResourceRef,
+    processor: Processor,
+    handled_once: Mutex<HashSet<String>>,
+    limit: Option<Arc<tokio::sync::Semaphore>>,
+    events: Mutex<RateLimiter>,
+    settings: Settings,
+}
+
+fn rv(body: &Value) -> Option<u64> {
+    body.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+/// How a cycle ended for the worker.
+enum CycleEnd {
+    /// Processed: run again after `delay` (retries), and wait for our write `rv` to come
+    /// back first.
+    Next {
+        delay: Option<Duration>,
+        rv: Option<u64>,
+    },
+    /// The object is gone: the worker ends.
+    Gone,
+    /// A framework error (not a handler's): the object is throttled.
+    Failed(String),
+}
+
+impl WorkerShared {
+    fn was_handled(&self, uid: &str) -> bool {
+        self.handled_once
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(uid)
+    }
+
+    fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (namespace, self.resource.namespaced) {
+            (Some(ns), true) => {
+                Api::namespaced_with(self.client.clone(), ns, &self.resource.api_resource)
+            }
+            _ => Api::all_with(self.client.clone(), &self.resource.api_resource),
+        }
+    }
+
+    /// Processes one object serially, always on its latest observed state.
+    async fn work(self: Arc<Self>, uid: String, mut rx: watch::Receiver<Option<Observed>>) {
+        let memo = Memos::new(self.settings.memo.clone());
+        let mut throttler = Throttler::new(self.settings.error_delays.clone());
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        let mut expected_rv: Option<(u64, tokio::time::Instant)> = None;
+        // Set when a retry delay ended with no new event: process (or touch) now.
+        let mut woken = false;
+        loop {
+            let observed = rx.borrow_and_update().clone();
+            let Some(observed) = observed else { return };
+            // Wait for our own write to come back before processing again.
+            let stale = expected_rv.is_some_and(|(want, deadline)| {
+                rv(&observed.body).is_some_and(|have| have < want)
+                    && tokio::time::Instant::now() < deadline
+            });
+            if !stale {
+                let _permit = match &self.limit {
+                    Some(sem) => sem.clone().acquire_owned().await.ok(),
+                    None => None,
+                };
+                let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
+                    self.touch(&observed.body).await
+                } else {
+                    self.cycle(&uid, &observed, &memo).await
+                };
+                match end {
+                    CycleEnd::Gone => return,
+                    CycleEnd::Next { delay, rv } => {
+                        throttler.succeeded();
+                        retry_at = delay.map(|d| tokio::time::Instant::now() + d);
+                        expected_rv = rv.map(|r| {
+                            (
+                                r,
+                                tokio::time::Instant::now() + self.settings.consistency_timeout,
+                            )
+                        });
+                    }
+                    CycleEnd::Failed(error) => {
+                        let delay = throttler.failed();
+                        let span = object_span(&observed.body);
+                        span.in_scope(|| {
+                            tracing::error!(
+                                "Throttling for {} seconds due to an unexpected error: {error}",
+                                delay.as_secs_f64()
+                            )
+                        });
+                        // Events arriving meanwhile wait; the latest state is processed next.
+                        let until = tokio::time::Instant::now() + delay;
+                        loop {
+                            tokio::select! {
+                                _ = tokio::time::sleep_until(until) => break,
+                                changed = rx.changed() => if changed.is_err() { return },
+                            }
+                        }
+                        rx.mark_changed();
+                        retry_at = None;
+                        expected_rv = None;
+                        continue;
+                    }
+                }
+            }
+            let wake = match (retry_at, expected_rv) {
+                (Some(r), Some((_, c))) => Some(r.min(c)),
+                (Some(r), None) => Some(r),
+                (None, Some((_, c))) => Some(c),
+                (None, None) => None,
+            };
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return },
+                _ = async { match wake { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                    if retry_at.is_some_and(|r| r <= tokio::time::Instant::now()) {
+                        retry_at = None;
+                        woken = true;
+                    }
+                    expected_rv = None;
+                    rx.mark_changed();
+                }
+            }
+        }
+    }
+
+    /// Touches the object so that its next state comes through the watch (Kopf's way of
+    /// waking up after a delay).
+    async fn touch(&self, body: &Value) -> CycleEnd {
+        let name = body
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let api = self.api_for(body.pointer("/metadata/namespace").and_then(Value::as_str));
+        let patch = self
+            .processor
+            .persistence()
+            .progress
+            .touch_patch(jiff::Timestamp::now());
+        match api
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(obj) => CycleEnd::Next {
+                delay: None,
+                rv: obj
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|s| s.parse().ok()),
+            },
+            Err(kube::Error::Api(s)) if s.code == 404 => CycleEnd::Next {
+                delay: None,
+                rv: None,
+            },
+            Err(e) => CycleEnd::Failed(format!("touching the object failed: {e}")),
+        }
+    }
+
+    /// One cycle in the object's log span.
+    async fn cycle(&self, uid: &str, observed: &Observed, memo: &Memos) -> CycleEnd {
+        use tracing::Instrument;
+        let span = object_span(&observed.body);
+        self.cycle_in_span(uid, observed, memo)
+            .instrument(span)
+            .await
+    }
+
+    async fn cycle_in_span(&self, uid: &str, observed: &Observed, memo: &Memos) -> CycleEnd {
+        let body = &observed.body;
+        let outcome = self
+            .processor
+            .process(observed.event, body, observed.initial, memo)
+            .await;
+        log_outcome(&outcome, body);
+        if outcome.reason == Reason::Gone {
+            self.handled_once
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(uid);
+            self.events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .forget(uid);
+            return CycleEnd::Gone;
+        }
+        if outcome.done {
+            self.handled_once
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid.to_string());
+        }
+        let end = self.apply(body, &outcome).await;
+        self.post_events(uid, body, outcome.events).await;
+        end
+    }
+
+    /// Sends the cycle's requests (at most one per endpoint).
+    async fn apply(&self, body: &Value, outcome: &CycleOutcome) -> CycleEnd {
+        let name = body
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let api = self.api_for(body.pointer("/metadata/namespace").and_then(Value::as_str));
+        let params = patch_params();
+        let subresource = self.resource.status_subresource;
+        let mut last_rv = None;
+        for request in outcome.plan.requests(body, subresource) {
+            let result = match &request {
+                PatchRequest::MergeObject(p) => api.patch(name, &params, &Patch::Merge(p)).await,
+                PatchRequest::MergeStatus(p) => {
+                    api.patch_status(name, &params, &Patch::Merge(p)).await
+                }
+                PatchRequest::JsonObject(ops) => {
+                    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops.clone())) {
+                        Ok(jp) => api.patch(name, &params, &Patch::Json::<()>(jp)).await,
+                        Err(e) => {
+                            return CycleEnd::Failed(format!(
+                                "an internal JSON patch is malformed: {e}"
+                            ));
+                        }
+                    }
+                }
+            };
+            match result {
+                Ok(obj) => last_rv = resource_version(&obj),
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    tracing::debug!("the object does not exist anymore");
+                    return CycleEnd::Next {
+                        delay: None,
+                        rv: None,
+                    };
+                }
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => {
+                    tracing::debug!(
+                        "the object changed meanwhile ({}); a new event will follow",
+                        s.message
+                    );
+                    if matches!(request, PatchRequest::JsonObject(_)) {
+                        // Keep the handlers' outcomes: send the object's merge part alone; the
+                        // finalizer change waits for the next cycle.
+                        for fallback in outcome.plan.merge_only_requests(body, subresource) {
+                            if let PatchRequest::MergeObject(p) = fallback {
+                                match api.patch(name, &params, &Patch::Merge(&p)).await {
+                                    Ok(obj) => last_rv = resource_version(&obj),
+                                    Err(e) => {
+                                        return CycleEnd::Failed(format!(
+                                            "patching after a conflict failed: {e}"
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => return CycleEnd::Failed(format!("patching failed: {e}")),
+            }
+        }
+        CycleEnd::Next {
+            delay: outcome.delay,
+            rv: last_rv,
+        }
+    }
+
+    /// Posts events about an object, rate-limited per object; failures are only logged.
+    async fn post_events(&self, uid: &str, body: &Value, events: Vec<EventSpec>) {
+        if events.is_empty() {
+            return;
+        }
+        let ar = ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("", "v1", "Event"),
+            "events",
+        );
+        for mut spec in events {
+            let admitted = self.events.lock().unwrap_or_else(|e| e.into_inner()).admit(
+                uid,
+                &mut spec,
+                std::time::Instant::now(),
+            );
+            if !admitted {
+                continue;
+            }
+            let Some((ns, event)) =
+                event_body(body, &spec, &self.settings.reporter, jiff::Timestamp::now())
+            else {
+                continue;
+            };
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
+            let obj: DynamicObject = match serde_json::from_value(event) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot build an event");
+                    continue;
+                }
+            };
+            if let Err(e) = api.create(&kube::api::PostParams::default(), &obj).await {
+                tracing::debug!(error = %e, "posting an event failed");
+            }
+        }
+    }
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some("kopf-rs".into()),
+        ..Default::default()
+    }
+}
+
+fn resource_version(obj: &DynamicObject) -> Option<u64> {
+    obj.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+}
+
+/// The log span of an object: every line inside carries its namespace and name.
+fn object_span(body: &Value) -> tracing::Span {
+    let field = |p: &str| body.pointer(p).and_then(Value::as_str).unwrap_or("");
+    tracing::info_span!(
+        "object",
+        namespace = %field("/metadata/namespace"),
+        name = %field("/metadata/name"),
+        kind = %field("/kind"),
+        uid = %field("/metadata/uid"),
+    )
+}
+
+/// Kopf's log lines for causes, handlers and finalizers.
+fn log_outcome(outcome: &CycleOutcome, body: &Value) {
+    match outcome.reason {
+        Reason::Gone => tracing::debug!("Deleted, really deleted, and we are notified."),
+        Reason::Free => tracing::debug!("Deletion, but we are done with it, and we do not care."),
+        Reason::Noop => tracing::debug!(
+            "Something has changed, but we are not interested (the essence is the same)."
+        ),
+        reason => tracing::debug!("{} is in progress: {body}", reason.title()),
+    }
+    if let Some(why) = &outcome.corrupt_diffbase {
+        tracing::warn!("{why}; handling the object as newly created");
+    }
+    if let Some(superseded) = &outcome.superseded {
+        tracing::info!("{superseded}");
+    }
+    for (id, result) in &outcome.ran {
+        match result {
+            HandlerOutcome::Succeeded => tracing::info!("Handler '{id}' succeeded."),
+            HandlerOutcome::Waiting => {
+                tracing::debug!("Handler '{id}' has unfinished sub-handlers. Will retry soon.")
+            }
+            // Retry-limit and timeout messages already name the handler.
+            HandlerOutcome::Retrying { message } | HandlerOutcome::Failed { message }
+                if message.starts_with("Handler '") =>
+            {
+                tracing::error!("{message}")
+            }
+            HandlerOutcome::Retrying { message } => {
+                tracing::error!("Handler '{id}' failed temporarily: {message}")
+            }
+            HandlerOutcome::Failed { message } => {
+                tracing::error!("Handler '{id}' failed permanently: {message}")
+            }
+        }
+    }
+    if outcome.done && !outcome.ran.is_empty() {
+        let (succeeded, failed) = outcome.counts;
+        tracing::info!(
+            "{} is processed: {succeeded} succeeded; {failed} failed.",
+            outcome.reason.title()
+        );
+    }
+    match outcome.finalizer {
+        Some(FinalizerChange::Added) => {
+            tracing::debug!("Adding the finalizer, thus preventing the actual deletion.")
+        }
+        Some(FinalizerChange::Removed) if outcome.reason == Reason::Delete => {
+            tracing::debug!("Removing the finalizer, thus allowing the actual deletion.")
+        }
+        Some(FinalizerChange::Removed) => {
+            tracing::debug!("Removing the finalizer, as there are no handlers requiring it.")
+        }
+        None => {}
+    }
+}

@@ -1,0 +1,332 @@
+//! Log output in Kopf's formats, with `tracing`:
+//!
+//! * `plain`: `[namespace/name] message`;
+//! * `full` (the default): `[2026-11-23 12:00:00,123] kopf.objects         [INFO    ] [namespace/name] message`;
+//! * `json`: one object per line with `message`, `timestamp`, `severity`, `logger`, and the
+//!   object reference (`namespace`, `name`, `kind`, `uid`) under `--log-refkey` (default
+//!   `object`).
+//!
+//! Lines about an object are those logged inside its processing span (or by the `Logger`
+//! extractor); `--no-log-prefix` drops the `[namespace/name]` prefix of text formats.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::{Value, json};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::cli::{LogFormat, RunArgs};
+
+/// Installs the log subscriber for the chosen verbosity and format (a second call keeps the
+/// first subscriber, e.g. in tests). `RUST_LOG` overrides the verbosity.
+pub fn init(args: &RunArgs) {
+    let default = if args.debug {
+        "debug"
+    } else if args.verbose {
+        "info,kopf=debug,kopf_core=debug,kopf_watch=debug,kopf.objects=debug"
+    } else if args.quiet {
+        "warn"
+    } else {
+        "info"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let format = KopfFormat {
+        format: args.log_format,
+        prefix: args.log_prefix(),
+        refkey: args.log_refkey.clone(),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(ObjectSpans)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .event_format(format)
+                .with_writer(std::io::stderr),
+        )
+        .try_init();
+}
+
+/// The object a span is about, recorded from the span's fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// `metadata.namespace` (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `kind`.
+    pub kind: String,
+    /// `metadata.uid`.
+    pub uid: String,
+}
+
+impl ObjectRef {
+    fn is_empty(&self) -> bool {
+        self.name.is_empty()
+    }
+
+    fn prefix(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("[{}]", self.name)
+        } else {
+            format!("[{}/{}]", self.namespace, self.name)
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for (k, v) in [
+            ("kind", &self.kind),
+            ("namespace", &self.namespace),
+            ("name", &self.name),
+            ("uid", &self.uid),
+        ] {
+            if !v.is_empty() {
+                m.insert(k.into(), Value::String(v.clone()));
+            }
+        }
+        Value::Object(m)
+    }
+}
+
+impl Visit for ObjectRef {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.set(field.name(), value.to_string());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.set(field.name(), format!("{value:?}"));
+    }
+}
+
+impl ObjectRef {
+    fn set(&mut self, field: &str, value: String) {
+        match field {
+            "namespace" => self.namespace = value,
+            "name" => self.name = value,
+            "kind" => self.kind = value,
+            "uid" => self.uid = value,
+            _ => {}
+        }
+    }
+}
+
+/// Records the object of every `object` span (the engine's per-object processing span).
+struct ObjectSpans;
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for ObjectSpans {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: Context<'_, S>,
+    ) {
+        if attrs.metadata().name() != "object" {
+            return;
+        }
+        let mut object = ObjectRef::default();
+        attrs.record(&mut object);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(object);
+        }
+    }
+}
+
+/// An event's message and other fields.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    object: ObjectRef,
+    extra: BTreeMap<String, String>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field.name(), value.to_string());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.put(field.name(), format!("{value:?}"));
+    }
+}
+
+impl Fields {
+    fn put(&mut self, field: &str, value: String) {
+        match field {
+            "message" => self.message = value,
+            "namespace" | "name" | "kind" | "uid" => self.object.set(field, value),
+            other => {
+                self.extra.insert(other.to_string(), value);
+            }
+        }
+    }
+}
+
+/// Formats events as Kopf does.
+struct KopfFormat {
+    format: LogFormat,
+    prefix: bool,
+    refkey: String,
+}
+
+fn severity(level: &Level) -> &'static str {
+    match *level {
+        Level::ERROR => "error",
+        Level::WARN => "warning",
+        Level::INFO => "info",
+        Level::DEBUG => "debug",
+        Level::TRACE => "debug",
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for KopfFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        // The innermost object span names the object, unless the event names one itself.
+        let from_span = ctx.event_scope().and_then(|scope| {
+            scope
+                .from_root()
+                .filter_map(|span| span.extensions().get::<ObjectRef>().cloned())
+                .last()
+        });
+        let object = if fields.object.is_empty() {
+            from_span.unwrap_or_default()
+        } else {
+            fields.object.clone()
+        };
+        let meta = event.metadata();
+        let logger = if object.is_empty() {
+            meta.target().replace("::", ".")
+        } else {
+            "kopf.objects".to_string()
+        };
+        let now = jiff::Timestamp::now();
+        if self.format == LogFormat::Json {
+            let mut line = json!({
+                "message": fields.message,
+                "timestamp": now.to_string(),
+                "severity": severity(meta.level()),
+                "logger": logger,
+            });
+            if !object.is_empty() {
+                line[&self.refkey] = object.to_json();
+            }
+            for (k, v) in &fields.extra {
+                line[k] = Value::String(v.clone());
+            }
+            return writeln!(writer, "{line}");
+        }
+        if self.format == LogFormat::Full {
+            write!(
+                writer,
+                "[{},{:03}] {:<20.20} [{:<8.8}] ",
+                now.strftime("%Y-%m-%d %H:%M:%S"),
+                now.subsec_millisecond(),
+                logger,
+                meta.level().as_str()
+            )?;
+        }
+        if self.prefix && !object.is_empty() {
+            write!(writer, "{} ", object.prefix())?;
+        }
+        write!(writer, "{}", fields.message)?;
+        for (k, v) in &fields.extra {
+            write!(writer, " {k}={v}")?;
+        }
+        writeln!(writer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn capture(format: LogFormat, prefix: bool) -> String {
+        let buffer = Buffer::default();
+        let out = buffer.clone();
+        let subscriber = tracing_subscriber::registry().with(ObjectSpans).with(
+            tracing_subscriber::fmt::layer()
+                .event_format(KopfFormat {
+                    format,
+                    prefix,
+                    refkey: "k8s".into(),
+                })
+                .with_writer(move || out.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(resource = "kopfexamples", "watching");
+            let span = tracing::info_span!(
+                "object",
+                namespace = "default",
+                name = "kex-1",
+                kind = "KopfExample",
+                uid = "u-1"
+            );
+            span.in_scope(|| tracing::warn!("Handler 'create_fn' failed temporarily: later"));
+        });
+        let bytes = buffer.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        String::from_utf8(bytes).unwrap_or_default()
+    }
+
+    #[test]
+    fn plain_full_and_json() {
+        let plain = capture(LogFormat::Plain, true);
+        assert_eq!(
+            plain,
+            "watching resource=kopfexamples\n[default/kex-1] Handler 'create_fn' failed temporarily: later\n"
+        );
+        assert!(!capture(LogFormat::Plain, false).contains("[default/kex-1]"));
+        let full = capture(LogFormat::Full, true);
+        let second = full.lines().nth(1).unwrap_or_default();
+        assert!(
+            second.contains("] kopf.objects         [WARN    ] [default/kex-1] Handler"),
+            "{second}"
+        );
+        let json = capture(LogFormat::Json, false);
+        let lines: Vec<Value> = json
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or(Value::Null))
+            .collect();
+        assert_eq!(lines[0]["message"], "watching");
+        assert_eq!(lines[0]["resource"], "kopfexamples");
+        assert!(lines[0].get("k8s").is_none());
+        assert_eq!(lines[1]["severity"], "warning");
+        assert_eq!(
+            lines[1]["k8s"],
+            json!({"kind": "KopfExample", "namespace": "default", "name": "kex-1", "uid": "u-1"})
+        );
+    }
+}
