@@ -48,6 +48,20 @@ impl EventSpec {
     }
 }
 
+/// The text of a handler failure, for logs and events: Kopf's "Handler 'x' failed
+/// temporarily: ..." unless the message already names the handler (retry limits, timeouts).
+pub fn failure_message(handler_id: &str, message: &str, retrying: bool) -> String {
+    if message.starts_with("Handler '") {
+        return message.to_string();
+    }
+    let how = if retrying {
+        "temporarily"
+    } else {
+        "permanently"
+    };
+    format!("Handler '{handler_id}' failed {how}: {message}")
+}
+
 /// Who posts: `reportingComponent`/`source.component` and `reportingInstance`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reporter {
@@ -122,53 +136,89 @@ pub fn event_body(
     Some((namespace, body))
 }
 
-/// Per-object rate limit: at most one event per object per `interval`; events in between
-/// are counted and mentioned in the next one that passes.
+/// Per-object rate limit, a token bucket: up to `burst` events at once, then one per
+/// `interval`; events refused meanwhile are counted and mentioned in the next one that
+/// passes.
 #[derive(Debug)]
 pub struct RateLimiter {
     interval: Duration,
-    last: HashMap<String, (Instant, u32)>,
+    burst: u32,
+    objects: HashMap<String, Bucket>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+    suppressed: u32,
 }
 
 impl RateLimiter {
-    /// A limiter with the minimum interval between events of one object.
+    /// A limiter of one event per object per `interval` (no burst).
     pub fn new(interval: Duration) -> Self {
+        Self::with_burst(interval, 1)
+    }
+
+    /// A limiter of `burst` events per object at once, then one per `interval`.
+    pub fn with_burst(interval: Duration, burst: u32) -> Self {
         RateLimiter {
             interval,
-            last: HashMap::new(),
+            burst: burst.max(1),
+            objects: HashMap::new(),
         }
     }
 
     /// Whether an event about `uid` may go out now; the message gains a note about events
     /// suppressed since the last one.
     pub fn admit(&mut self, uid: &str, spec: &mut EventSpec, now: Instant) -> bool {
-        match self.last.get_mut(uid) {
-            Some((at, suppressed)) if now.duration_since(*at) < self.interval => {
-                *suppressed += 1;
-                false
-            }
-            Some((at, suppressed)) => {
-                if *suppressed > 0 {
-                    spec.message = format!(
-                        "{} ({} similar event(s) suppressed)",
-                        spec.message, suppressed
-                    );
-                }
-                *at = now;
-                *suppressed = 0;
-                true
-            }
-            None => {
-                self.last.insert(uid.to_string(), (now, 0));
-                true
-            }
+        let burst = f64::from(self.burst);
+        let bucket = self.objects.entry(uid.to_string()).or_insert(Bucket {
+            tokens: burst,
+            refilled: now,
+            suppressed: 0,
+        });
+        let elapsed = now.saturating_duration_since(bucket.refilled).as_secs_f64();
+        let per_token = self.interval.as_secs_f64().max(f64::EPSILON);
+        bucket.tokens = (bucket.tokens + elapsed / per_token).min(burst);
+        bucket.refilled = now;
+        if bucket.tokens < 1.0 {
+            bucket.suppressed += 1;
+            return false;
         }
+        bucket.tokens -= 1.0;
+        if bucket.suppressed > 0 {
+            spec.message = format!(
+                "{} ({} similar event(s) suppressed)",
+                spec.message, bucket.suppressed
+            );
+            bucket.suppressed = 0;
+        }
+        true
     }
 
     /// Forgets an object (it is gone).
     pub fn forget(&mut self, uid: &str) {
-        self.last.remove(uid);
+        self.objects.remove(uid);
     }
+}
+
+/// Folds the framework's own warnings of one cycle (reason `Logging`, e.g. several handlers
+/// failing at once) into one event; the handlers' own events are kept as they are.
+pub fn aggregate(events: Vec<EventSpec>) -> Vec<EventSpec> {
+    let mut out: Vec<EventSpec> = Vec::with_capacity(events.len());
+    for e in events {
+        match out
+            .iter_mut()
+            .find(|o| o.reason == "Logging" && o.reason == e.reason && o.type_ == e.type_)
+        {
+            Some(first) => {
+                first.message.push_str("; ");
+                first.message.push_str(&e.message);
+            }
+            None => out.push(e),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -216,5 +266,44 @@ mod tests {
         let mut later = EventSpec::warning("r", "m");
         assert!(rl.admit("a", &mut later, t0 + Duration::from_secs(11)));
         assert_eq!(later.message, "m (1 similar event(s) suppressed)");
+    }
+
+    #[test]
+    fn bursts_then_one_per_interval() {
+        let mut rl = RateLimiter::with_burst(Duration::from_secs(10), 3);
+        let t0 = Instant::now();
+        let admitted: Vec<bool> = (0..5)
+            .map(|_| rl.admit("a", &mut EventSpec::info("r", "m"), t0))
+            .collect();
+        assert_eq!(admitted, vec![true, true, true, false, false]);
+        assert!(!rl.admit(
+            "a",
+            &mut EventSpec::info("r", "m"),
+            t0 + Duration::from_secs(5)
+        ));
+        let mut next = EventSpec::info("r", "m");
+        assert!(rl.admit("a", &mut next, t0 + Duration::from_secs(10)));
+        assert_eq!(next.message, "m (3 similar event(s) suppressed)");
+    }
+
+    #[test]
+    fn one_cycle_of_failures_is_one_event() {
+        let folded = aggregate(vec![
+            EventSpec::warning("Logging", "Handler 'a' failed temporarily: x"),
+            EventSpec::info("Greeting", "hi"),
+            EventSpec::warning("Logging", "Handler 'b' failed permanently: y"),
+            EventSpec::info("Greeting", "again"),
+        ]);
+        assert_eq!(
+            folded,
+            vec![
+                EventSpec::warning(
+                    "Logging",
+                    "Handler 'a' failed temporarily: x; Handler 'b' failed permanently: y"
+                ),
+                EventSpec::info("Greeting", "hi"),
+                EventSpec::info("Greeting", "again"),
+            ]
+        );
     }
 }

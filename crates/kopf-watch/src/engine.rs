@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kopf_core::causes::{EventKind, Reason};
-use kopf_core::events::{EventSpec, RateLimiter, Reporter, event_body};
+use kopf_core::events::{EventSpec, RateLimiter, Reporter, aggregate, event_body, failure_message};
 use kopf_core::handler::HandlerSpec;
 use kopf_core::layers::Stack;
 use kopf_core::memo::{MemoSeed, Memos};
@@ -36,8 +36,10 @@ pub struct Settings {
     pub namespaces: NamespaceSelector,
     /// At most this many objects are processed at the same time (None: no limit).
     pub worker_limit: Option<usize>,
-    /// The minimum interval between two Events about one object.
+    /// Events about one object: up to `event_burst` at once, then one per `event_interval`.
     pub event_interval: Duration,
+    /// See `event_interval`.
+    pub event_burst: u32,
     /// Start watches with a streaming list (`sendInitialEvents`) instead of list + watch.
     pub streaming_lists: bool,
     /// After our own PATCH, changing handlers wait this long at most for the written
@@ -61,6 +63,7 @@ impl Default for Settings {
             namespaces: NamespaceSelector::default(),
             worker_limit: None,
             event_interval: Duration::from_secs(10),
+            event_burst: 5,
             streaming_lists: false,
             consistency_timeout: Duration::from_secs(5),
             touch_delays: false,
@@ -126,8 +129,8 @@ impl Engine {
         self
     }
 
-    /// The minimum interval between two Events about one object (default 10 s); events in
-    /// between are counted into the next one.
+    /// Events about one object: after a burst of 5, one per `interval` (default 10 s);
+    /// events refused meanwhile are counted into the next one.
     pub fn event_interval(mut self, interval: Duration) -> Self {
         self.settings.event_interval = interval;
         self
@@ -191,7 +194,10 @@ impl Engine {
                 .settings
                 .worker_limit
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
-            events: Mutex::new(RateLimiter::new(self.settings.event_interval)),
+            events: Mutex::new(RateLimiter::with_burst(
+                self.settings.event_interval,
+                self.settings.event_burst,
+            )),
             settings: self.settings.clone(),
         });
         tracing::info!(resource = %plural, namespace = self.namespace.as_deref().unwrap_or("*"), "watching");
@@ -543,7 +549,7 @@ impl WorkerShared {
             &kube::core::GroupVersionKind::gvk("", "v1", "Event"),
             "events",
         );
-        for mut spec in events {
+        for mut spec in aggregate(events) {
             let admitted = self.events.lock().unwrap_or_else(|e| e.into_inner()).admit(
                 uid,
                 &mut spec,
@@ -620,17 +626,11 @@ fn log_outcome(outcome: &CycleOutcome, body: &Value) {
             HandlerOutcome::Waiting => {
                 tracing::debug!("Handler '{id}' has unfinished sub-handlers. Will retry soon.")
             }
-            // Retry-limit and timeout messages already name the handler.
-            HandlerOutcome::Retrying { message } | HandlerOutcome::Failed { message }
-                if message.starts_with("Handler '") =>
-            {
-                tracing::error!("{message}")
-            }
             HandlerOutcome::Retrying { message } => {
-                tracing::error!("Handler '{id}' failed temporarily: {message}")
+                tracing::error!("{}", failure_message(id, message, true))
             }
             HandlerOutcome::Failed { message } => {
-                tracing::error!("Handler '{id}' failed permanently: {message}")
+                tracing::error!("{}", failure_message(id, message, false))
             }
         }
     }

@@ -15,7 +15,7 @@ async fn eventually_fn(Retry(retry): Retry) -> Result<String, TemporaryError> {
     if retry < 2 {
         return Err(TemporaryError {
             message: format!("not yet (attempt {retry})"),
-            delay: Some(Duration::from_millis(500)),
+            delay: Some(Duration::from_millis(1000)),
         });
     }
     Ok(format!("done after {retry} retries"))
@@ -31,13 +31,14 @@ async fn flaky_fn() -> Result<(), HandlerError> {
     Err("the backend is down".into())
 }
 
+/// Too slow: cancelled when its timeout runs out (Kopf only checks between attempts).
+async fn slow_fn() -> Result<(), HandlerError> {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    Ok(())
+}
+
 /// The operator of this example (shared with its integration test).
 pub fn operator() -> Operator {
-    let limited = Options {
-        retries: Some(2),
-        backoff: Some(Duration::from_millis(300)),
-        ..Default::default()
-    };
     Operator::new()
         .on_create("kopfexamples", "eventually_fn", eventually_fn)
         .on_create("kopfexamples", "permanent_fn", permanent_fn)
@@ -46,7 +47,16 @@ pub fn operator() -> Operator {
             "kopfexamples",
             "flaky_fn",
             flaky_fn,
-            limited,
+            Options::new()
+                .retries(2)
+                .backoff(Duration::from_millis(300)),
+        )
+        .on_with(
+            Reason::Create,
+            "kopfexamples",
+            "slow_fn",
+            slow_fn,
+            Options::new().timeout(Duration::from_millis(200)),
         )
 }
 

@@ -321,8 +321,10 @@ impl Operator {
         self
     }
 
-    /// The minimum interval between two Events about one object (default 10 s).
-    pub fn event_interval(mut self, interval: Duration) -> Self {
+    /// The rate limit of Events per object: up to `burst` at once (default 5), then one per
+    /// `interval` (default 10 s); the next event that passes says how many were suppressed.
+    pub fn event_limit(mut self, burst: u32, interval: Duration) -> Self {
+        self.settings.event_burst = burst;
         self.settings.event_interval = interval;
         self
     }
@@ -434,10 +436,13 @@ impl Operator {
     }
 }
 
+/// The User-Agent of operators' requests (visible in API server audit logs).
+pub const USER_AGENT: &str = concat!("kopf-rs/", env!("CARGO_PKG_VERSION"));
+
 /// The client configuration operators use: the given URL (the embedded fake server), or
 /// `KUBECONFIG` / `~/.kube/config` / the in-cluster service account; with a read timeout of
 /// `inactivity`, so that a watch connection that went silent (no events, no bookmarks) is
-/// reconnected.
+/// reconnected, and [`USER_AGENT`].
 pub async fn client_config(url: Option<&str>, inactivity: Duration) -> Result<kube::Config, Error> {
     let mut config = match url {
         Some(url) => {
@@ -453,6 +458,10 @@ pub async fn client_config(url: Option<&str>, inactivity: Duration) -> Result<ku
         })?,
     };
     config.read_timeout = Some(inactivity);
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
     Ok(config)
 }
 

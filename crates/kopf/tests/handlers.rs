@@ -6,88 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf::{Cause, HandlerError, Operator};
-use kopf_testing::FakeApiServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 
-fn crd() -> Value {
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "kopfexamples.kopf.dev"},
-        "spec": {"group": "kopf.dev", "scope": "Namespaced",
-            "names": {"kind": "KopfExample", "plural": "kopfexamples", "singular": "kopfexample"},
-            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})
-}
+mod common;
 
-async fn server() -> FakeApiServer {
-    let s = FakeApiServer::start().await.expect("start");
-    s.apply_object(crd()).expect("crd");
-    s
-}
-
-fn api(server: &FakeApiServer) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
-        "kopfexamples",
-    );
-    Api::namespaced_with(server.client(), "default", &ar)
-}
-
-fn obj(name: &str, spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
-        "metadata": {"name": name}, "spec": spec}))
-    .expect("obj")
-}
-
-struct Running {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), kopf::Error>>,
-}
-
-impl Running {
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        self.task.await.expect("join").expect("the operator ran");
-    }
-}
-
-async fn start(server: &FakeApiServer, op: Operator) -> Running {
-    let before = server.watches().len();
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let client = server.client();
-    let task = tokio::spawn(async move {
-        op.run_until(client, async {
-            let _ = rx.await;
-        })
-        .await
-    });
-    for _ in 0..200 {
-        if server.watches().len() > before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Running {
-        stop: Some(stop),
-        task,
-    }
-}
-
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..400 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+use common::{Running, crd, eventually, kex_api, obj, server};
 
 type Calls = Arc<Mutex<Vec<(String, Value)>>>;
 
@@ -117,8 +42,8 @@ async fn update_and_field_handlers_get_kopf_diffs_in_one_cycle() {
             "spec.field",
             recorder(&calls, "field_fn"),
         );
-    let running = start(&server, op).await;
-    let api = api(&server);
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
     api.create(
         &PostParams::default(),
         &obj("k", json!({"field": "a", "other": 1})),
@@ -207,12 +132,12 @@ async fn retries_survive_a_restart_and_missed_changes_are_handled() {
             }
         }
     };
-    let running = start(
+    let running = Running::start(
         &server,
         Operator::new().on_create("kopfexamples", "flaky", make(attempts.clone())),
     )
     .await;
-    let api = api(&server);
+    let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
         .await
         .expect("create");
@@ -230,7 +155,7 @@ async fn retries_survive_a_restart_and_missed_changes_are_handled() {
     .await;
     // Stop while the handler waits to retry; start a new operator process.
     running.stop().await;
-    let running = start(
+    let running = Running::start(
         &server,
         Operator::new().on_create("kopfexamples", "flaky", make(attempts.clone())),
     )
@@ -272,7 +197,7 @@ async fn retries_survive_a_restart_and_missed_changes_are_handled() {
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
         .on_update("kopfexamples", "update_fn", recorder(&calls, "update_fn"));
-    let running = start(&server, op).await;
+    let running = Running::start(&server, op).await;
     eventually("both objects handled", async || {
         calls.lock().expect("lock").len() == 2
     })
@@ -297,7 +222,7 @@ async fn retries_survive_a_restart_and_missed_changes_are_handled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_corrupt_diffbase_and_panics() {
     let server = server().await;
-    let api = api(&server);
+    let api = kex_api(&server);
     // An object handled before (a valid diff-base) and one with a corrupt diff-base.
     let mut handled = obj("handled", json!({"field": "a"}));
     handled.metadata.annotations = Some(
@@ -331,7 +256,7 @@ async fn resume_corrupt_diffbase_and_panics() {
             }
             Ok::<(), HandlerError>(())
         });
-    let running = start(&server, op).await;
+    let running = Running::start(&server, op).await;
     eventually("resume and creation", async || {
         calls.lock().expect("lock").len() >= 2
     })
@@ -387,7 +312,7 @@ async fn a_conflicting_guarded_patch_keeps_the_handler_outcomes() {
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
         .on_delete("kopfexamples", "delete_fn", recorder(&calls, "delete_fn"));
-    let running = start(&server, op).await;
+    let running = Running::start(&server, op).await;
     // The first PATCH of the object (the guarded JSON patch with the finalizer) meets a
     // concurrent change.
     server.inject_fault(FaultRule::new(
@@ -398,7 +323,7 @@ async fn a_conflicting_guarded_patch_keeps_the_handler_outcomes() {
         422,
         1,
     ));
-    let api = api(&server);
+    let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
         .await
         .expect("create");
@@ -441,7 +366,7 @@ async fn namespace_patterns_select_the_served_objects() {
         .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
         .namespace_patterns(&["team-*,!team-legacy"])
         .worker_limit(1);
-    let running = start(&server, op).await;
+    let running = Running::start(&server, op).await;
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
         "kopfexamples",
@@ -466,19 +391,21 @@ async fn namespace_patterns_select_the_served_objects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_post_warning_events_rate_limited_per_object() {
     let server = server().await;
+    // Seven failures and a greeting: eight events, of which the first five go out (the
+    // burst); the others are counted, for the next event that passes.
     let op = Operator::new().on_create("kopfexamples", "flaky", |c: Cause| async move {
-        if c.retry < 2 {
+        if c.retry < 7 {
             Err(HandlerError::temporary(
                 "not yet",
-                Duration::from_millis(50),
+                Duration::from_millis(20),
             ))
         } else {
             c.events.info("Greeting", "hello");
             Ok(Some(json!("done")))
         }
     });
-    let running = start(&server, op).await;
-    let api = api(&server);
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
         .await
         .expect("create");
@@ -506,14 +433,11 @@ async fn failures_post_warning_events_rate_limited_per_object() {
             )
         })
         .collect();
-    assert_eq!(
-        posted,
-        vec![(
-            "Warning".to_string(),
-            "Handler 'flaky' failed temporarily: not yet".to_string()
-        )],
-        "three events, one posted"
+    let warning = (
+        "Warning".to_string(),
+        "Handler 'flaky' failed temporarily: not yet".to_string(),
     );
+    assert_eq!(posted, vec![warning; 5], "eight events, five posted");
     assert_eq!(list.items[0].data["involvedObject"]["name"], "k");
     assert_eq!(list.items[0].data["source"]["component"], "kopf");
     running.stop().await;
@@ -524,7 +448,7 @@ async fn failures_post_warning_events_rate_limited_per_object() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continues_progress_written_by_kopf() {
     let server = server().await;
-    let api = api(&server);
+    let api = kex_api(&server);
     let mut o = obj("from-kopf", json!({"field": "value"}));
     o.metadata.annotations = Some(
         [
@@ -556,7 +480,7 @@ async fn continues_progress_written_by_kopf() {
                 Ok::<_, HandlerError>(json!("finally"))
             }
         });
-    let running = start(&server, op).await;
+    let running = Running::start(&server, op).await;
     eventually("the retry", async || {
         api.get("from-kopf")
             .await
@@ -593,7 +517,7 @@ async fn continues_progress_written_by_kopf() {
 async fn a_resource_whose_crd_comes_back_is_served_again() {
     let server = server().await;
     let calls: Calls = Arc::default();
-    let running = start(
+    let running = Running::start(
         &server,
         Operator::new().on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn")),
     )
@@ -622,7 +546,7 @@ async fn a_resource_whose_crd_comes_back_is_served_again() {
     server.close_watches(Some("kopfexamples"));
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.apply_object(crd()).expect("the CRD again");
-    let api = api(&server);
+    let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("back", json!({"field": "a"})))
         .await
         .expect("create");
@@ -643,7 +567,7 @@ async fn a_resource_whose_crd_comes_back_is_served_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_lists_replace_the_initial_list() {
     let server = server().await;
-    let api = api(&server);
+    let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("pre", json!({"field": "a"})))
         .await
         .expect("create");
@@ -652,7 +576,7 @@ async fn streaming_lists_replace_the_initial_list() {
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
         .streaming_lists(true);
-    let running = start(&server, op).await;
+    let running = Running::start(&server, op).await;
     eventually("the existing object handled", async || {
         calls.lock().expect("lock").len() == 1
     })
@@ -702,8 +626,8 @@ async fn selectors_by_short_name_and_group_version_plural() {
             "by_gvp",
             recorder(&calls, "by_gvp"),
         );
-    let running = start(&server, op).await;
-    let api = api(&server);
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("s", json!({"field": "a"})))
         .await
         .expect("create");

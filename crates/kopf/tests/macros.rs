@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 use kopf::{HandlerError, Name, New, Old, Operator, Spec};
-use kopf_testing::FakeApiServer;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 #[kopf::on::create("kopfexamples")]
@@ -43,39 +41,13 @@ fn has_spec(body: &Value) -> bool {
     body.get("spec").is_some()
 }
 
-fn crd() -> Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/crd.yaml"
-    ))
-    .expect("crd.yaml");
-    serde_saphyr::from_str(&text).expect("crd yaml")
-}
+mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn macro_registered_handlers_run() {
-    let server = FakeApiServer::start().await.expect("start");
-    server.apply_object(crd()).expect("crd");
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let client = server.client();
-    let task = tokio::spawn(async move {
-        Operator::from_registry()
-            .run_until(client, async {
-                let _ = rx.await;
-            })
-            .await
-    });
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
-        "kopfexamples",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
-    for _ in 0..200 {
-        if !server.watches().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let server = common::server().await;
+    let running = common::Running::start(&server, Operator::from_registry()).await;
+    let api = common::kex_api(&server);
     let obj: DynamicObject =
         serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
         "metadata": {"name": "m", "labels": {"tier": "gold"}}, "spec": {"field": "a"}}))
@@ -119,8 +91,7 @@ async fn macro_registered_handlers_run() {
         json!({"old": "a", "new": "b"})
     );
     assert_eq!(status["became_b/spec.field"], json!({"now": "b"}));
-    let _ = stop.send(());
-    task.await.expect("join").expect("operator ran");
+    running.stop().await;
 }
 
 /// Wrong uses of the macros fail to compile with messages that point at the user's code.

@@ -3,65 +3,12 @@
 use std::time::Duration;
 
 use kopf::{Cause, HandlerResult, Operator};
-use kopf_testing::FakeApiServer;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-fn crd() -> Value {
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "kopfexamples.kopf.dev"},
-        "spec": {"group": "kopf.dev", "scope": "Namespaced",
-            "names": {"kind": "KopfExample", "plural": "kopfexamples", "singular": "kopfexample", "shortNames": ["kex"]},
-            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})
-}
+mod common;
 
-fn api(server: &FakeApiServer) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
-        "kopfexamples",
-    );
-    Api::namespaced_with(server.client(), "default", &ar)
-}
-
-async fn wait_for(
-    api: &Api<DynamicObject>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(Option<&DynamicObject>) -> bool,
-) {
-    for _ in 0..200 {
-        let obj = api.get_opt(name).await.expect("get");
-        if pred(obj.as_ref()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-/// The operator's writes (PATCH requests), as method, path, patch type and body.
-fn writes(server: &FakeApiServer) -> Vec<Value> {
-    server
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "PATCH")
-        .map(|r| {
-            let mut body: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-            if let Some(ops) = body.as_array_mut() {
-                for op in ops {
-                    if op["path"] == "/metadata/resourceVersion" {
-                        op["value"] = json!("<rv>");
-                    }
-                }
-            }
-            json!({"path": r.path, "patch": r.patch_type, "body": body})
-        })
-        .collect()
-}
+use common::{Running, kex_api, operator_requests, server, until_object, writes};
 
 async fn create_fn(_cause: Cause) -> HandlerResult {
     Ok(Some(json!({"message": "hello world"})))
@@ -73,32 +20,13 @@ async fn delete_fn(_cause: Cause) -> HandlerResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_operator_writes_status_and_diffbase_with_one_patch_per_endpoint() {
-    let server = FakeApiServer::start().await.expect("start");
-    server.apply_object(crd()).expect("crd");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = server().await;
     let op = Operator::new().on_create("kopfexamples", "create_fn", create_fn);
-    let client = server.client();
-    let running = tokio::spawn(async move {
-        op.run_until(client, async {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
-    let api = api(&server);
-    // Wait for the operator to watch, then create the object as a user would.
-    for _ in 0..100 {
-        if server
-            .watches()
-            .iter()
-            .any(|w| w.resource.ends_with("kopfexamples"))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Once the operator watches, create the object as a user would.
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
     // Start-up costs two discovery requests (aggregated), one list and one watch.
-    let mut startup: Vec<String> = server
-        .requests()
+    let mut startup: Vec<String> = operator_requests(&server)
         .into_iter()
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();
@@ -122,7 +50,7 @@ async fn minimal_operator_writes_status_and_diffbase_with_one_patch_per_endpoint
     api.create(&PostParams::default(), &obj)
         .await
         .expect("create");
-    wait_for(&api, "kopf-example-1", "the status", |o| {
+    until_object(&api, "kopf-example-1", "the status", |o| {
         o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello world")
     })
     .await;
@@ -152,38 +80,19 @@ async fn minimal_operator_writes_status_and_diffbase_with_one_patch_per_endpoint
     .await
     .expect("status");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Only the test's own status PATCH: the operator sent nothing (a NOOP cause).
-    assert_eq!(writes(&server).len(), 1, "{:?}", writes(&server));
-    let _ = stop_tx.send(());
-    running.await.expect("join").expect("operator ran");
+    // The operator sent nothing (a NOOP cause).
+    assert_eq!(writes(&server), Vec::<Value>::new());
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_handler_adds_and_releases_the_finalizer() {
-    let server = FakeApiServer::start().await.expect("start");
-    server.apply_object(crd()).expect("crd");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = server().await;
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", create_fn)
         .on_delete("kopfexamples", "delete_fn", delete_fn);
-    let client = server.client();
-    let running = tokio::spawn(async move {
-        op.run_until(client, async {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
-    let api = api(&server);
-    for _ in 0..100 {
-        if server
-            .watches()
-            .iter()
-            .any(|w| w.resource.ends_with("kopfexamples"))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
     server.clear_requests();
     let obj: DynamicObject =
         serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
@@ -192,7 +101,7 @@ async fn delete_handler_adds_and_releases_the_finalizer() {
     api.create(&PostParams::default(), &obj)
         .await
         .expect("create");
-    wait_for(&api, "k", "the status", |o| {
+    until_object(&api, "k", "the status", |o| {
         o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello world")
     })
     .await;
@@ -200,16 +109,14 @@ async fn delete_handler_adds_and_releases_the_finalizer() {
     api.delete("k", &DeleteParams::default())
         .await
         .expect("delete");
-    wait_for(&api, "k", "the object to go", |o| o.is_none()).await;
+    until_object(&api, "k", "the object to go", |o| o.is_none()).await;
     insta::assert_json_snapshot!("finalizer_cycle", writes(&server));
-    let _ = stop_tx.send(());
-    running.await.expect("join").expect("operator ran");
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_resources_fail_at_start_with_similar_names() {
-    let server = FakeApiServer::start().await.expect("start");
-    server.apply_object(crd()).expect("crd");
+    let server = server().await;
     let err = Operator::new()
         .on_create("kopfexample-typo", "create_fn", create_fn)
         .run_until(server.client(), async {})

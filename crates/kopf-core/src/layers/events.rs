@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::{Attempt, HandlerCall};
-use crate::events::EventSpec;
+use crate::events::{EventSpec, failure_message};
 use crate::handler::BoxFuture;
 
 /// Adds outcome events to an [`Attempt`].
@@ -74,13 +74,9 @@ where
             } = &mut attempt
             {
                 let event = match (&outcome.result, retry_in) {
-                    (Err(e), Some(_)) => Some(EventSpec::warning(
+                    (Err(e), retry_in) => Some(EventSpec::warning(
                         "Logging",
-                        format!("Handler '{id}' failed temporarily: {e}"),
-                    )),
-                    (Err(e), None) => Some(EventSpec::warning(
-                        "Logging",
-                        format!("Handler '{id}' failed permanently: {e}"),
+                        failure_message(&id, &e.to_string(), retry_in.is_some()),
                     )),
                     // A parent with sub-handlers succeeds only when they all have; the cycle
                     // posts its success then.

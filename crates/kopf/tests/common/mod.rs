@@ -1,0 +1,230 @@
+//! The harness shared by the integration tests: the example CRD and object, an operator
+//! running against a fake API server, waiting, and the operator's own requests.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use kopf::Operator;
+use kopf_testing::{FakeApiServer, RequestRecord};
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+fn example_file(name: &str) -> Value {
+    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// `examples/crd.yaml`: KopfExample, kopf.dev/v1, status subresource, short names.
+pub fn crd() -> Value {
+    example_file("crd.yaml")
+}
+
+/// `examples/obj.yaml`: kopf-example-1 in `default`.
+pub fn example_object() -> DynamicObject {
+    serde_json::from_value(example_file("obj.yaml")).expect("obj.yaml is a KopfExample")
+}
+
+/// A KopfExample with a name and a spec.
+pub fn obj(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+        "metadata": {"name": name}, "spec": spec}))
+    .expect("obj")
+}
+
+/// A fake API server with the example CRD.
+pub async fn server() -> FakeApiServer {
+    let s = FakeApiServer::start().await.expect("start");
+    s.apply_object(crd()).expect("crd");
+    s
+}
+
+/// KopfExamples in `default`, through the test's own client.
+pub fn kex_api(server: &FakeApiServer) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
+        "kopfexamples",
+    );
+    Api::namespaced_with(server.client(), "default", &ar)
+}
+
+/// The client an operator builds for itself (kopf-rs User-Agent, inactivity timeout).
+pub async fn operator_client(server: &FakeApiServer, inactivity: Duration) -> kube::Client {
+    let config = kopf::client_config(Some(&server.url()), inactivity)
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// An operator running in the background.
+pub struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), kopf::Error>>,
+}
+
+impl Running {
+    /// Starts the operator and waits until it watches (a watch request after the start).
+    pub async fn start(server: &FakeApiServer, op: Operator) -> Running {
+        Self::start_with(server, op, Duration::from_secs(70), true).await
+    }
+
+    /// Starts the operator with a client inactivity timeout; waits for a watch if asked.
+    pub async fn start_with(
+        server: &FakeApiServer,
+        op: Operator,
+        inactivity: Duration,
+        wait_for_watch: bool,
+    ) -> Running {
+        let before = server.requests().last().map_or(0, |r| r.seq);
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let client = operator_client(server, inactivity).await;
+        let task = tokio::spawn(async move {
+            op.run_until(client, async {
+                let _ = rx.await;
+            })
+            .await
+        });
+        if wait_for_watch {
+            eventually("the operator's watch", async || {
+                server
+                    .requests()
+                    .iter()
+                    .any(|r| r.seq > before && r.query.contains("watch=true"))
+            })
+            .await;
+        }
+        Running {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops the operator; it must have run without error.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.expect("join").expect("the operator ran");
+    }
+
+    /// Waits for the operator to end by itself and returns its result.
+    pub async fn result(self) -> Result<(), kopf::Error> {
+        self.task.await.expect("join")
+    }
+}
+
+/// Polls `check` every 25 ms for up to 20 s.
+pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..800 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Waits until the object (None: gone) satisfies `check`.
+pub async fn until_object(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    check: impl Fn(Option<&DynamicObject>) -> bool,
+) {
+    eventually(what, async || {
+        check(api.get_opt(name).await.expect("get").as_ref())
+    })
+    .await;
+}
+
+/// The requests the operator sent (by its User-Agent).
+pub fn operator_requests(server: &FakeApiServer) -> Vec<RequestRecord> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.user_agent == kopf::USER_AGENT)
+        .collect()
+}
+
+/// The operator's writes, as method, path, patch type and body, with resourceVersions and
+/// timestamps replaced by placeholders (for snapshots).
+pub fn writes(server: &FakeApiServer) -> Vec<Value> {
+    operator_requests(server)
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| {
+            let mut body: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+            normalise(&mut body);
+            json!({"method": r.method, "path": r.path, "patch": r.patch_type, "body": body})
+        })
+        .collect()
+}
+
+/// Replaces what changes from run to run: resourceVersions in JSON-patch tests, times, uids.
+fn normalise(v: &mut Value) {
+    match v {
+        Value::Array(items) => {
+            for item in items.iter_mut() {
+                if item["op"] == "test" && item["path"] == "/metadata/resourceVersion" {
+                    item["value"] = json!("<rv>");
+                }
+                normalise(item);
+            }
+        }
+        Value::Object(m) => {
+            for (k, item) in m.iter_mut() {
+                let is_time = matches!(
+                    k.as_str(),
+                    "firstTimestamp"
+                        | "lastTimestamp"
+                        | "eventTime"
+                        | "started"
+                        | "stopped"
+                        | "delayed"
+                ) || k.ends_with("/touch-dummy");
+                if is_time && item.is_string() {
+                    *item = json!("<time>");
+                } else if k == "uid" && item.is_string() {
+                    *item = json!("<uid>");
+                } else if let Some(text) = item.as_str()
+                    && text.starts_with('{')
+                {
+                    // Progress records are JSON strings in annotations: blank their times,
+                    // keeping the bytes (and the field order) otherwise.
+                    *item = Value::String(blank_times(text));
+                } else {
+                    normalise(item);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `"started":"…"` (and `stopped`, `delayed`) inside a JSON text become `"<time>"`.
+fn blank_times(text: &str) -> String {
+    let mut out = text.to_string();
+    for key in ["\"started\":\"", "\"stopped\":\"", "\"delayed\":\""] {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(key) {
+            let start = from + at + key.len();
+            let Some(len) = out[start..].find('"') else {
+                break;
+            };
+            out.replace_range(start..start + len, "<time>");
+            from = start + "<time>".len();
+        }
+    }
+    out
+}
+
+/// How many requests of a verb the operator sent to paths ending with `suffix`.
+pub fn count(server: &FakeApiServer, method: &str, suffix: &str) -> usize {
+    operator_requests(server)
+        .iter()
+        .filter(|r| r.method == method && r.path.ends_with(suffix))
+        .count()
+}
