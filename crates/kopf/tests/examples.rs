@@ -55,6 +55,7 @@ async fn create_update_delete(op: Operator, update: Value) -> (FakeApiServer, St
         diffbase(o).is_some_and(|d| d["spec"] == spec)
     })
     .await;
+    common::settle(&server).await;
     let created = api.get(NAME).await.expect("get");
     api.patch(
         NAME,
@@ -68,6 +69,7 @@ async fn create_update_delete(op: Operator, update: Value) -> (FakeApiServer, St
         diffbase(o).is_some_and(|d| d["spec"] == spec)
     })
     .await;
+    common::settle(&server).await;
     let updated = api.get(NAME).await.expect("get");
     api.delete(NAME, &DeleteParams::default())
         .await

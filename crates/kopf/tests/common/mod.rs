@@ -140,6 +140,20 @@ pub async fn until_object(
     .await;
 }
 
+/// Waits until the operator has sent nothing for 300 ms (at most 10 s): the writes of the
+/// cycle in progress (e.g. the `/status` PATCH after the object's) have all arrived.
+pub async fn settle(server: &FakeApiServer) {
+    let mut seen = operator_requests(server).len();
+    for _ in 0..33 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = operator_requests(server).len();
+        if now == seen {
+            return;
+        }
+        seen = now;
+    }
+}
+
 /// The requests the operator sent (by its User-Agent).
 pub fn operator_requests(server: &FakeApiServer) -> Vec<RequestRecord> {
     server

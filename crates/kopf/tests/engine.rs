@@ -1,0 +1,387 @@
+//! The engine's run-time behaviour against the fake API server: framework errors throttled
+//! per object, the touch annotation after delays, reconnecting silent watches, resources
+//! that appear and disappear while running, progress in the status, memos, user layers.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kopf::{
+    Cause, HandlerCall, HandlerError, HandlerService, Memo, Operator, ProgressStorage, Reason,
+    Retry, Selector, TemporaryError,
+};
+use kopf_testing::{FaultRule, RequestPattern};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+mod common;
+
+use common::{
+    Running, count, crd, eventually, kex_api, obj, operator_requests, server, until_object, writes,
+};
+
+fn status_of(o: Option<&DynamicObject>, key: &str) -> Value {
+    o.map(|o| o.data["status"][key].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framework_errors_are_throttled_per_object() {
+    let server = server().await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let op = Operator::new().on_create("kopfexamples", "create_fn", move || {
+        c.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, HandlerError>("created") }
+    });
+    let running = Running::start(&server, op).await;
+    // The object's PATCHes fail twice (the API server is unhappy, not the handler).
+    server.inject_fault(FaultRule::new(
+        RequestPattern::any()
+            .verb("patch")
+            .resource("kopfexamples")
+            .subresource(""),
+        500,
+        2,
+    ));
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the status after two failures", |o| {
+        status_of(o, "create_fn") == "created"
+    })
+    .await;
+    let patches: Vec<u64> = operator_requests(&server)
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/k"))
+        .map(|r| r.micros)
+        .collect();
+    assert_eq!(patches.len(), 3, "two failed PATCHes and the good one");
+    // Kopf's error delays: 1 s, then 1 s again (lower bounds: a loaded machine is slower).
+    for pair in patches.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 900_000,
+            "throttled: {} µs between attempts",
+            pair[1] - pair[0]
+        );
+    }
+    // Nothing was stored by the failed cycles: the handler ran again each time.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touch_after_delays_when_asked() {
+    let server = server().await;
+    let op = Operator::new().touch_delays(true).on_create(
+        "kopfexamples",
+        "create_fn",
+        |Retry(retry): Retry| async move {
+            if retry == 0 {
+                return Err(TemporaryError {
+                    message: "later".into(),
+                    delay: Some(Duration::from_millis(300)),
+                });
+            }
+            Ok("done")
+        },
+    );
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the retry", |o| {
+        status_of(o, "create_fn") == "done"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let o = api.get("k").await.expect("get");
+    assert!(
+        !o.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("kopf.zalando.org/touch-dummy"),
+        "the completing PATCH clears the touch"
+    );
+    // Records, the touch, then the purge with the diff-base (clearing the touch), the status;
+    // and the warning event about the first attempt.
+    insta::assert_json_snapshot!("touch_after_delays", writes(&server));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_watches_reconnect_without_relisting() {
+    let server = server().await;
+    let op = Operator::new().on_create("kopfexamples", "create_fn", || async {
+        Ok::<_, HandlerError>("created")
+    });
+    // A 1 s inactivity timeout; the fake server sends bookmarks only every 60 s.
+    let running = Running::start_with(&server, op, Duration::from_secs(1), true).await;
+    let watches = || {
+        operator_requests(&server)
+            .into_iter()
+            .filter(|r| r.path.ends_with("/kopfexamples") && r.query.contains("watch=true"))
+            .collect::<Vec<_>>()
+    };
+    eventually("a reconnect after the silence", async || {
+        watches().len() >= 2
+    })
+    .await;
+    let lists = operator_requests(&server)
+        .iter()
+        .filter(|r| r.path.ends_with("/kopfexamples") && !r.query.contains("watch=true"))
+        .count();
+    assert_eq!(lists, 1, "the reconnect resumes the watch, no relist");
+    let again = &watches()[1];
+    assert!(
+        again.query.contains("resourceVersion="),
+        "resumed from the last resourceVersion: {}",
+        again.query
+    );
+    // And it still serves.
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation", |o| {
+        status_of(o, "create_fn") == "created"
+    })
+    .await;
+    running.stop().await;
+}
+
+fn crds(server: &kopf_testing::FakeApiServer) -> Api<DynamicObject> {
+    Api::all_with(
+        server.client(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_that_appear_later_are_served_when_waiting_for_them() {
+    let server = kopf_testing::FakeApiServer::start().await.expect("start");
+    let op =
+        Operator::new()
+            .wait_for_resources(true)
+            .on_create("kopfexamples", "create_fn", || async {
+                Ok::<_, HandlerError>("created")
+            });
+    // Not an error: the operator starts and watches CRDs.
+    let running = Running::start(&server, op).await;
+    assert!(
+        operator_requests(&server)
+            .iter()
+            .any(|r| r.path.ends_with("/customresourcedefinitions")),
+        "CRDs are watched"
+    );
+    server.apply_object(crd()).expect("the CRD appears");
+    let api = kex_api(&server);
+    eventually("the resource served", async || {
+        server
+            .watches()
+            .iter()
+            .any(|w| w.resource.contains("kopfexamples"))
+    })
+    .await;
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation", |o| {
+        status_of(o, "create_fn") == "created"
+    })
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predicate_selectors_follow_crds_that_come_and_go() {
+    let server = kopf_testing::FakeApiServer::start().await.expect("start");
+    let op = Operator::new().on_with(
+        Reason::Create,
+        Selector::predicate(|d| d.api_resource.group == "kopf.dev"),
+        "create_fn",
+        || async { Ok::<_, HandlerError>("created") },
+        Default::default(),
+    );
+    let running = Running::start(&server, op).await;
+    server.apply_object(crd()).expect("the CRD appears");
+    let served = |server: &kopf_testing::FakeApiServer| {
+        server
+            .watches()
+            .iter()
+            .any(|w| w.resource.contains("kopfexamples"))
+    };
+    eventually("the new resource served", async || served(&server)).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation", |o| {
+        status_of(o, "create_fn") == "created"
+    })
+    .await;
+    crds(&server)
+        .delete("kopfexamples.kopf.dev", &Default::default())
+        .await
+        .expect("delete the CRD");
+    eventually("the resource not served any more", async || {
+        !served(&server)
+    })
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_in_the_status_when_asked() {
+    let server = server().await;
+    let op = Operator::new()
+        .progress_storage(ProgressStorage::status("kopf"))
+        .on_create("kopfexamples", "flaky", |Retry(retry): Retry| async move {
+            if retry == 0 {
+                return Err(TemporaryError {
+                    message: "later".into(),
+                    delay: Some(Duration::from_millis(100)),
+                });
+            }
+            Ok("done")
+        });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the retry", |o| status_of(o, "flaky") == "done").await;
+    let status_patches: Vec<Value> = writes(&server)
+        .into_iter()
+        .filter(|w| w["path"].as_str().is_some_and(|p| p.ends_with("/status")))
+        .map(|w| w["body"].clone())
+        .collect();
+    assert_eq!(
+        status_patches[0]["status"]["kopf"]["progress"]["flaky"],
+        json!({"started": "<time>", "delayed": "<time>", "purpose": "create", "retries": 1,
+            "success": false, "failure": false, "message": "later"})
+    );
+    assert_eq!(
+        status_patches[1]["status"],
+        json!({"flaky": "done", "kopf": {"progress": {"flaky": null}}}),
+        "the result and the purge in one PATCH"
+    );
+    let o = api.get("k").await.expect("get");
+    assert!(
+        !o.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("kopf.zalando.org/flaky"),
+        "no progress annotations"
+    );
+    running.stop().await;
+}
+
+#[derive(Clone, Default)]
+struct Seen(u32);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memos_live_per_object_across_cycles() {
+    let server = server().await;
+    let op = Operator::new().memo(Seen(100)).on_update(
+        "kopfexamples",
+        "update_fn",
+        |memo: Memo<Seen>| async move {
+            Ok::<_, HandlerError>(memo.update(|s| {
+                s.0 += 1;
+                s.0
+            }))
+        },
+    );
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    for name in ["a", "b"] {
+        api.create(&PostParams::default(), &obj(name, json!({"n": 0})))
+            .await
+            .expect("create");
+        until_object(&api, name, "the diff-base", |o| {
+            o.and_then(|o| o.metadata.annotations.as_ref())
+                .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
+        })
+        .await;
+    }
+    for n in 1..=2 {
+        api.patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"n": n}})),
+        )
+        .await
+        .expect("update");
+        until_object(&api, "a", "the update", |o| {
+            status_of(o, "update_fn") == json!(100 + n)
+        })
+        .await;
+    }
+    api.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"n": 1}})),
+    )
+    .await
+    .expect("update");
+    until_object(&api, "b", "b's own memo", |o| {
+        status_of(o, "update_fn") == json!(101)
+    })
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_layers_wrap_every_handler_call() {
+    let server = server().await;
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let log = seen.clone();
+    let op = Operator::new()
+        .layer(tower::layer::layer_fn(move |inner: HandlerService| {
+            let log = log.clone();
+            tower::service_fn(move |call: HandlerCall| {
+                let log = log.clone();
+                let id = call.spec.id.clone();
+                let inner = inner.clone();
+                async move {
+                    let outcome = inner.oneshot(call).await?;
+                    log.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((id, outcome.result.is_ok()));
+                    Ok(outcome)
+                }
+            })
+        }))
+        .on_create("kopfexamples", "ok_fn", || async {
+            Ok::<_, HandlerError>(1)
+        })
+        .on_create("kopfexamples", "bad_fn", |_c: Cause| async {
+            Err::<(), _>(HandlerError::permanent("no"))
+        });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation", |o| status_of(o, "ok_fn") == 1).await;
+    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    s.sort();
+    assert_eq!(
+        s,
+        vec![("bad_fn".to_string(), false), ("ok_fn".to_string(), true)]
+    );
+    assert_eq!(
+        count(&server, "PATCH", "/k"),
+        1,
+        "one object PATCH per cycle"
+    );
+    running.stop().await;
+}
