@@ -91,7 +91,8 @@ impl PatchHandle {
     }
 }
 
-/// Events a handler wants posted about its object (posted after the cycle, rate-limited).
+/// Events a handler wants posted about its object (Kopf's `kopf.info/warn/exception`): posted
+/// after the cycle, rate-limited per object.
 #[derive(Debug, Clone, Default)]
 pub struct EventsHandle(Arc<Mutex<Vec<crate::events::EventSpec>>>);
 
@@ -104,6 +105,27 @@ impl EventsHandle {
     /// Posts a `Warning` event.
     pub fn warn(&self, reason: &str, message: impl Into<String>) {
         self.push(crate::events::EventSpec::warning(reason, message));
+    }
+
+    /// Posts an `Error` event about an error: the reason is the error's type name, and the
+    /// error's text follows the message (Kopf's `kopf.exception`).
+    pub fn exception<E: std::error::Error + ?Sized>(&self, message: &str, error: &E) {
+        let full = std::any::type_name::<E>();
+        let reason = full
+            .split('<')
+            .next()
+            .and_then(|path| path.rsplit("::").next())
+            .unwrap_or("Exception");
+        let message = if message.is_empty() {
+            error.to_string()
+        } else {
+            format!("{message}: {error}")
+        };
+        self.push(crate::events::EventSpec {
+            type_: "Error".into(),
+            reason: reason.into(),
+            message,
+        });
     }
 
     /// Posts an event of any type.
@@ -673,5 +695,24 @@ impl HandlerSpec {
             && (!self.field_needs_change || old != new)
             && self.old.as_ref().is_none_or(|f| f.check(old))
             && self.new.as_ref().is_none_or(|f| f.check(new))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exception_events_are_named_after_the_error() {
+        let events = EventsHandle::default();
+        let err = "x".parse::<u32>().expect_err("not a number");
+        events.exception("Cannot read spec.count", &err);
+        let posted = events.take();
+        assert_eq!(posted[0].type_, "Error");
+        assert_eq!(posted[0].reason, "ParseIntError");
+        assert_eq!(
+            posted[0].message,
+            "Cannot read spec.count: invalid digit found in string"
+        );
     }
 }

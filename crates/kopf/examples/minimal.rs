@@ -24,6 +24,12 @@ async fn create_fn(cause: Cause) -> HandlerResult {
     Ok(Some(json!({"message": "hello world"})))
 }
 
+/// The operator of this example (shared with its integration test).
+pub fn operator() -> Operator {
+    Operator::new().on_create("kopfexamples", "create_fn", create_fn)
+}
+
+#[allow(dead_code)]
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
@@ -31,14 +37,12 @@ async fn main() -> anyhow::Result<()> {
     if args.fake {
         tokio::spawn(show_status(args.fake_kubeconfig.clone()));
     }
-    Operator::new()
-        .on_create("kopfexamples", "create_fn", create_fn)
-        .run_with_args(args)
-        .await?;
+    operator().run_with_args(args).await?;
     Ok(())
 }
 
 /// In `--fake` mode: log the example object's status once the handler has written it.
+#[allow(dead_code)]
 async fn show_status(kubeconfig: PathBuf) {
     for _ in 0..100 {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;

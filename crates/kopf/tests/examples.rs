@@ -2,6 +2,9 @@
 //! kopf-example-1, and the exact requests the operator sent are snapshotted (insta), so a
 //! change in what goes over the wire shows up in review.
 
+#[path = "../examples/minimal.rs"]
+mod minimal_example;
+
 #[path = "../examples/handlers.rs"]
 mod handlers_example;
 
@@ -80,6 +83,21 @@ async fn create_update_delete(op: Operator, update: Value) -> (FakeApiServer, St
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minimal_example() {
+    let (server, steps) =
+        create_update_delete(minimal_example::operator(), json!({"field": "changed"})).await;
+    assert_eq!(
+        steps.created.data["status"]["create_fn"],
+        json!({"message": "hello world"})
+    );
+    assert!(
+        steps.created.metadata.finalizers.is_none(),
+        "no delete handler, no finalizer"
+    );
+    insta::assert_json_snapshot!("minimal_example", writes(&server));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_example() {
     let (server, steps) =
         create_update_delete(handlers_example::operator(), json!({"field": "changed"})).await;
@@ -123,30 +141,64 @@ async fn errors_example() {
 async fn filters_example() {
     let (server, steps) =
         create_update_delete(filters_example::operator(), json!({"field": "changed"})).await;
-    let mut ran: Vec<String> = steps.created.data["status"]
-        .as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
-    ran.sort();
-    assert_eq!(ran, vec!["annotated_fn", "labelled_fn", "when_fn"]);
+    let keys = |o: &DynamicObject| -> Vec<String> {
+        let mut k: Vec<String> = o.data["status"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        keys(&steps.created),
+        vec![
+            "annotation_absent_fn",
+            "annotation_present_fn",
+            "field_value_fn/spec.field",
+            "label_predicate_fn",
+            "label_value_fn",
+            "when_fn"
+        ]
+    );
+    assert_eq!(
+        steps.updated.data["status"]["field_changed_fn/spec.field"],
+        json!({"from": "value", "to": "changed"})
+    );
     insta::assert_json_snapshot!("filters_example", writes(&server));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_example() {
     let (server, _) =
-        create_update_delete(events_example::operator(), json!({"field": "changed"})).await;
+        create_update_delete(events_example::operator(), json!({"duration": "soon"})).await;
     let posted: Vec<Value> = writes(&server)
         .into_iter()
         .filter(|w| w["method"] == "POST")
+        .map(|w| w["body"].clone())
         .collect();
-    assert_eq!(posted.len(), 1, "{posted:?}");
-    let event = &posted[0]["body"];
-    assert_eq!(event["type"], "Normal");
-    assert_eq!(event["reason"], "Greeting");
-    assert_eq!(event["message"], "Hello, kopf-example-1!");
-    assert_eq!(event["involvedObject"]["kind"], "KopfExample");
-    assert_eq!(event["reportingComponent"], "kopf");
+    let summary: Vec<(&str, &str, &str)> = posted
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or(""),
+                e["reason"].as_str().unwrap_or(""),
+                e["message"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("Normal", "Greeting", "Hello, kopf-example-1!"),
+            (
+                "Error",
+                "ParseIntError",
+                "Cannot read spec.duration \"soon\": invalid digit found in string"
+            ),
+        ]
+    );
+    assert_eq!(posted[0]["involvedObject"]["kind"], "KopfExample");
+    assert_eq!(posted[0]["reportingComponent"], "kopf");
     insta::assert_json_snapshot!("events_example", writes(&server));
 }
 
