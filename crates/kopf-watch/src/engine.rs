@@ -200,7 +200,7 @@ impl Engine {
             )),
             settings: self.settings.clone(),
         });
-        tracing::info!(resource = %plural, namespace = self.namespace.as_deref().unwrap_or("*"), "watching");
+        tracing::info!(resource = %plural, namespaces = self.namespace.as_deref().unwrap_or("*"), "watching");
         loop {
             let item = tokio::select! {
                 _ = &mut shutdown => break,
