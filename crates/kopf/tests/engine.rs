@@ -385,3 +385,52 @@ async fn user_layers_wrap_every_handler_call() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_watch_relists_and_keeps_serving() {
+    let server = server().await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let op = Operator::new().on_resume("kopfexamples", "resume_fn", move || {
+        c.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, HandlerError>(()) }
+    });
+    let op = op.on_create("kopfexamples", "create_fn", || async {
+        Ok::<_, HandlerError>("created")
+    });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(
+        &PostParams::default(),
+        &obj("before", json!({"field": "a"})),
+    )
+    .await
+    .expect("create");
+    until_object(&api, "before", "the first creation", |o| {
+        status_of(o, "create_fn") == "created"
+    })
+    .await;
+    // The next watch gets 410 Gone: the operator lists again, then watches on.
+    server.expire_next_watch(Some("kopfexamples"));
+    server.close_watches(Some("kopfexamples"));
+    let lists = || {
+        operator_requests(&server)
+            .iter()
+            .filter(|r| r.path.ends_with("/kopfexamples") && !r.query.contains("watch=true"))
+            .count()
+    };
+    eventually("the relist", async || lists() >= 2).await;
+    api.create(&PostParams::default(), &obj("after", json!({"field": "b"})))
+        .await
+        .expect("create");
+    until_object(&api, "after", "the creation after the relist", |o| {
+        status_of(o, "create_fn") == "created"
+    })
+    .await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "a relist is not a restart: objects already handled are not resumed"
+    );
+    running.stop().await;
+}
