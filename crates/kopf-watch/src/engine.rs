@@ -337,7 +337,7 @@ impl WorkerShared {
                     && tokio::time::Instant::now() < deadline
             });
             if !stale {
-                let _permit = match &self.limit {
+                let permit = match &self.limit {
                     Some(sem) => sem.clone().acquire_owned().await.ok(),
                     None => None,
                 };
@@ -349,6 +349,7 @@ impl WorkerShared {
                 match end {
                     CycleEnd::Gone => return,
                     CycleEnd::Next { delay, rv } => {
+                        drop(permit);
                         throttler.succeeded();
                         retry_at = delay.map(|d| tokio::time::Instant::now() + d);
                         expected_rv = rv.map(|r| {
@@ -367,6 +368,8 @@ impl WorkerShared {
                                 delay.as_secs_f64()
                             )
                         });
+                        // A throttled object does not hold a worker slot while it waits.
+                        drop(permit);
                         // Events arriving meanwhile wait; the latest state is processed next.
                         let until = tokio::time::Instant::now() + delay;
                         loop {
