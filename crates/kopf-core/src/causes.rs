@@ -42,6 +42,21 @@ impl Reason {
         }
     }
 
+    /// The reason of a stored purpose (`create`, `update`...); None for unknown ones.
+    pub fn from_purpose(purpose: &str) -> Option<Reason> {
+        [
+            Reason::Gone,
+            Reason::Free,
+            Reason::Delete,
+            Reason::Create,
+            Reason::Resume,
+            Reason::Noop,
+            Reason::Update,
+        ]
+        .into_iter()
+        .find(|r| r.purpose() == purpose)
+    }
+
     /// Title for logs: `Creation`, `Updating`, `Deletion`, `Resuming`.
     pub fn title(self) -> &'static str {
         match self {

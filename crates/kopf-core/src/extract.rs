@@ -415,15 +415,7 @@ macro_rules! impl_into_handler {
                     let _entered = span.enter();
                     f($($arg),*).into_handler_result()
                 });
-                Box::pin(async move {
-                    match task.await {
-                        Ok(result) => result,
-                        Err(e) if e.is_panic() => {
-                            Err(HandlerError::other(format!("the handler panicked: {e}")))
-                        }
-                        Err(e) => Err(HandlerError::other(format!("the handler was cancelled: {e}"))),
-                    }
-                })
+                Box::pin(async move { task.await.unwrap_or_else(|e| Err(HandlerError::from_join(e))) })
             }
         }
 

@@ -64,6 +64,15 @@ impl HandlerError {
             message: error.to_string(),
         }
     }
+
+    /// The error of a handler task that panicked or was cancelled.
+    pub fn from_join(error: tokio::task::JoinError) -> Self {
+        if error.is_panic() {
+            HandlerError::other(format!("the handler panicked: {error}"))
+        } else {
+            HandlerError::other(format!("the handler was cancelled: {error}"))
+        }
+    }
 }
 
 /// A merge patch that handlers fill in; it is folded into the cycle's single PATCH.

@@ -395,8 +395,6 @@ struct Exec<'a> {
     /// Records of handlers that ran, and first records of those that did not run yet:
     /// written only if the cause stays unfinished.
     records: Vec<(String, ProgressRecord)>,
-    /// The body as it will be after what has been planned so far.
-    current: Value,
 }
 
 async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
@@ -420,14 +418,24 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
         memo: call.memo,
         out: CycleOutcome::new(cause.reason),
         records: Vec::new(),
-        current: body.clone(),
     };
     exec.supersede();
     let level = exec.run_level(top, &base).await;
     let mut out = exec.out;
     out.counts = (level.succeeded, level.failed);
     if level.done {
-        for id in &level.ids {
+        // Every record of the resource's handlers goes (Kopf purges them all, not only this
+        // cycle's), with their sub-handlers'.
+        let mut ids = level.ids;
+        for h in &inner.handlers {
+            ids.push(h.id.clone());
+            if let Some(Ok(record)) = persistence.progress.fetch(&h.id, body) {
+                ids.extend(record.subrefs.unwrap_or_default());
+            }
+        }
+        ids.sort();
+        ids.dedup();
+        for id in &ids {
             persistence
                 .progress
                 .purge(id, body, out.plan.merge_patch_mut());
@@ -454,8 +462,10 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
 }
 
 impl Exec<'_> {
+    /// What a handler receives: the object as observed (its own and other handlers' patches
+    /// are applied after the cycle, as in Kopf).
     fn cause(&self, base: &Base, record: &ProgressRecord) -> Cause {
-        let mut cause = Cause::for_body(self.reason, self.current.clone());
+        let mut cause = Cause::for_body(self.reason, self.body.clone());
         cause.diff = base.diff.clone();
         cause.old = base.old.clone();
         cause.new = base.new.clone();
@@ -497,13 +507,7 @@ impl Exec<'_> {
             }
         }
         if let Some(first) = titles.first() {
-            let title = match first.as_str() {
-                "create" => "Creation",
-                "update" => "Updating",
-                "delete" => "Deletion",
-                "resume" => "Resuming",
-                other => other,
-            };
+            let title = Reason::from_purpose(first).map_or(first.as_str(), |r| r.title());
             self.out.superseded = Some(format!(
                 "{title} is superseded by {}: {succeeded} succeeded; {failed} failed; {left} left to the moment.",
                 self.reason.title().to_lowercase()
@@ -616,7 +620,6 @@ impl Exec<'_> {
             let result = match (outcome.result, retry_in) {
                 (Ok(value), _) => {
                     self.out.plan.merge(&outcome.patch);
-                    self.current = self.out.plan.preview(self.body);
                     let subs = std::mem::take(&mut outcome.subhandlers);
                     let waiting = if subs.is_empty() {
                         None
@@ -627,7 +630,7 @@ impl Exec<'_> {
                         Some(d) => {
                             // Like Kopf's HandlerChildrenRetry: called again when the
                             // sub-handlers may run; its result is delivered only then.
-                            record = retrying(record, now, d, None);
+                            record = retrying(record, Timestamp::now(), d, None);
                             level.done = false;
                             level.delays.push(d);
                             HandlerOutcome::Waiting
@@ -658,7 +661,6 @@ impl Exec<'_> {
             level.ids.extend(record.subrefs.clone().unwrap_or_default());
             self.records.push((h.id.clone(), record));
             self.out.ran.push((h.id.clone(), result));
-            self.current = self.out.plan.preview(self.body);
         }
         level.ids.sort();
         level.ids.dedup();
@@ -681,7 +683,7 @@ impl Exec<'_> {
                 s
             })
             .collect();
-        let children = select(children, &self.current, base, |_| true);
+        let children = select(children, self.body, base, |_| true);
         let level = self.run_level(children, base).await;
         let mut refs = record.subrefs.take().unwrap_or_default();
         refs.extend(level.ids.iter().cloned());
@@ -1277,6 +1279,39 @@ mod tests {
         assert_eq!(
             patch["metadata"]["annotations"]["kopf.zalando.org/create_fn"],
             Value::Null
+        );
+    }
+
+    #[tokio::test]
+    async fn a_finished_cause_purges_records_of_handlers_not_selected_now() {
+        let mut field =
+            HandlerSpec::new("field_fn/spec.field", None, |_c: Cause| async { Ok(None) });
+        field.field = Some(vec!["spec".into(), "field".into()]);
+        field.field_needs_change = true;
+        let other = HandlerSpec::new("update_fn", Some(Reason::Update), |_c: Cause| async {
+            Ok(None)
+        });
+        // A record left by the field handler in an earlier update whose change was reverted.
+        let mut body = kex();
+        body["metadata"]["annotations"] = json!({
+            "kopf.zalando.org/last-handled-configuration": "{\"spec\":{\"field\":\"value\",\"x\":1},\"metadata\":{\"labels\":{\"a\":\"b\"}}}\n",
+            "kopf.zalando.org/field_fn.spec.field": "{\"purpose\":\"update\",\"retries\":3,\"success\":false,\"failure\":false}"
+        });
+        let out = process(
+            EventKind::Modified,
+            &body,
+            false,
+            &[field, other],
+            &Persistence::default(),
+        )
+        .await;
+        let ran: Vec<&str> = out.ran.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ran, vec!["update_fn"], "the field did not change");
+        assert!(out.done);
+        assert_eq!(
+            out.plan.effective(&body)["metadata"]["annotations"]["kopf.zalando.org/field_fn.spec.field"],
+            Value::Null,
+            "purged with the cause"
         );
     }
 }

@@ -68,6 +68,12 @@ fn seconds(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
             lit: Lit::Float(f), ..
         }) => {
             let n: f64 = f.base10_parse()?;
+            if std::time::Duration::try_from_secs_f64(n).is_err() {
+                return Err(syn::Error::new_spanned(
+                    f,
+                    format!("`{key}` must be a finite, non-negative number of seconds"),
+                ));
+            }
             Ok(quote!(::std::time::Duration::from_secs_f64(#n)))
         }
         other => Err(syn::Error::new_spanned(
@@ -315,6 +321,8 @@ fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
                 field: #field,
                 make: || ::kopf::IntoHandler::into_handler(#name),
                 options: || ::kopf::Options::new() #(#options)*,
+                file: ::core::file!(),
+                line: ::core::line!(),
             }
         }
     }

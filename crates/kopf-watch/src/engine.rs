@@ -14,7 +14,7 @@ use kopf_core::events::{EventSpec, RateLimiter, Reporter, aggregate, event_body,
 use kopf_core::handler::HandlerSpec;
 use kopf_core::layers::Stack;
 use kopf_core::memo::{MemoSeed, Memos};
-use kopf_core::plan::PatchRequest;
+use kopf_core::plan::{PatchPlan, PatchRequest};
 use kopf_core::processing::{
     CycleOutcome, FinalizerChange, HandlerOutcome, Persistence, Processor,
 };
@@ -24,6 +24,7 @@ use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
@@ -82,8 +83,10 @@ impl Default for Settings {
 struct Observed {
     body: Value,
     event: EventKind,
-    initial: bool,
 }
+
+/// The longest a worker sleeps before looking at its object again (Kopf's keep-alive).
+const MAX_SLEEP: Duration = Duration::from_secs(600);
 
 /// Per-resource processing.
 pub struct Engine {
@@ -161,12 +164,7 @@ impl Engine {
     }
 
     fn api(&self) -> Api<DynamicObject> {
-        match &self.namespace {
-            Some(ns) if self.resource.namespaced => {
-                Api::namespaced_with(self.client.clone(), ns, &self.resource.api_resource)
-            }
-            _ => Api::all_with(self.client.clone(), &self.resource.api_resource),
-        }
+        api_for(&self.client, &self.resource, self.namespace.as_deref())
     }
 
     /// Watches and processes until `shutdown` completes.
@@ -201,6 +199,9 @@ impl Engine {
             settings: self.settings.clone(),
         });
         tracing::info!(resource = %plural, namespaces = self.namespace.as_deref().unwrap_or("*"), "watching");
+        // The uids of the listing in progress: objects missing from a relist went away while
+        // the watch was down (no DELETED event will come for them).
+        let mut listing: Option<HashSet<String>> = None;
         loop {
             let item = tokio::select! {
                 _ = &mut shutdown => break,
@@ -211,8 +212,23 @@ impl Engine {
                 Ok(watcher::Event::InitApply(o)) => (o, EventKind::Listed),
                 Ok(watcher::Event::Apply(o)) => (o, EventKind::Modified),
                 Ok(watcher::Event::Delete(o)) => (o, EventKind::Deleted),
-                Ok(watcher::Event::Init) => continue,
+                Ok(watcher::Event::Init) => {
+                    listing = Some(HashSet::new());
+                    continue;
+                }
                 Ok(watcher::Event::InitDone) => {
+                    if let Some(seen) = listing.take() {
+                        let vanished: Vec<String> = workers
+                            .keys()
+                            .filter(|uid| !seen.contains(*uid))
+                            .cloned()
+                            .collect();
+                        for uid in vanished {
+                            // Dropping the sender ends the worker once it is idle.
+                            workers.remove(&uid);
+                            shared.forget(&uid);
+                        }
+                    }
                     if gone {
                         gone = false;
                         tracing::info!(resource = %plural, "the resource is served again");
@@ -243,6 +259,9 @@ impl Engine {
             let Some(uid) = obj.metadata.uid.clone() else {
                 continue;
             };
+            if let Some(seen) = listing.as_mut() {
+                seen.insert(uid.clone());
+            }
             let body = match serde_json::to_value(&obj) {
                 Ok(b) => b,
                 Err(e) => {
@@ -250,12 +269,7 @@ impl Engine {
                     continue;
                 }
             };
-            let initial = kind == EventKind::Listed && !shared.was_handled(&uid);
-            let observed = Observed {
-                body,
-                event: kind,
-                initial,
-            };
+            let observed = Observed { body, event: kind };
             match workers.get(&uid) {
                 Some(tx) if !tx.is_closed() => {
                     tx.send_replace(Some(observed));
@@ -267,7 +281,9 @@ impl Engine {
                     tokio::spawn(async move { shared.work(uid, rx).await });
                 }
             }
-            workers.retain(|_, tx| !tx.is_closed());
+            if kind == EventKind::Deleted {
+                workers.retain(|_, tx| !tx.is_closed());
+            }
         }
         Ok(())
     }
@@ -286,6 +302,13 @@ struct WorkerShared {
 fn rv(body: &Value) -> Option<u64> {
     body.pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+fn written_rv(obj: &DynamicObject) -> Option<u64> {
+    obj.metadata
+        .resource_version
+        .as_deref()
         .and_then(|s| s.parse().ok())
 }
 
@@ -311,67 +334,76 @@ impl WorkerShared {
             .contains(uid)
     }
 
-    fn api_for(&self, namespace: Option<&str>) -> Api<DynamicObject> {
-        match (namespace, self.resource.namespaced) {
-            (Some(ns), true) => {
-                Api::namespaced_with(self.client.clone(), ns, &self.resource.api_resource)
-            }
-            _ => Api::all_with(self.client.clone(), &self.resource.api_resource),
-        }
+    /// Forgets an object that is gone: its "handled once" mark and its event budget.
+    fn forget(&self, uid: &str) {
+        self.handled_once
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(uid);
+    }
+
+    fn api_for(&self, body: &Value) -> Api<DynamicObject> {
+        let namespace = body.pointer("/metadata/namespace").and_then(Value::as_str);
+        api_for(&self.client, &self.resource, namespace)
     }
 
     /// Processes one object serially, always on its latest observed state.
     async fn work(self: Arc<Self>, uid: String, mut rx: watch::Receiver<Option<Observed>>) {
         let memo = Memos::new(self.settings.memo.clone());
         let mut throttler = Throttler::new(self.settings.error_delays.clone());
-        let mut retry_at: Option<tokio::time::Instant> = None;
-        let mut expected_rv: Option<(u64, tokio::time::Instant)> = None;
-        // Set when a retry delay ended with no new event: process (or touch) now.
+        // First seen in a listing: resume handlers join until the object is handled once.
+        let mut listed = false;
+        // Our last write, until it comes back through the watch or the consistency timeout.
+        let mut expected_rv: Option<(u64, Instant)> = None;
+        // A handler's retry delay, when the cycle wrote nothing (a write brings its own event).
+        let mut retry_at: Option<Instant> = None;
+        // The retry delay ended with no new event: process (or touch) now.
         let mut woken = false;
         loop {
             let observed = rx.borrow_and_update().clone();
             let Some(observed) = observed else { return };
-            // Wait for our own write to come back before processing again.
+            listed |= observed.event == EventKind::Listed;
             let stale = expected_rv.is_some_and(|(want, deadline)| {
-                rv(&observed.body).is_some_and(|have| have < want)
-                    && tokio::time::Instant::now() < deadline
+                rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
             });
             if !stale {
+                expected_rv = None;
                 let permit = match &self.limit {
                     Some(sem) => sem.clone().acquire_owned().await.ok(),
                     None => None,
                 };
+                let initial = listed && !self.was_handled(&uid);
                 let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
                     self.touch(&observed.body).await
                 } else {
-                    self.cycle(&uid, &observed, &memo).await
+                    self.cycle(&uid, &observed, initial, &memo).await
                 };
+                drop(permit);
                 match end {
                     CycleEnd::Gone => return,
                     CycleEnd::Next { delay, rv } => {
-                        drop(permit);
                         throttler.succeeded();
-                        retry_at = delay.map(|d| tokio::time::Instant::now() + d);
-                        expected_rv = rv.map(|r| {
-                            (
-                                r,
-                                tokio::time::Instant::now() + self.settings.consistency_timeout,
-                            )
-                        });
+                        let now = Instant::now();
+                        expected_rv = rv.map(|r| (r, now + self.settings.consistency_timeout));
+                        retry_at = match rv {
+                            Some(_) => None,
+                            None => delay.map(|d| now + d.min(MAX_SLEEP)),
+                        };
                     }
                     CycleEnd::Failed(error) => {
-                        let delay = throttler.failed();
-                        let span = object_span(&observed.body);
-                        span.in_scope(|| {
+                        let delay = throttler.failed().min(MAX_SLEEP);
+                        object_span(&observed.body).in_scope(|| {
                             tracing::error!(
                                 "Throttling for {} seconds due to an unexpected error: {error}",
                                 delay.as_secs_f64()
                             )
                         });
-                        // A throttled object does not hold a worker slot while it waits.
-                        drop(permit);
                         // Events arriving meanwhile wait; the latest state is processed next.
-                        let until = tokio::time::Instant::now() + delay;
+                        let until = Instant::now() + delay;
                         loop {
                             tokio::select! {
                                 _ = tokio::time::sleep_until(until) => break,
@@ -380,25 +412,31 @@ impl WorkerShared {
                         }
                         rx.mark_changed();
                         retry_at = None;
-                        expected_rv = None;
                         continue;
                     }
                 }
             }
-            let wake = match (retry_at, expected_rv) {
-                (Some(r), Some((_, c))) => Some(r.min(c)),
-                (Some(r), None) => Some(r),
-                (None, Some((_, c))) => Some(c),
-                (None, None) => None,
-            };
+            let wake = [retry_at, expected_rv.map(|(_, deadline)| deadline)]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
-                changed = rx.changed() => if changed.is_err() { return },
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    woken = false;
+                }
                 _ = async { match wake { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
-                    if retry_at.is_some_and(|r| r <= tokio::time::Instant::now()) {
+                    let now = Instant::now();
+                    if retry_at.is_some_and(|r| r <= now) {
                         retry_at = None;
                         woken = true;
                     }
-                    expected_rv = None;
+                    // Past the consistency deadline, the state at hand counts as consistent.
+                    if expected_rv.is_some_and(|(_, deadline)| deadline <= now) {
+                        expected_rv = None;
+                    }
                     rx.mark_changed();
                 }
             }
@@ -406,63 +444,43 @@ impl WorkerShared {
     }
 
     /// Touches the object so that its next state comes through the watch (Kopf's way of
-    /// waking up after a delay).
+    /// waking up after a delay), through the same plan as any cycle's writes.
     async fn touch(&self, body: &Value) -> CycleEnd {
-        let name = body
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let api = self.api_for(body.pointer("/metadata/namespace").and_then(Value::as_str));
-        let patch = self
-            .processor
-            .persistence()
-            .progress
-            .touch_patch(jiff::Timestamp::now());
-        match api
-            .patch(name, &patch_params(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(obj) => CycleEnd::Next {
-                delay: None,
-                rv: obj
-                    .metadata
-                    .resource_version
-                    .as_deref()
-                    .and_then(|s| s.parse().ok()),
-            },
-            Err(kube::Error::Api(s)) if s.code == 404 => CycleEnd::Next {
-                delay: None,
-                rv: None,
-            },
-            Err(e) => CycleEnd::Failed(format!("touching the object failed: {e}")),
-        }
+        let mut plan = PatchPlan::new();
+        plan.merge(
+            &self
+                .processor
+                .persistence()
+                .progress
+                .touch_patch(jiff::Timestamp::now()),
+        );
+        self.apply(body, &plan, None).await
     }
 
     /// One cycle in the object's log span.
-    async fn cycle(&self, uid: &str, observed: &Observed, memo: &Memos) -> CycleEnd {
+    async fn cycle(&self, uid: &str, observed: &Observed, initial: bool, memo: &Memos) -> CycleEnd {
         use tracing::Instrument;
         let span = object_span(&observed.body);
-        self.cycle_in_span(uid, observed, memo)
+        self.cycle_in_span(uid, observed, initial, memo)
             .instrument(span)
             .await
     }
 
-    async fn cycle_in_span(&self, uid: &str, observed: &Observed, memo: &Memos) -> CycleEnd {
+    async fn cycle_in_span(
+        &self,
+        uid: &str,
+        observed: &Observed,
+        initial: bool,
+        memo: &Memos,
+    ) -> CycleEnd {
         let body = &observed.body;
         let outcome = self
             .processor
-            .process(observed.event, body, observed.initial, memo)
+            .process(observed.event, body, initial, memo)
             .await;
         log_outcome(&outcome, body);
         if outcome.reason == Reason::Gone {
-            self.handled_once
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(uid);
-            self.events
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .forget(uid);
+            self.forget(uid);
             return CycleEnd::Gone;
         }
         if outcome.done {
@@ -471,22 +489,22 @@ impl WorkerShared {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(uid.to_string());
         }
-        let end = self.apply(body, &outcome).await;
+        let end = self.apply(body, &outcome.plan, outcome.delay).await;
         self.post_events(uid, body, outcome.events).await;
         end
     }
 
-    /// Sends the cycle's requests (at most one per endpoint).
-    async fn apply(&self, body: &Value, outcome: &CycleOutcome) -> CycleEnd {
+    /// Sends a plan's requests (at most one per endpoint); `delay` is the cycle's retry delay.
+    async fn apply(&self, body: &Value, plan: &PatchPlan, delay: Option<Duration>) -> CycleEnd {
         let name = body
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let api = self.api_for(body.pointer("/metadata/namespace").and_then(Value::as_str));
+        let api = self.api_for(body);
         let params = patch_params();
         let subresource = self.resource.status_subresource;
         let mut last_rv = None;
-        for request in outcome.plan.requests(body, subresource) {
+        for request in plan.requests(body, subresource) {
             let result = match &request {
                 PatchRequest::MergeObject(p) => api.patch(name, &params, &Patch::Merge(p)).await,
                 PatchRequest::MergeStatus(p) => {
@@ -504,7 +522,7 @@ impl WorkerShared {
                 }
             };
             match result {
-                Ok(obj) => last_rv = resource_version(&obj),
+                Ok(obj) => last_rv = written_rv(&obj),
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     tracing::debug!("the object does not exist anymore");
                     return CycleEnd::Next {
@@ -520,10 +538,10 @@ impl WorkerShared {
                     if matches!(request, PatchRequest::JsonObject(_)) {
                         // Keep the handlers' outcomes: send the object's merge part alone; the
                         // finalizer change waits for the next cycle.
-                        for fallback in outcome.plan.merge_only_requests(body, subresource) {
+                        for fallback in plan.merge_only_requests(body, subresource) {
                             if let PatchRequest::MergeObject(p) = fallback {
                                 match api.patch(name, &params, &Patch::Merge(&p)).await {
-                                    Ok(obj) => last_rv = resource_version(&obj),
+                                    Ok(obj) => last_rv = written_rv(&obj),
                                     Err(e) => {
                                         return CycleEnd::Failed(format!(
                                             "patching after a conflict failed: {e}"
@@ -537,10 +555,7 @@ impl WorkerShared {
                 Err(e) => return CycleEnd::Failed(format!("patching failed: {e}")),
             }
         }
-        CycleEnd::Next {
-            delay: outcome.delay,
-            rv: last_rv,
-        }
+        CycleEnd::Next { delay, rv: last_rv }
     }
 
     /// Posts events about an object, rate-limited per object; failures are only logged.
@@ -581,18 +596,25 @@ impl WorkerShared {
     }
 }
 
+/// The API of a resource in a namespace (None, or a cluster-scoped resource: all).
+fn api_for(
+    client: &kube::Client,
+    resource: &ResourceRef,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) if resource.namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource.api_resource)
+        }
+        _ => Api::all_with(client.clone(), &resource.api_resource),
+    }
+}
+
 fn patch_params() -> PatchParams {
     PatchParams {
         field_manager: Some("kopf-rs".into()),
         ..Default::default()
     }
-}
-
-fn resource_version(obj: &DynamicObject) -> Option<u64> {
-    obj.metadata
-        .resource_version
-        .as_deref()
-        .and_then(|s| s.parse().ok())
 }
 
 /// The log span of an object: every line inside carries its namespace and name.

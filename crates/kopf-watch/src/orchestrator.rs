@@ -253,18 +253,26 @@ impl Orchestrator {
         let mut listed: Vec<String> = Vec::new();
         let mut dirty = false;
         let mut forbidden = false;
-        let debounce = Duration::from_millis(300);
+        // Short to gather a burst of CRD changes; longer after each failed discovery.
+        const DEBOUNCE: Duration = Duration::from_millis(300);
+        let mut debounce = DEBOUNCE;
         loop {
             tokio::select! {
                 _ = &mut *shutdown => return,
                 _ = tokio::time::sleep(debounce), if dirty => {
-                    dirty = false;
                     match discover(&self.client).await {
-                        Ok(all) => match self.plan(&all, false) {
-                            Ok(plan) => self.reconcile(running, plan).await,
-                            Err(e) => tracing::warn!("{e}"),
-                        },
-                        Err(e) => tracing::warn!("{e}; retrying on the next CRD change"),
+                        Ok(all) => {
+                            dirty = false;
+                            debounce = DEBOUNCE;
+                            match self.plan(&all, false) {
+                                Ok(plan) => self.reconcile(running, plan).await,
+                                Err(e) => tracing::warn!("{e}"),
+                            }
+                        }
+                        Err(e) => {
+                            debounce = (debounce * 2).min(Duration::from_secs(60));
+                            tracing::warn!("{e}; retrying in {debounce:?}");
+                        }
                     }
                 }
                 item = stream.next(), if !forbidden => match item {

@@ -175,6 +175,16 @@ struct KopfFormat {
     refkey: String,
 }
 
+/// Python's level names, as Kopf prints them.
+fn level_name(level: &Level) -> &'static str {
+    match *level {
+        Level::ERROR => "ERROR",
+        Level::WARN => "WARNING",
+        Level::INFO => "INFO",
+        Level::DEBUG | Level::TRACE => "DEBUG",
+    }
+}
+
 fn severity(level: &Level) -> &'static str {
     match *level {
         Level::ERROR => "error",
@@ -227,8 +237,12 @@ where
             if !object.is_empty() {
                 line[&self.refkey] = object.to_json();
             }
-            for (k, v) in &fields.extra {
-                line[k] = Value::String(v.clone());
+            // Extra fields never replace the line's own keys.
+            if let Some(m) = line.as_object_mut() {
+                for (k, v) in &fields.extra {
+                    m.entry(k.clone())
+                        .or_insert_with(|| Value::String(v.clone()));
+                }
             }
             return writeln!(writer, "{line}");
         }
@@ -239,7 +253,7 @@ where
                 now.strftime("%Y-%m-%d %H:%M:%S"),
                 now.subsec_millisecond(),
                 logger,
-                meta.level().as_str()
+                level_name(meta.level())
             )?;
         }
         if self.prefix && !object.is_empty() {
@@ -312,7 +326,7 @@ mod tests {
         let full = capture(LogFormat::Full, true);
         let second = full.lines().nth(1).unwrap_or_default();
         assert!(
-            second.contains("] kopf.objects         [WARN    ] [default/kex-1] Handler"),
+            second.contains("] kopf.objects         [WARNING ] [default/kex-1] Handler"),
             "{second}"
         );
         let json = capture(LogFormat::Json, false);

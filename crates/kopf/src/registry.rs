@@ -36,6 +36,10 @@ pub struct Registration {
     pub make: fn() -> Arc<dyn Handler>,
     /// Builds the options (filters, retries, timeouts...).
     pub options: fn() -> Options,
+    /// Where it was registered (handlers run in source order).
+    pub file: &'static str,
+    /// See `file`.
+    pub line: u32,
 }
 
 inventory::collect!(Registration);
@@ -44,8 +48,9 @@ impl Operator {
     /// An operator with every handler registered by the attribute macros in this binary.
     pub fn from_registry() -> Self {
         let mut regs: Vec<&Registration> = inventory::iter::<Registration>.into_iter().collect();
-        // Link order is not source order: keep a stable order by resource and id.
-        regs.sort_by_key(|r| (r.resource, r.id));
+        // Link order is not source order: run handlers in the order of their source files
+        // and lines, as Kopf runs them in the order of their decorators.
+        regs.sort_by_key(|r| (r.file, r.line));
         let mut op = Operator::new();
         for r in regs {
             let handler = (r.make)();

@@ -434,3 +434,132 @@ async fn an_expired_watch_relists_and_keeps_serving() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kopfs_one_handler_per_cycle_runs_each_handler_once() {
+    let server = server().await;
+    let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let mut op = Operator::new().lifecycle(kopf::Lifecycle::Asap);
+    for id in ["a_fn", "b_fn", "c_fn"] {
+        let calls = calls.clone();
+        op = op.on_create("kopfexamples", id, move || {
+            calls.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+            async { Ok::<_, HandlerError>(()) }
+        });
+    }
+    let running = Running::start(&server, op).await;
+    // A slow watch: our own writes come back late; the next cycle must wait for them
+    // (consistency) instead of running on the state from before the write.
+    server.set_watch_event_delay(Duration::from_millis(150));
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the diff-base", |o| {
+        o.and_then(|o| o.metadata.annotations.as_ref())
+            .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
+    })
+    .await;
+    common::settle(&server).await;
+    let mut seen = calls.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec!["a_fn", "b_fn", "c_fn"],
+        "each once, one per cycle"
+    );
+    assert_eq!(
+        count(&server, "PATCH", "/k"),
+        3,
+        "a PATCH per cycle, as Kopf"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retrying_resume_handler_is_retried() {
+    let server = server().await;
+    let api = kex_api(&server);
+    // Handled before: the diff-base matches, so the operator's start is a resume.
+    let mut handled = obj("k", json!({"field": "a"}));
+    handled.metadata.annotations = Some(
+        [(
+            "kopf.zalando.org/last-handled-configuration".to_string(),
+            "{\"spec\":{\"field\":\"a\"}}\n".to_string(),
+        )]
+        .into(),
+    );
+    api.create(&PostParams::default(), &handled)
+        .await
+        .expect("create");
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let op = Operator::new().on_resume("kopfexamples", "resume_fn", move |Retry(retry): Retry| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if retry == 0 {
+                return Err(TemporaryError {
+                    message: "not yet".into(),
+                    delay: Some(Duration::from_millis(100)),
+                });
+            }
+            Ok("resumed")
+        }
+    });
+    let running = Running::start(&server, op).await;
+    until_object(&api, "k", "the resume after its retry", |o| {
+        status_of(o, "resume_fn") == "resumed"
+    })
+    .await;
+    common::settle(&server).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let o = api.get("k").await.expect("get");
+    assert!(
+        !o.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("kopf.zalando.org/resume_fn"),
+        "purged once done"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_touch_goes_where_the_progress_is() {
+    let server = server().await;
+    let op = Operator::new()
+        .touch_delays(true)
+        .progress_storage(ProgressStorage::status("kopf"))
+        .on_create("kopfexamples", "flaky", |Retry(retry): Retry| async move {
+            if retry == 0 {
+                return Err(TemporaryError {
+                    message: "later".into(),
+                    delay: Some(Duration::from_millis(200)),
+                });
+            }
+            Ok("done")
+        });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the retry", |o| status_of(o, "flaky") == "done").await;
+    let touches: Vec<Value> = writes(&server)
+        .into_iter()
+        .filter(|w| w["body"]["status"]["kopf"].get("dummy").is_some())
+        .collect();
+    assert_eq!(
+        touches.len(),
+        2,
+        "the touch, then its clearing: {touches:?}"
+    );
+    assert!(
+        touches
+            .iter()
+            .all(|w| w["path"].as_str().is_some_and(|p| p.ends_with("/k/status"))),
+        "through the status subresource"
+    );
+    assert_eq!(touches[1]["body"]["status"]["kopf"]["dummy"], Value::Null);
+    running.stop().await;
+}

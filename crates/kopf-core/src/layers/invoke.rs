@@ -36,6 +36,16 @@ use crate::handler::{BoxFuture, HandlerError};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Invoke;
 
+/// Cancels the handler's task when the call is dropped (e.g. at its timeout): a dropped
+/// `JoinHandle` alone would leave the task running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Service<HandlerCall> for Invoke {
     type Response = CallOutcome;
     type Error = Infallible;
@@ -52,19 +62,13 @@ impl Service<HandlerCall> for Invoke {
             let subhandlers = call.cause.subhandlers.clone();
             let handler = call.spec.handler.clone();
             let span = tracing::Span::current();
-            let task = tokio::spawn(tracing::Instrument::instrument(
+            let mut task = AbortOnDrop(tokio::spawn(tracing::Instrument::instrument(
                 async move { handler.call(call.cause).await },
                 span,
-            ));
-            let result = match task.await {
-                Ok(r) => r,
-                Err(e) if e.is_panic() => {
-                    Err(HandlerError::other(format!("the handler panicked: {e}")))
-                }
-                Err(e) => Err(HandlerError::other(format!(
-                    "the handler was cancelled: {e}"
-                ))),
-            };
+            )));
+            let result = (&mut task.0)
+                .await
+                .unwrap_or_else(|e| Err(HandlerError::from_join(e)));
             Ok(CallOutcome {
                 result,
                 patch: patch.get(),
@@ -96,6 +100,28 @@ mod tests {
         let out = run(Invoke, call_with(boom, ProgressRecord::default())).await;
         assert!(
             matches!(out.result, Err(HandlerError::Other { message }) if message.contains("panicked"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_call_cancels_the_handler() {
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = finished.clone();
+        let slow = HandlerSpec::new("slow", None, move |_c: Cause| {
+            let flag = flag.clone();
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(None)
+            }
+        });
+        let call = run(Invoke, call_with(slow, ProgressRecord::default()));
+        let cut = tokio::time::timeout(std::time::Duration::from_millis(50), call).await;
+        assert!(cut.is_err(), "cut short");
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        assert!(
+            !finished.load(std::sync::atomic::Ordering::SeqCst),
+            "the handler was stopped, not left running"
         );
     }
 

@@ -73,11 +73,12 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
-            let now = call.now;
             let mut record = call.record.clone();
             let outcome = inner.call(call).await?;
             record.retries = Some(record.retries.unwrap_or(0) + 1);
-            let finished_at = format_time(Timestamp::now());
+            // Delays count from the end of the attempt, as in Kopf.
+            let now = Timestamp::now();
+            let finished_at = format_time(now);
             let retry_in = match &outcome.result {
                 Ok(_) => {
                     record.success = Some(true);
