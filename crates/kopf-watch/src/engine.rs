@@ -640,7 +640,7 @@ fn log_outcome(outcome: &CycleOutcome, body: &Value) {
         reason => tracing::debug!("{} is in progress: {body}", reason.title()),
     }
     if let Some(why) = &outcome.corrupt_diffbase {
-        tracing::warn!("{why}; handling the object as newly created");
+        tracing::warn!("{why}, so the object is handled as newly created");
     }
     if let Some(superseded) = &outcome.superseded {
         tracing::info!("{superseded}");

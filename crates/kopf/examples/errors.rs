@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use clap::Parser;
 use kopf::{HandlerError, Operator, Options, PermanentError, Reason, Retry, TemporaryError};
 
 /// Succeeds on the third attempt; the progress annotation keeps the count meanwhile.
@@ -62,9 +61,9 @@ pub fn operator() -> Operator {
 
 #[allow(dead_code)]
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
-    let args = args.with_default_manifests(&kopf::cli::example_manifests());
-    operator().run_with_args(args).await?;
-    Ok(())
+async fn main() -> Result<(), kopf::Error> {
+    operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .main()
+        .await
 }

@@ -8,7 +8,6 @@
 //! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl get events
 //! ```
 
-use clap::Parser;
 use kopf::{Events, HandlerError, Name, Operator, Spec};
 
 async fn create_fn(Name(name): Name, events: Events) -> Result<(), HandlerError> {
@@ -38,9 +37,9 @@ pub fn operator() -> Operator {
 
 #[allow(dead_code)]
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
-    let args = args.with_default_manifests(&kopf::cli::example_manifests());
-    operator().run_with_args(args).await?;
-    Ok(())
+async fn main() -> Result<(), kopf::Error> {
+    operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .main()
+        .await
 }

@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
 use kopf::{HandlerError, MetaFilter, Name, New, Old, Operator, Options, Reason};
 use serde_json::{Value, json};
 
@@ -97,9 +96,9 @@ pub fn operator() -> Operator {
 
 #[allow(dead_code)]
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
-    let args = args.with_default_manifests(&kopf::cli::example_manifests());
-    operator().run_with_args(args).await?;
-    Ok(())
+async fn main() -> Result<(), kopf::Error> {
+    operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .main()
+        .await
 }

@@ -6,7 +6,6 @@
 //! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl delete kex kopf-example-1
 //! ```
 
-use clap::Parser;
 use kopf::{Diff, HandlerError, Name, New, Old, Operator, Reason, Spec};
 use serde_json::{Value, json};
 
@@ -47,9 +46,9 @@ pub fn operator() -> Operator {
 
 #[allow(dead_code)]
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
-    let args = args.with_default_manifests(&kopf::cli::example_manifests());
-    operator().run_with_args(args).await?;
-    Ok(())
+async fn main() -> Result<(), kopf::Error> {
+    operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .main()
+        .await
 }

@@ -33,11 +33,13 @@ pub fn operator() -> Operator {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
-    let args = args.with_default_manifests(&kopf::cli::example_manifests());
     if args.fake {
         tokio::spawn(show_status(args.fake_kubeconfig.clone()));
     }
-    operator().run_with_args(args).await?;
+    operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .run_with_args(args)
+        .await?;
     Ok(())
 }
 

@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use clap::Parser;
 use kopf::{
     HandlerError, Name, New, Old, Operator, Options, Reason, Retry, Spec, SubHandlers,
     TemporaryError,
@@ -99,9 +98,9 @@ pub fn operator() -> Operator {
 
 #[allow(dead_code)]
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
-    let args = args.with_default_manifests(&kopf::cli::example_manifests());
-    operator().run_with_args(args).await?;
-    Ok(())
+async fn main() -> Result<(), kopf::Error> {
+    operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .main()
+        .await
 }

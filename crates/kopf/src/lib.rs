@@ -138,6 +138,7 @@ pub struct Operator {
     memo: kopf_core::memo::MemoSeed,
     wait_for_resources: bool,
     inactivity_timeout: Duration,
+    fake_manifests: Vec<std::path::PathBuf>,
 }
 
 impl Default for Operator {
@@ -150,6 +151,7 @@ impl Default for Operator {
             memo: kopf_core::memo::MemoSeed::default(),
             wait_for_resources: false,
             inactivity_timeout: Duration::from_secs(70),
+            fake_manifests: Vec::new(),
         }
     }
 }
@@ -367,6 +369,14 @@ impl Operator {
         self
     }
 
+    /// Manifests to apply to the embedded API server of `run --fake` when no `--apply` is
+    /// given (typically the operator's CRDs and a sample object), so that `run --fake` alone
+    /// gives a working setup.
+    pub fn fake_manifests(mut self, files: Vec<std::path::PathBuf>) -> Self {
+        self.fake_manifests = files;
+        self
+    }
+
     /// The whole program: parses the command line (`run -n NS -A --fake ...`), sets up
     /// logging, connects to the cluster of the current kubeconfig (or, with `--fake`, to an
     /// embedded fake API server with the given manifests), and runs until SIGINT/SIGTERM.
@@ -377,6 +387,7 @@ impl Operator {
 
     /// Like [`main`](Self::main) with already parsed arguments.
     pub async fn run_with_args(mut self, args: cli::RunArgs) -> Result<(), Error> {
+        let args = args.with_default_manifests(&self.fake_manifests);
         logging::init(&args);
         if !args.all_namespaces && !args.namespaces.is_empty() {
             self = self.namespace_patterns(&args.namespaces);

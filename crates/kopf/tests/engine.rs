@@ -22,6 +22,26 @@ use common::{
     Running, count, crd, eventually, kex_api, obj, operator_requests, server, until_object, writes,
 };
 
+type Attempt = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<&'static str, TemporaryError>> + Send>,
+>;
+
+/// A handler that fails temporarily on its first attempt (retried after `delay`), then
+/// returns "done".
+fn fails_once(delay: Duration) -> impl Fn(Retry) -> Attempt + Send + Sync + 'static {
+    move |Retry(retry): Retry| {
+        Box::pin(async move {
+            if retry == 0 {
+                return Err(TemporaryError {
+                    message: "later".into(),
+                    delay: Some(delay),
+                });
+            }
+            Ok("done")
+        })
+    }
+}
+
 fn status_of(o: Option<&DynamicObject>, key: &str) -> Value {
     o.map(|o| o.data["status"][key].clone())
         .unwrap_or(Value::Null)
@@ -79,15 +99,7 @@ async fn touch_after_delays_when_asked() {
     let op = Operator::new().touch_delays(true).on_create(
         "kopfexamples",
         "create_fn",
-        |Retry(retry): Retry| async move {
-            if retry == 0 {
-                return Err(TemporaryError {
-                    message: "later".into(),
-                    delay: Some(Duration::from_millis(300)),
-                });
-            }
-            Ok("done")
-        },
+        fails_once(Duration::from_millis(300)),
     );
     let running = Running::start(&server, op).await;
     let api = kex_api(&server);
@@ -243,15 +255,11 @@ async fn progress_in_the_status_when_asked() {
     let server = server().await;
     let op = Operator::new()
         .progress_storage(ProgressStorage::status("kopf"))
-        .on_create("kopfexamples", "flaky", |Retry(retry): Retry| async move {
-            if retry == 0 {
-                return Err(TemporaryError {
-                    message: "later".into(),
-                    delay: Some(Duration::from_millis(100)),
-                });
-            }
-            Ok("done")
-        });
+        .on_create(
+            "kopfexamples",
+            "flaky",
+            fails_once(Duration::from_millis(100)),
+        );
     let running = Running::start(&server, op).await;
     let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
@@ -530,15 +538,11 @@ async fn the_touch_goes_where_the_progress_is() {
     let op = Operator::new()
         .touch_delays(true)
         .progress_storage(ProgressStorage::status("kopf"))
-        .on_create("kopfexamples", "flaky", |Retry(retry): Retry| async move {
-            if retry == 0 {
-                return Err(TemporaryError {
-                    message: "later".into(),
-                    delay: Some(Duration::from_millis(200)),
-                });
-            }
-            Ok("done")
-        });
+        .on_create(
+            "kopfexamples",
+            "flaky",
+            fails_once(Duration::from_millis(200)),
+        );
     let running = Running::start(&server, op).await;
     let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
