@@ -35,7 +35,9 @@ use serde_json::Value;
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     /// Discovery failed.
-    #[error("cannot discover the API resources: {0}")]
+    #[error(
+        "cannot discover the API server's resources (is it reachable at the kubeconfig's server URL?): {0}"
+    )]
     Discovery(#[source] kube::Error),
     /// The selector names no served resource.
     #[error("no served resource matches {selector:?}{hint}")]

@@ -107,8 +107,9 @@ pub mod diff {
     pub use kopf_diff::{Diff, DiffItem, Op, diff, reduce, resolve};
 }
 
-/// Errors of running an operator.
-#[derive(Debug, thiserror::Error)]
+/// Errors of running an operator. `Debug` prints the message and its causes, so that
+/// `fn main() -> Result<(), kopf::Error>` ends with a readable line, not a dump.
+#[derive(thiserror::Error)]
 pub enum Error {
     /// No Kubernetes client could be built.
     #[error("cannot connect to Kubernetes: {0}")]
@@ -126,6 +127,22 @@ pub enum Error {
     /// `--fake` was given to a binary built without the `testing` feature.
     #[error("--fake needs kopf's `testing` feature (on by default)")]
     NoFake,
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The causes that the message does not already quote.
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let line = cause.to_string();
+            if !text.contains(&line) {
+                text = format!("{text}: {line}");
+            }
+            source = cause.source();
+        }
+        f.write_str(&text)
+    }
 }
 
 /// An operator: handlers per resource, run until stopped.
@@ -492,4 +509,26 @@ async fn stop_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
     tracing::info!("Stop requested; stopping.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_debug_as_readable_lines() {
+        let e = Error::Config("no kubeconfig".into());
+        assert_eq!(
+            format!("{e:?}"),
+            "cannot configure the Kubernetes client: no kubeconfig"
+        );
+        let fake = Error::Watch(kopf_watch::WatchError::UnknownResource {
+            selector: "kex2".into(),
+            hint: "; similar: kopfexamples.kopf.dev/v1".into(),
+        });
+        assert_eq!(
+            format!("{fake:?}"),
+            "no served resource matches \"kex2\"; similar: kopfexamples.kopf.dev/v1"
+        );
+    }
 }
