@@ -138,7 +138,7 @@ impl PatchPlan {
         (object, status)
     }
 
-    /// The body as it will be after the plan's merge patch (for the next handler in a cycle).
+    /// The body as it will be after the plan's merge patch.
     pub fn preview(&self, body: &Value) -> Value {
         let mut b = body.clone();
         apply_merge_patch(&mut b, &self.merge);

@@ -125,32 +125,6 @@ impl Engine {
         self
     }
 
-    /// Start with a streaming list (`sendInitialEvents`) instead of list + watch: one request
-    /// instead of two, and no large list response held in memory (Kubernetes ≥ 1.27).
-    pub fn streaming_lists(mut self, on: bool) -> Self {
-        self.settings.streaming_lists = on;
-        self
-    }
-
-    /// Events about one object: after a burst of 5, one per `interval` (default 10 s);
-    /// events refused meanwhile are counted into the next one.
-    pub fn event_interval(mut self, interval: Duration) -> Self {
-        self.settings.event_interval = interval;
-        self
-    }
-
-    /// Serve only objects in namespaces matching these patterns.
-    pub fn namespace_filter(mut self, filter: NamespaceSelector) -> Self {
-        self.settings.namespaces = filter;
-        self
-    }
-
-    /// At most this many objects are processed at the same time (default: no limit).
-    pub fn worker_limit(mut self, limit: Option<usize>) -> Self {
-        self.settings.worker_limit = limit;
-        self
-    }
-
     /// Watch only one namespace.
     pub fn namespace(mut self, namespace: Option<String>) -> Self {
         self.namespace = namespace;

@@ -278,7 +278,7 @@ impl Orchestrator {
                 item = stream.next(), if !forbidden => match item {
                     Some(Ok(watcher::Event::InitApply(crd))) if initial => {
                         if established(&crd.data) {
-                            listed.extend(crd_name(&crd));
+                            listed.extend(crd.metadata.name.clone());
                         }
                     }
                     Some(Ok(watcher::Event::InitDone)) if initial => {
@@ -325,8 +325,4 @@ fn established(crd: &Value) -> bool {
                     && c.get("status").and_then(Value::as_str) == Some("True")
             })
         })
-}
-
-fn crd_name(crd: &DynamicObject) -> Option<String> {
-    crd.metadata.name.clone()
 }
