@@ -37,7 +37,7 @@ use crate::memo::Memo;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a handler argument",
     label = "not an extractor",
-    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, SubHandlers, or the whole Cause"
+    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, Index<K, V>, Indexes, Stopped, EventType, SubHandlers, or the whole Cause"
 )]
 pub trait FromCause: Sized + Send + 'static {
     /// Extracts the value.
@@ -256,6 +256,27 @@ impl<T: Send + Sync + 'static> FromCause for Memo<T> {
     }
 }
 
+/// The watch event type, for raw event handlers (`on_event`): None for objects of the
+/// initial listing, else `ADDED`, `MODIFIED` or `DELETED`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventType(pub Option<String>);
+impl FromCause for EventType {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(EventType(c.event.clone()))
+    }
+}
+
+/// The stop flag of a daemon or timer; other handlers cannot ask for it.
+impl FromCause for crate::daemons::Stopped {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        c.stopped.clone().ok_or_else(|| {
+            HandlerError::permanent(
+                "only daemons and timers can ask for `Stopped`: this handler is neither",
+            )
+        })
+    }
+}
+
 /// A logger for the object being handled: every line carries its namespace and name
 /// (target `kopf.objects`, as Kopf's per-object logger).
 #[derive(Debug, Clone)]
@@ -417,6 +438,10 @@ macro_rules! impl_into_handler {
                 });
                 Box::pin(async move { task.await.unwrap_or_else(|e| Err(HandlerError::from_join(e))) })
             }
+
+            fn is_blocking(&self) -> bool {
+                true
+            }
         }
 
         impl<F, R, $($arg),*> IntoHandler<(SyncHandler, $($arg,)*)> for F
@@ -431,6 +456,77 @@ macro_rules! impl_into_handler {
         }
     };
 }
+
+/// Something that becomes an index handler: an `async fn` or a plain `fn` of extractors
+/// returning `Result<O, E>` where `O` is a map, a vector of pairs, a pair, or an `Option` of
+/// one of them ([`IndexOutput`](crate::index::IndexOutput)); the index is then read as
+/// `Index<O::Key, O::Value>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an index handler",
+    label = "not an index handler",
+    note = "an index handler is an `async fn` or a `fn` of extractor arguments returning `Result<O, E>` where O is a HashMap<K, V>, BTreeMap<K, V>, Vec<(K, V)>, (K, V), or an Option of one of them"
+)]
+pub trait IntoIndexer<Args>: Send + Sync + 'static {
+    /// The index's key type.
+    type Key: 'static;
+    /// The index's value type.
+    type Value: 'static;
+    /// Wraps it: the handler's result becomes `[[key, value], ...]`.
+    fn into_indexer(self) -> Arc<dyn Handler>;
+}
+
+macro_rules! impl_into_indexer {
+    ($($arg:ident),*) => {
+        impl<F, Fut, O, E, $($arg),*> IntoIndexer<(AsyncHandler, O, E, $($arg,)*)> for F
+        where
+            F: Fn($($arg),*) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<O, E>> + Send + 'static,
+            O: crate::index::IndexOutput + Send + 'static,
+            E: Into<HandlerError> + 'static,
+            $($arg: FromCause,)*
+        {
+            type Key = O::Key;
+            type Value = O::Value;
+
+            #[allow(non_snake_case)]
+            fn into_indexer(self) -> Arc<dyn Handler> {
+                let f = Arc::new(self);
+                let wrapped = move |$($arg: $arg),*| {
+                    let fut = f($($arg),*);
+                    async move { fut.await.map(|o| crate::index::IndexPairs(o.into_pairs())) }
+                };
+                IntoHandler::<(AsyncHandler, $($arg,)*)>::into_handler(wrapped)
+            }
+        }
+
+        impl<F, O, E, $($arg),*> IntoIndexer<(SyncHandler, O, E, $($arg,)*)> for F
+        where
+            F: Fn($($arg),*) -> Result<O, E> + Send + Sync + 'static,
+            O: crate::index::IndexOutput + Send + 'static,
+            E: Into<HandlerError> + Send + 'static,
+            $($arg: FromCause,)*
+        {
+            type Key = O::Key;
+            type Value = O::Value;
+
+            #[allow(non_snake_case)]
+            fn into_indexer(self) -> Arc<dyn Handler> {
+                let wrapped = move |$($arg: $arg),*| {
+                    self($($arg),*).map(|o| crate::index::IndexPairs(o.into_pairs()))
+                };
+                IntoHandler::<(SyncHandler, $($arg,)*)>::into_handler(wrapped)
+            }
+        }
+    };
+}
+
+impl_into_indexer!();
+impl_into_indexer!(A1);
+impl_into_indexer!(A1, A2);
+impl_into_indexer!(A1, A2, A3);
+impl_into_indexer!(A1, A2, A3, A4);
+impl_into_indexer!(A1, A2, A3, A4, A5);
+impl_into_indexer!(A1, A2, A3, A4, A5, A6);
 
 impl_into_handler!();
 impl_into_handler!(A1);
@@ -475,6 +571,13 @@ impl From<PermanentError> for HandlerError {
 impl From<Box<dyn std::error::Error + Send + Sync>> for HandlerError {
     fn from(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
         HandlerError::other(e)
+    }
+}
+
+/// A child that cannot be adopted will not become adoptable by retrying.
+impl From<crate::hierarchy::HierarchyError> for HandlerError {
+    fn from(e: crate::hierarchy::HierarchyError) -> Self {
+        HandlerError::permanent(e.to_string())
     }
 }
 

@@ -173,6 +173,42 @@ pub struct Cause {
     pub subhandlers: SubHandlers,
     /// The object's memo: in-memory values kept per object while the operator runs.
     pub memo: crate::memo::Memos,
+    /// The watch event type for raw event handlers: None for the initial listing, else
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    pub event: Option<String>,
+    /// The stop flag of daemons and timers (None for other handlers).
+    pub stopped: Option<crate::daemons::Stopped>,
+    /// Operator-wide values handlers can ask for (the API client, the indexes...).
+    pub extensions: Extensions,
+}
+
+/// Operator-wide values by type, shared by every handler call (the API client, the indexes);
+/// the framework fills them, extractors read them.
+#[derive(Clone, Default)]
+pub struct Extensions(
+    Arc<std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>>,
+);
+
+impl std::fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extensions")
+            .field("len", &self.0.len())
+            .finish()
+    }
+}
+
+impl Extensions {
+    /// Adds (or replaces) the value of type `T`.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        Arc::make_mut(&mut self.0).insert(std::any::TypeId::of::<T>(), Arc::new(value));
+    }
+
+    /// The value of type `T`, if the framework set one.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0
+            .get(&std::any::TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
+    }
 }
 
 impl Cause {
@@ -190,6 +226,9 @@ impl Cause {
             events: EventsHandle::default(),
             subhandlers: SubHandlers::default(),
             memo: crate::memo::Memos::default(),
+            event: None,
+            stopped: None,
+            extensions: Extensions::default(),
         }
     }
 
@@ -253,6 +292,12 @@ impl SubHandlers {
 pub trait Handler: Send + Sync + 'static {
     /// Runs the handler.
     fn call(&self, cause: Cause) -> BoxFuture<HandlerResult>;
+
+    /// Whether it runs on a blocking thread (a plain `fn`): such a handler cannot be
+    /// cancelled, only asked to stop.
+    fn is_blocking(&self) -> bool {
+        false
+    }
 }
 
 impl<F, Fut> Handler for F
@@ -531,11 +576,29 @@ pub fn split_field(field: &str) -> Vec<String> {
         .collect()
 }
 
-/// A registered changing handler.
+/// What kind of handler a spec registers.
+#[derive(Clone, Debug, Default)]
+pub enum HandlerKind {
+    /// Create, update, delete, resume and field handlers (and sub-handlers).
+    #[default]
+    Changing,
+    /// Raw watch events (`on_event`): no state, errors logged and ignored.
+    Event,
+    /// An index: the handler's key/value pairs per object.
+    Index(crate::index::IndexTypes),
+    /// A timer per object.
+    Timer(crate::daemons::TimerOptions),
+    /// A daemon per object.
+    Daemon(crate::daemons::DaemonOptions),
+}
+
+/// A registered handler.
 #[derive(Clone)]
 pub struct HandlerSpec {
     /// The handler id (progress key, status key).
     pub id: String,
+    /// What kind of handler it is.
+    pub kind: HandlerKind,
     /// The reason it runs for; None for field handlers, resume handlers and sub-handlers.
     pub reason: Option<Reason>,
     /// Also run in the first cycle of objects found by the initial listing (resume).
@@ -577,6 +640,7 @@ impl std::fmt::Debug for HandlerSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HandlerSpec")
             .field("id", &self.id)
+            .field("kind", &self.kind)
             .field("reason", &self.reason)
             .field("field", &self.field)
             .finish()
@@ -598,6 +662,7 @@ impl HandlerSpec {
     ) -> Self {
         HandlerSpec {
             id: id.into(),
+            kind: HandlerKind::Changing,
             reason,
             initial: false,
             deleted: false,
@@ -631,6 +696,49 @@ impl HandlerSpec {
     pub fn resume_handler(id: &str, handler: Arc<dyn Handler>) -> Self {
         let mut spec = HandlerSpec::from_arc(id, None, handler);
         spec.initial = true;
+        spec
+    }
+
+    /// A raw event handler (`on_event`): every watch event, errors logged and ignored.
+    pub fn event(id: &str, handler: Arc<dyn Handler>) -> Self {
+        let mut spec = HandlerSpec::from_arc(id, None, handler);
+        spec.kind = HandlerKind::Event;
+        spec.errors = ErrorsMode::Ignored;
+        spec
+    }
+
+    /// An index handler (its results are read as `Index<K, V>` with these types). Errors
+    /// keep the object's previous entries by default (`ErrorsMode::Ignored`).
+    pub fn index(id: &str, types: crate::index::IndexTypes, handler: Arc<dyn Handler>) -> Self {
+        let mut spec = HandlerSpec::from_arc(id, None, handler);
+        spec.kind = HandlerKind::Index(types);
+        spec.errors = ErrorsMode::Ignored;
+        spec
+    }
+
+    /// A timer per object; it requires the finalizer, so that it stops before the object
+    /// goes.
+    pub fn timer(
+        id: &str,
+        options: crate::daemons::TimerOptions,
+        handler: Arc<dyn Handler>,
+    ) -> Self {
+        let mut spec = HandlerSpec::from_arc(id, None, handler);
+        spec.kind = HandlerKind::Timer(options);
+        spec.requires_finalizer = true;
+        spec
+    }
+
+    /// A daemon per object; it requires the finalizer, so that it stops before the object
+    /// goes.
+    pub fn daemon(
+        id: &str,
+        options: crate::daemons::DaemonOptions,
+        handler: Arc<dyn Handler>,
+    ) -> Self {
+        let mut spec = HandlerSpec::from_arc(id, None, handler);
+        spec.kind = HandlerKind::Daemon(options);
+        spec.requires_finalizer = true;
         spec
     }
 

@@ -17,11 +17,15 @@
 //! assert_eq!(cause.reason, Reason::Create);
 //! ```
 
+pub mod activities;
 pub mod causes;
+pub mod daemons;
 pub mod events;
 pub mod extract;
 pub mod finalizers;
 pub mod handler;
+pub mod hierarchy;
+pub mod index;
 pub mod keys;
 pub mod layers;
 pub mod memo;

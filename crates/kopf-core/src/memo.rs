@@ -24,16 +24,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 type Factory = Arc<dyn Fn() -> Box<dyn Any + Send + Sync> + Send + Sync>;
 
-/// The operator-wide memo: the values each object's memo starts from.
+/// The operator-wide memo: the values each object's memo starts from. Activities (startup
+/// handlers...) see these values themselves ([`Memos::operator`]), so what a startup handler
+/// sets is what objects first seen afterwards get a copy of.
 #[derive(Clone, Default)]
 pub struct MemoSeed {
-    factories: HashMap<TypeId, (&'static str, Factory)>,
+    /// Per type: its name, a copy of the current value, and the shared value itself.
+    factories: HashMap<TypeId, (&'static str, Factory, Factory)>,
 }
 
 impl std::fmt::Debug for MemoSeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.factories.values().map(|(name, _)| name))
+            .entries(self.factories.values().map(|(name, _, _)| name))
             .finish()
     }
 }
@@ -41,9 +44,15 @@ impl std::fmt::Debug for MemoSeed {
 impl MemoSeed {
     /// Registers a value; every object starts with its own clone of it.
     pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
-        let factory: Factory = Arc::new(move || Box::new(Arc::new(Mutex::new(value.clone()))));
+        let shared = Arc::new(Mutex::new(value));
+        let proto = shared.clone();
+        let copy: Factory = Arc::new(move || {
+            let value = proto.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Box::new(Arc::new(Mutex::new(value)))
+        });
+        let share: Factory = Arc::new(move || Box::new(shared.clone()));
         self.factories
-            .insert(TypeId::of::<T>(), (std::any::type_name::<T>(), factory));
+            .insert(TypeId::of::<T>(), (std::any::type_name::<T>(), copy, share));
     }
 }
 
@@ -52,6 +61,8 @@ impl MemoSeed {
 pub struct Memos {
     seed: Arc<MemoSeed>,
     values: Arc<Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>>,
+    /// The operator's own values, not copies (for activities).
+    operator: bool,
 }
 
 impl std::fmt::Debug for Memos {
@@ -76,6 +87,17 @@ impl Memos {
         Memos {
             seed,
             values: Arc::default(),
+            operator: false,
+        }
+    }
+
+    /// The operator-wide memo itself (for activities): changes are seen by every object's
+    /// copy made afterwards.
+    pub fn operator(seed: Arc<MemoSeed>) -> Self {
+        Memos {
+            seed,
+            values: Arc::default(),
+            operator: true,
         }
     }
 
@@ -88,12 +110,12 @@ impl Memos {
         let entry = match values.entry(TypeId::of::<T>()) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
-                let (_, factory) = self
+                let (_, copy, share) = self
                     .seed
                     .factories
                     .get(&TypeId::of::<T>())
                     .ok_or_else(missing)?;
-                v.insert(factory())
+                v.insert(if self.operator { share() } else { copy() })
             }
         };
         entry
@@ -156,5 +178,22 @@ mod tests {
         assert_eq!(b.get::<Vec<u8>>().expect("own copy").get(), vec![1]);
         let missing = a.get::<String>().expect_err("not registered");
         assert!(missing.to_string().contains("Memo<alloc::string::String>"));
+    }
+
+    #[test]
+    fn activities_change_what_later_objects_copy() {
+        let mut seed = MemoSeed::default();
+        seed.insert(String::from("unset"));
+        let seed = Arc::new(seed);
+        let early = Memos::new(seed.clone());
+        assert_eq!(early.get::<String>().expect("seeded").get(), "unset");
+        Memos::operator(seed.clone())
+            .get::<String>()
+            .expect("seeded")
+            .set("from startup".into());
+        let late = Memos::new(seed);
+        assert_eq!(late.get::<String>().expect("seeded").get(), "from startup");
+        // Copies made before keep their value.
+        assert_eq!(early.get::<String>().expect("kept").get(), "unset");
     }
 }

@@ -40,7 +40,7 @@ use tower::{Layer, Service, ServiceExt};
 use crate::causes::{ChangingCause, EventKind, Reason, detect};
 use crate::events::EventSpec;
 use crate::finalizers;
-use crate::handler::{BoxFuture, Cause, HandlerSpec};
+use crate::handler::{BoxFuture, Cause, Extensions, HandlerKind, HandlerSpec};
 use crate::layers::{Attempt, FinalizerLayer, HandlerCall, Stack, retrying};
 use crate::memo::Memos;
 use crate::plan::PatchPlan;
@@ -185,10 +185,12 @@ pub struct Processor {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     handlers: Vec<HandlerSpec>,
     persistence: Persistence,
     stack: Stack,
+    extensions: Extensions,
 }
 
 impl std::fmt::Debug for Processor {
@@ -214,8 +216,15 @@ impl Processor {
                 handlers,
                 persistence,
                 stack,
+                extensions: Extensions::default(),
             }),
         }
+    }
+
+    /// Operator-wide values for the handlers' extractors (the API client, the indexes).
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        Arc::make_mut(&mut self.inner).extensions = extensions;
+        self
     }
 
     /// The persistence settings in use (with the handlers' fields tracked).
@@ -341,6 +350,9 @@ impl Base {
 
 /// Whether a top-level handler is for this cause (Kopf's reason and `initial` rules).
 fn for_reason(h: &HandlerSpec, cause: &ChangingCause) -> bool {
+    if !matches!(h.kind, HandlerKind::Changing) {
+        return false;
+    }
     if h.initial && !cause.initial {
         return false;
     }
@@ -402,6 +414,16 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
     let body = &call.body;
     let persistence = &inner.persistence;
     if cause.reason == Reason::Noop {
+        let mut out = CycleOutcome::new(cause.reason);
+        out.done = true;
+        return out;
+    }
+    if !inner
+        .handlers
+        .iter()
+        .any(|h| matches!(h.kind, HandlerKind::Changing))
+    {
+        // Only timers, daemons, indexes or raw events: no diff-base to keep.
         let mut out = CycleOutcome::new(cause.reason);
         out.done = true;
         return out;
@@ -475,6 +497,7 @@ impl Exec<'_> {
             .clone()
             .unwrap_or_else(|| format_time(self.now));
         cause.memo = self.memo.clone();
+        cause.extensions = self.inner.extensions.clone();
         cause
     }
 

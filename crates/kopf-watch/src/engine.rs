@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kopf_core::causes::{EventKind, Reason};
+use kopf_core::daemons::{Deliver, Delivery, ObjectDaemons, SpawnContext, StopReason};
 use kopf_core::events::{EventSpec, RateLimiter, Reporter, aggregate, event_body, failure_message};
-use kopf_core::handler::HandlerSpec;
-use kopf_core::layers::Stack;
+use kopf_core::handler::{Cause, ErrorsMode, Extensions, HandlerError, HandlerKind, HandlerSpec};
+use kopf_core::index::Indexes;
+use kopf_core::layers::{HandlerCall, Invoke, Stack};
 use kopf_core::memo::{MemoSeed, Memos};
 use kopf_core::plan::{PatchPlan, PatchRequest};
 use kopf_core::processing::{
@@ -25,6 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tower::ServiceExt;
 
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
@@ -56,6 +59,43 @@ pub struct Settings {
     pub memo: Arc<MemoSeed>,
     /// Who posts Events.
     pub reporter: Reporter,
+    /// Operator-wide values for handlers' extractors (the engine adds its API client).
+    pub extensions: Extensions,
+    /// The operator's indexes (index handlers fill them).
+    pub indexes: Indexes,
+    /// Handlers wait here until every indexed resource has been listed and indexed.
+    pub gate: IndexGate,
+}
+
+/// Holds handlers back until the initial listing of every indexed resource has been
+/// indexed (Kopf's "operator indexed" condition).
+#[derive(Clone, Debug)]
+pub struct IndexGate(Arc<watch::Sender<HashSet<String>>>);
+
+impl Default for IndexGate {
+    fn default() -> Self {
+        IndexGate(Arc::new(watch::channel(HashSet::new()).0))
+    }
+}
+
+impl IndexGate {
+    /// Handlers wait for the engine with this key to report its first listing indexed.
+    pub fn expect(&self, key: &str) {
+        self.0.send_modify(|pending| {
+            pending.insert(key.to_string());
+        });
+    }
+
+    /// The engine with this key has indexed its first listing.
+    pub fn done(&self, key: &str) {
+        self.0.send_if_modified(|pending| pending.remove(key));
+    }
+
+    /// Completes once nothing is pending.
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(HashSet::is_empty).await;
+    }
 }
 
 impl Default for Settings {
@@ -74,6 +114,9 @@ impl Default for Settings {
                 .collect(),
             memo: Arc::default(),
             reporter: Reporter::default(),
+            extensions: Extensions::default(),
+            indexes: Indexes::default(),
+            gate: IndexGate::default(),
         }
     }
 }
@@ -141,6 +184,25 @@ impl Engine {
         api_for(&self.client, &self.resource, self.namespace.as_deref())
     }
 
+    /// The key of this engine in the [`IndexGate`].
+    pub fn gate_key(&self) -> String {
+        let ar = &self.resource.api_resource;
+        format!(
+            "{}/{}/{}@{}",
+            ar.group,
+            ar.version,
+            ar.plural,
+            self.namespace.as_deref().unwrap_or("*")
+        )
+    }
+
+    /// Whether it has index handlers (others wait for its first listing to be indexed).
+    pub fn has_indexes(&self) -> bool {
+        self.handlers
+            .iter()
+            .any(|h| matches!(h.kind, HandlerKind::Index(_)))
+    }
+
     /// Watches and processes until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WatchError> {
         // The watcher relists after 410 and resumes after disconnects (including the
@@ -157,10 +219,37 @@ impl Engine {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut workers: HashMap<String, watch::Sender<Option<Observed>>> = HashMap::new();
         let plural = self.resource.api_resource.plural.clone();
+        let gate_key = self.gate_key();
+        let indexed = self.has_indexes();
+        let kind_of = |k: fn(&HandlerKind) -> bool| -> Vec<HandlerSpec> {
+            self.handlers
+                .iter()
+                .filter(|h| k(&h.kind))
+                .cloned()
+                .collect()
+        };
+        let indexers = kind_of(|k| matches!(k, HandlerKind::Index(_)));
+        let watchers = kind_of(|k| matches!(k, HandlerKind::Event));
+        let spawners = kind_of(|k| matches!(k, HandlerKind::Timer(_) | HandlerKind::Daemon(_)));
+        let mut extensions = self.settings.extensions.clone();
+        extensions.insert(self.client.clone());
+        extensions.insert(self.settings.indexes.clone());
+        for h in &indexers {
+            if let HandlerKind::Index(types) = &h.kind {
+                self.settings.indexes.declare(&h.id, *types);
+            }
+        }
         let shared = Arc::new(WorkerShared {
             client: self.client.clone(),
             resource: self.resource.clone(),
-            processor: Processor::with_stack(self.handlers, self.persistence, self.stack),
+            processor: Processor::with_stack(self.handlers, self.persistence, self.stack.clone())
+                .with_extensions(extensions.clone()),
+            stack: self.stack,
+            extensions,
+            indexers,
+            watchers,
+            spawners,
+            exiting: std::sync::atomic::AtomicBool::new(false),
             handled_once: Mutex::default(),
             limit: self
                 .settings
@@ -176,9 +265,11 @@ impl Engine {
         // The uids of the listing in progress: objects missing from a relist went away while
         // the watch was down (no DELETED event will come for them).
         let mut listing: Option<HashSet<String>> = None;
+        let mut tasks = tokio::task::JoinSet::new();
         loop {
             let item = tokio::select! {
                 _ = &mut shutdown => break,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
                 item = stream.next() => item,
             };
             let Some(item) = item else { break };
@@ -201,7 +292,12 @@ impl Engine {
                             // Dropping the sender ends the worker once it is idle.
                             workers.remove(&uid);
                             shared.forget(&uid);
+                            shared.settings.indexes.forget(&uid);
                         }
+                    }
+                    if indexed {
+                        // Indexing runs in this loop: the listing is indexed by now.
+                        shared.settings.gate.done(&gate_key);
                     }
                     if gone {
                         gone = false;
@@ -243,22 +339,30 @@ impl Engine {
                     continue;
                 }
             };
+            let known = workers.get(&uid).is_some_and(|tx| !tx.is_closed());
+            // Indexes and raw-event handlers see every event, in order.
+            shared.index(&uid, &body, kind).await;
+            shared.on_event(&uid, &body, kind, known).await;
             let observed = Observed { body, event: kind };
-            match workers.get(&uid) {
-                Some(tx) if !tx.is_closed() => {
-                    tx.send_replace(Some(observed));
-                }
-                _ => {
-                    let (tx, rx) = watch::channel(Some(observed));
-                    workers.insert(uid.clone(), tx);
-                    let shared = shared.clone();
-                    tokio::spawn(async move { shared.work(uid, rx).await });
-                }
+            if known && let Some(tx) = workers.get(&uid) {
+                tx.send_replace(Some(observed));
+            } else {
+                let (tx, rx) = watch::channel(Some(observed));
+                workers.insert(uid.clone(), tx);
+                let shared = shared.clone();
+                tasks.spawn(async move { shared.work(uid, rx).await });
             }
             if kind == EventKind::Deleted {
                 workers.retain(|_, tx| !tx.is_closed());
             }
         }
+        // Workers end when their channel closes: each stops its daemons and timers (staged,
+        // within their cancellation settings) before it ends.
+        shared
+            .exiting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(workers);
+        while tasks.join_next().await.is_some() {}
         Ok(())
     }
 }
@@ -267,6 +371,13 @@ struct WorkerShared {
     client: kube::Client,
     resource: ResourceRef,
     processor: Processor,
+    stack: Stack,
+    extensions: Extensions,
+    indexers: Vec<HandlerSpec>,
+    watchers: Vec<HandlerSpec>,
+    spawners: Vec<HandlerSpec>,
+    /// The engine stops: daemons stop with "operator exiting".
+    exiting: std::sync::atomic::AtomicBool,
     handled_once: Mutex<HashSet<String>>,
     limit: Option<Arc<tokio::sync::Semaphore>>,
     events: Mutex<RateLimiter>,
@@ -284,6 +395,12 @@ fn written_rv(obj: &DynamicObject) -> Option<u64> {
         .resource_version
         .as_deref()
         .and_then(|s| s.parse().ok())
+}
+
+/// An object's daemons and timers, with the essence they last saw.
+struct Spawned {
+    daemons: ObjectDaemons,
+    essence: Value,
 }
 
 /// How a cycle ended for the worker.
@@ -325,9 +442,198 @@ impl WorkerShared {
         api_for(&self.client, &self.resource, namespace)
     }
 
-    /// Processes one object serially, always on its latest observed state.
+    /// Processes one object serially, always on its latest observed state; stops its
+    /// daemons and timers when it ends.
     async fn work(self: Arc<Self>, uid: String, mut rx: watch::Receiver<Option<Observed>>) {
+        // Nothing runs before the indexed resources are indexed (events meanwhile coalesce).
+        loop {
+            tokio::select! {
+                _ = self.settings.gate.wait() => break,
+                changed = rx.changed() => if changed.is_err() { return },
+            }
+        }
         let memo = Memos::new(self.settings.memo.clone());
+        let mut spawned: Option<Spawned> = None;
+        self.work_loop(&uid, &mut rx, &memo, &mut spawned).await;
+        if let Some(mut s) = spawned {
+            let reason = if self.exiting.load(std::sync::atomic::Ordering::SeqCst) {
+                StopReason::OperatorExiting
+            } else {
+                StopReason::Deleted
+            };
+            s.daemons.stop_all(reason).await;
+        }
+    }
+
+    /// The daemons' and timers' view of a new state: spawned when the object (with our
+    /// finalizer) matches, stopped — and waited for — when it is being deleted.
+    async fn sync_daemons(
+        self: &Arc<Self>,
+        uid: &str,
+        observed: &Observed,
+        memo: &Memos,
+        spawned: &mut Option<Spawned>,
+    ) {
+        let body = &observed.body;
+        let essence = kopf_diff::essence::essence(body, &self.processor.persistence().essence);
+        let s = spawned.get_or_insert_with(|| Spawned {
+            daemons: ObjectDaemons::new(body.clone(), self.spawn_context(uid, memo, body)),
+            essence: essence.clone(),
+        });
+        let essential = s.essence != essence;
+        s.essence = essence;
+        s.daemons.observe(body, essential);
+        let deleting = observed.event == EventKind::Deleted
+            || body
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|v| !v.is_null());
+        if deleting {
+            if s.daemons.is_running() {
+                // The deletion is handled (and the finalizer released) once they are gone.
+                s.daemons.stop_all(StopReason::Deleted).await;
+            }
+        } else if kopf_core::finalizers::has(body, &self.processor.persistence().finalizer) {
+            tokio::spawn(s.daemons.spawn_matching(&self.spawners, body));
+        }
+    }
+
+    fn spawn_context(self: &Arc<Self>, uid: &str, memo: &Memos, body: &Value) -> SpawnContext {
+        let shared = self.clone();
+        let uid = uid.to_string();
+        let deliver: Deliver = Arc::new(move |d: Delivery| {
+            let shared = shared.clone();
+            let uid = uid.clone();
+            Box::pin(async move {
+                if !d.plan.is_noop_for(&d.body) {
+                    shared.apply(&d.body, &d.plan, None).await;
+                }
+                shared.post_events(&uid, &d.body, d.events).await;
+            })
+        });
+        SpawnContext {
+            memo: memo.clone(),
+            extensions: self.extensions.clone(),
+            stack: self.stack.clone(),
+            deliver,
+            span: object_span(body),
+        }
+    }
+
+    /// A cause for handlers outside the changing cycle (indexes, raw events).
+    fn plain_cause(&self, body: &Value) -> Cause {
+        let mut cause = Cause::for_body(Reason::Noop, body.clone());
+        cause.extensions = self.extensions.clone();
+        cause
+    }
+
+    /// One call of a handler, without retries (a panic is an error of the handler).
+    async fn invoke(&self, spec: &HandlerSpec, cause: Cause) -> kopf_core::layers::CallOutcome {
+        let call = HandlerCall {
+            spec: spec.clone(),
+            cause,
+            record: Default::default(),
+            now: jiff::Timestamp::now(),
+        };
+        match Invoke.oneshot(call).await {
+            Ok(outcome) => outcome,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Runs the index handlers on an event: their pairs replace the object's entries; a
+    /// deletion, a filter mismatch or a failure removes them (an error in `Ignored` mode,
+    /// the default for indexes, keeps the previous entries).
+    async fn index(&self, uid: &str, body: &Value, kind: EventKind) {
+        use tracing::Instrument;
+        if self.indexers.is_empty() {
+            return;
+        }
+        let indexes = &self.settings.indexes;
+        for h in &self.indexers {
+            if kind == EventKind::Deleted || !h.matches(body) {
+                indexes.remove(&h.id, uid);
+                continue;
+            }
+            let span = object_span(body);
+            let outcome = self
+                .invoke(h, self.plain_cause(body))
+                .instrument(span.clone())
+                .await;
+            match outcome.result {
+                Ok(Some(result)) => indexes.replace(&h.id, uid, &result),
+                Ok(None) => {}
+                Err(e) => {
+                    let keep =
+                        matches!(e, HandlerError::Other { .. }) && h.errors == ErrorsMode::Ignored;
+                    span.in_scope(|| {
+                        tracing::error!(
+                            "Indexing handler '{}' failed: {e}; {}",
+                            h.id,
+                            if keep {
+                                "the previous entries are kept"
+                            } else {
+                                "the object's entries are removed"
+                            }
+                        )
+                    });
+                    if !keep {
+                        indexes.remove(&h.id, uid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the raw event handlers on an event: no state, errors logged and ignored; their
+    /// results and patches are applied like any handler's.
+    async fn on_event(&self, uid: &str, body: &Value, kind: EventKind, known: bool) {
+        use tracing::Instrument;
+        if self.watchers.is_empty() {
+            return;
+        }
+        let event = match kind {
+            EventKind::Listed => None,
+            EventKind::Deleted => Some("DELETED"),
+            _ if known => Some("MODIFIED"),
+            _ => Some("ADDED"),
+        };
+        let span = object_span(body);
+        let mut plan = PatchPlan::new();
+        let mut events = Vec::new();
+        for h in &self.watchers {
+            if !h.matches(body) {
+                continue;
+            }
+            let mut cause = self.plain_cause(body);
+            cause.event = event.map(str::to_string);
+            let outcome = self.invoke(h, cause).instrument(span.clone()).await;
+            match outcome.result {
+                Ok(Some(result)) => plan.status_result(&h.id, result),
+                Ok(None) => {}
+                Err(e) => span.in_scope(|| {
+                    tracing::error!(
+                        "Handler '{}' failed with an exception and will ignore it: {e}",
+                        h.id
+                    )
+                }),
+            }
+            plan.merge(&outcome.patch);
+            events.extend(outcome.events);
+        }
+        if kind != EventKind::Deleted && !plan.is_noop_for(body) {
+            self.apply(body, &plan, None).instrument(span).await;
+        }
+        self.post_events(uid, body, events).await;
+    }
+
+    async fn work_loop(
+        self: &Arc<Self>,
+        uid: &str,
+        rx: &mut watch::Receiver<Option<Observed>>,
+        memo: &Memos,
+        spawned: &mut Option<Spawned>,
+    ) {
+        let uid = uid.to_string();
         let mut throttler = Throttler::new(self.settings.error_delays.clone());
         // First seen in a listing: resume handlers join until the object is handled once.
         let mut listed = false;
@@ -341,6 +647,9 @@ impl WorkerShared {
             let observed = rx.borrow_and_update().clone();
             let Some(observed) = observed else { return };
             listed |= observed.event == EventKind::Listed;
+            if !self.spawners.is_empty() {
+                self.sync_daemons(&uid, &observed, memo, spawned).await;
+            }
             let stale = expected_rv.is_some_and(|(want, deadline)| {
                 rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
             });
@@ -354,7 +663,7 @@ impl WorkerShared {
                 let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
                     self.touch(&observed.body).await
                 } else {
-                    self.cycle(&uid, &observed, initial, &memo).await
+                    self.cycle(&uid, &observed, initial, memo).await
                 };
                 drop(permit);
                 match end {

@@ -22,7 +22,7 @@ mod namespaces;
 mod orchestrator;
 mod selector;
 
-pub use engine::{Engine, Settings};
+pub use engine::{Engine, IndexGate, Settings};
 pub use namespaces::{NamespacePattern, NamespaceSelector};
 pub use orchestrator::Orchestrator;
 pub use selector::{Discovered, Selector};

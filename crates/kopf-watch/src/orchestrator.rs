@@ -167,6 +167,7 @@ impl Orchestrator {
         &self,
         running: &mut BTreeMap<String, Running>,
         mut plan: BTreeMap<String, Served>,
+        initial: bool,
     ) {
         let gone: Vec<String> = running
             .keys()
@@ -184,6 +185,7 @@ impl Orchestrator {
             .filter(|k| !running.contains_key(*k))
             .cloned()
             .collect();
+        let mut engines = Vec::new();
         for key in new {
             let Some(served) = plan.remove(&key) else {
                 continue;
@@ -198,6 +200,13 @@ impl Orchestrator {
             .settings(self.settings.clone())
             .persistence(self.persistence.clone())
             .stack(self.stack.clone());
+            // At start-up, every handler waits for the indexed resources' first listings.
+            if initial && engine.has_indexes() {
+                self.settings.gate.expect(&engine.gate_key());
+            }
+            engines.push((key, plural, engine));
+        }
+        for (key, plural, engine) in engines {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             let task = tokio::spawn(engine.run(async move {
                 let _ = rx.await;
@@ -218,15 +227,20 @@ impl Orchestrator {
         let all = discover(&self.client).await?;
         let plan = self.plan(&all, true)?;
         let mut running = BTreeMap::new();
-        self.reconcile(&mut running, plan).await;
+        self.reconcile(&mut running, plan, true).await;
         let mut shutdown = std::pin::pin!(shutdown);
         if self.dynamic() {
             self.follow_crds(&all, &mut running, &mut shutdown).await;
         } else {
             shutdown.await;
         }
-        for (_, r) in std::mem::take(&mut running) {
-            stop(r).await;
+        // All engines stop at once (each stops its daemons within their own timeouts).
+        let stops: Vec<_> = std::mem::take(&mut running)
+            .into_values()
+            .map(|r| tokio::spawn(stop(r)))
+            .collect();
+        for s in stops {
+            let _ = s.await;
         }
         Ok(())
     }
@@ -265,7 +279,7 @@ impl Orchestrator {
                             dirty = false;
                             debounce = DEBOUNCE;
                             match self.plan(&all, false) {
-                                Ok(plan) => self.reconcile(running, plan).await,
+                                Ok(plan) => self.reconcile(running, plan, false).await,
                                 Err(e) => tracing::warn!("{e}"),
                             }
                         }

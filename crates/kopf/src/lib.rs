@@ -49,7 +49,32 @@
 //! # let _ = operator;
 //! ```
 //!
-//! Timers, daemons, indexes, peering and webhooks are not there yet.
+//! Timers, daemons, raw event handlers, indexes and activities:
+//!
+//! ```no_run
+//! use kopf::{DaemonOptions, HandlerError, Index, Name, Operator, Stopped, TimerOptions};
+//! use std::collections::HashMap;
+//! use std::time::Duration;
+//!
+//! async fn check(Name(name): Name) -> Result<String, HandlerError> { Ok(format!("{name} is fine")) }
+//! async fn watch(stopped: Stopped) -> Result<(), HandlerError> {
+//!     while stopped.sleep(Duration::from_secs(10)).await.is_none() { /* poll something */ }
+//!     Ok(())
+//! }
+//! async fn by_name(Name(name): Name) -> Result<HashMap<String, bool>, HandlerError> {
+//!     Ok(HashMap::from([(name, true)]))
+//! }
+//! async fn count(index: Index<String, bool>) -> Result<usize, HandlerError> { Ok(index.len()) }
+//!
+//! let operator = Operator::new()
+//!     .timer("kopfexamples", "check", TimerOptions::every(Duration::from_secs(60)), check)
+//!     .daemon("kopfexamples", "watch", DaemonOptions::new(), watch)
+//!     .index("kopfexamples", "by_name", by_name)
+//!     .on_probe("objects", count);
+//! # let _ = operator;
+//! ```
+//!
+//! Peering and webhooks are not there yet.
 
 pub mod cli;
 pub mod registry;
@@ -83,12 +108,37 @@ use std::time::Duration;
 
 use clap::Parser;
 
+pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
+pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
 pub use kopf_core::extract::{
-    Annotations, Body, Diff, FromCause, IntoHandler, IntoHandlerResult, Labels, Logger, Meta, Name,
-    Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started, Status, TemporaryError,
-    Uid,
+    Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,
+    Labels, Logger, Meta, Name, Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started,
+    Status, TemporaryError, Uid,
 };
+pub use kopf_core::index::{Index, IndexOutput, Indexes};
+
+/// Making objects children of others: owner references, names, namespaces and labels from
+/// the owner (`adopt`), on `serde_json::Value` bodies and typed resources alike.
+pub mod hierarchy {
+    pub use kopf_core::hierarchy::*;
+}
+
+/// The Kubernetes client of the operator, as a handler argument (for creating children,
+/// reading other objects...).
+#[derive(Clone)]
+pub struct Client(pub kube::Client);
+
+impl FromCause for Client {
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
+        cause
+            .extensions
+            .get::<kube::Client>()
+            .cloned()
+            .map(Client)
+            .ok_or_else(|| HandlerError::permanent("no Kubernetes client is available here"))
+    }
+}
 pub use kopf_core::handler::{
     Cause, ErrorsMode, FieldFilter, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter,
     Options, SubHandlers, WhenFilter,
@@ -124,6 +174,9 @@ pub enum Error {
     #[cfg(feature = "testing")]
     #[error(transparent)]
     Fake(#[from] kopf_testing::FakeError),
+    /// A startup handler failed for good.
+    #[error(transparent)]
+    Startup(#[from] StartupFailed),
     /// `--fake` was given to a binary built without the `testing` feature.
     #[error("--fake needs kopf's `testing` feature (on by default)")]
     NoFake,
@@ -156,6 +209,9 @@ pub struct Operator {
     wait_for_resources: bool,
     inactivity_timeout: Duration,
     fake_manifests: Vec<std::path::PathBuf>,
+    startup: Vec<HandlerSpec>,
+    cleanup: Vec<HandlerSpec>,
+    probes: Vec<HandlerSpec>,
 }
 
 impl Default for Operator {
@@ -169,6 +225,9 @@ impl Default for Operator {
             wait_for_resources: false,
             inactivity_timeout: Duration::from_secs(70),
             fake_manifests: Vec::new(),
+            startup: Vec::new(),
+            cleanup: Vec::new(),
+            probes: Vec::new(),
         }
     }
 }
@@ -272,6 +331,115 @@ impl Operator {
     ) -> Self {
         let spec = HandlerSpec::field_handler(id, field, handler.into_handler());
         self.register(resource, spec, options)
+    }
+
+    /// A raw event handler: called for every watch event of matching objects (the
+    /// [`EventType`] argument tells which), with no state kept; errors are logged and
+    /// ignored; it needs no finalizer.
+    pub fn on_event<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::event(id, handler.into_handler());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// An index: the handler returns key/value pairs for each object (a map, a vector of
+    /// pairs, a pair, or an `Option` of one: `None` keeps the previous entries); every
+    /// handler reads them with the [`Index<K, V>`] argument. Entries go when the object is
+    /// deleted or stops matching; handlers start only once the first listing of every
+    /// indexed resource is indexed.
+    pub fn index<Args, H: IntoIndexer<Args>>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: H,
+    ) -> Self {
+        let types = kopf_core::index::IndexTypes::of::<H::Key, H::Value>();
+        self.settings.indexes.declare(id, types);
+        let spec = HandlerSpec::index(id, types, handler.into_indexer());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// A timer for each matching object (see [`TimerOptions`]); its result goes to
+    /// `status.<id>` after each call. Filters go with [`register`](Self::register) and
+    /// [`HandlerSpec::timer`].
+    pub fn timer<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        options: TimerOptions,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::timer(id, options, handler.into_handler());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// A daemon for each matching object (see [`DaemonOptions`]): it runs until it
+    /// returns, and is asked to stop (the [`Stopped`] argument) when the object is deleted
+    /// or stops matching, or the operator exits.
+    pub fn daemon<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        options: DaemonOptions,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::daemon(id, options, handler.into_handler());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// A startup handler: all of them run (and succeed, retried on temporary errors)
+    /// before anything is watched; a permanent failure stops the operator. They see the
+    /// operator's memo itself: what they set there, objects start from.
+    pub fn on_startup<Args>(mut self, id: &str, handler: impl IntoHandler<Args>) -> Self {
+        self.startup
+            .push(HandlerSpec::from_arc(id, None, handler.into_handler()));
+        self
+    }
+
+    /// A cleanup handler: runs once when the operator exits, after every resource has
+    /// stopped.
+    pub fn on_cleanup<Args>(mut self, id: &str, handler: impl IntoHandler<Args>) -> Self {
+        self.cleanup
+            .push(HandlerSpec::from_arc(id, None, handler.into_handler()));
+        self
+    }
+
+    /// A probe handler: its result is reported under its id by [`probes`](Self::probes)
+    /// (the liveness endpoint).
+    pub fn on_probe<Args>(mut self, id: &str, handler: impl IntoHandler<Args>) -> Self {
+        self.probes
+            .push(HandlerSpec::from_arc(id, None, handler.into_handler()));
+        self
+    }
+
+    /// The probe handlers with the operator's memo and indexes, results cached for 10 s:
+    /// `probes().run().await` gives `{probe-id: result}`.
+    pub fn probes(&self) -> Arc<Probes> {
+        Arc::new(Probes::new(
+            self.probes.clone(),
+            self.activity_context(None),
+            Duration::from_secs(10),
+        ))
+    }
+
+    fn activity_context(
+        &self,
+        client: Option<&kube::Client>,
+    ) -> kopf_core::activities::ActivityContext {
+        let mut extensions = self.settings.extensions.clone();
+        extensions.insert(self.settings.indexes.clone());
+        if let Some(client) = client {
+            extensions.insert(client.clone());
+        }
+        kopf_core::activities::ActivityContext {
+            memo: kopf_core::memo::Memos::operator(Arc::new(self.memo.clone())),
+            extensions,
+            stack: self.stack.clone(),
+        }
     }
 
     /// Serve only one namespace (default: all namespaces).
@@ -451,15 +619,24 @@ impl Operator {
         client: kube::Client,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
+        let activities = self.activity_context(Some(&client));
+        let mut shutdown = std::pin::pin!(shutdown);
+        // Startup handlers run before any request of the operator's own.
+        tokio::select! {
+            started = kopf_core::activities::run_startup(&self.startup, &activities) => started?,
+            _ = &mut shutdown => return Ok(()),
+        }
         let mut settings = self.settings;
         settings.memo = Arc::new(self.memo);
-        kopf_watch::Orchestrator::new(client, self.registrations)
+        let served = kopf_watch::Orchestrator::new(client, self.registrations)
             .settings(settings)
             .persistence(self.persistence)
             .stack(self.stack)
             .wait_for_resources(self.wait_for_resources)
             .run(shutdown)
-            .await?;
+            .await;
+        kopf_core::activities::run_cleanup(&self.cleanup, &activities).await;
+        served?;
         Ok(())
     }
 }
