@@ -623,6 +623,7 @@ impl Operator {
         let mut shutdown = std::pin::pin!(shutdown);
         // Startup handlers run before any request of the operator's own.
         tokio::select! {
+            biased;
             started = kopf_core::activities::run_startup(&self.startup, &activities) => started?,
             _ = &mut shutdown => return Ok(()),
         }
