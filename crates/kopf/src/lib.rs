@@ -101,6 +101,7 @@ pub async fn run() -> Result<(), Error> {
 }
 
 pub mod logging;
+mod login;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -212,6 +213,7 @@ pub struct Operator {
     startup: Vec<HandlerSpec>,
     cleanup: Vec<HandlerSpec>,
     probes: Vec<HandlerSpec>,
+    login: Option<login::LoginFn>,
 }
 
 impl Default for Operator {
@@ -228,6 +230,7 @@ impl Default for Operator {
             startup: Vec::new(),
             cleanup: Vec::new(),
             probes: Vec::new(),
+            login: None,
         }
     }
 }
@@ -416,6 +419,48 @@ impl Operator {
         self
     }
 
+    /// A login handler: the operator connects with the configuration it returns (instead
+    /// of the kubeconfig or the in-cluster account), and calls it again whenever the API
+    /// server answers 401 Unauthorized. Used by [`connect`](Self::connect) and
+    /// [`main`](Self::main) (not with `--fake`).
+    ///
+    /// ```no_run
+    /// use kopf::{HandlerError, Operator};
+    ///
+    /// let operator = Operator::new().on_login(|| async {
+    ///     let token = std::fs::read_to_string("/var/run/secrets/my-token")?;
+    ///     let mut config = kube::Config::new("https://kubernetes.example:6443".parse().map_err(HandlerError::other)?);
+    ///     config.auth_info.token = Some(token.trim().to_string().into());
+    ///     Ok::<_, HandlerError>(config)
+    /// });
+    /// # let _ = operator;
+    /// ```
+    pub fn on_login<F, Fut, E>(mut self, login: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<kube::Config, E>> + Send + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        self.login = Some(Arc::new(move || {
+            let fut = login();
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        }));
+        self
+    }
+
+    /// The operator's client: from the login handler if there is one (logging in again
+    /// after 401 answers), else from `KUBECONFIG` / `~/.kube/config` / the in-cluster
+    /// account (see [`client_config`]).
+    pub async fn connect(&self) -> Result<kube::Client, Error> {
+        match &self.login {
+            Some(login) => login::connect(login.clone(), self.inactivity_timeout).await,
+            None => {
+                let config = client_config(None, self.inactivity_timeout).await?;
+                kube::Client::try_from(config).map_err(Error::Client)
+            }
+        }
+    }
+
     /// The probe handlers with the operator's memo and indexes, results cached for 10 s:
     /// `probes().run().await` gives `{probe-id: result}`.
     pub fn probes(&self) -> Arc<Probes> {
@@ -578,8 +623,7 @@ impl Operator {
             self = self.namespace_patterns(&args.namespaces);
         }
         if !args.fake {
-            let config = client_config(None, self.inactivity_timeout).await?;
-            let client = kube::Client::try_from(config).map_err(Error::Client)?;
+            let client = self.connect().await?;
             return self.run_until(client, stop_signal()).await;
         }
         #[cfg(feature = "testing")]

@@ -483,3 +483,48 @@ async fn handler_kinds_compose_without_extra_requests() {
     all.sort_by_key(|w| w.to_string());
     insta::assert_json_snapshot!(all);
 }
+
+#[tokio::test]
+async fn login_handlers_run_again_after_a_401() {
+    let server = common::server().await;
+    let logins = Arc::new(AtomicUsize::new(0));
+    let l = logins.clone();
+    let url = server.url();
+    let op = timers_example::operator().on_login(move || {
+        l.fetch_add(1, Ordering::SeqCst);
+        let url = url.clone();
+        async move {
+            kopf::client_config(Some(&url), Duration::from_secs(70))
+                .await
+                .map_err(|e| HandlerError::other(format!("{e:?}")))
+        }
+    });
+    let client = op.connect().await.expect("logged in");
+    assert_eq!(logins.load(Ordering::SeqCst), 1);
+    // The next list of KopfExamples is refused as if the token had expired.
+    server.inject_fault(kopf_testing::FaultRule::new(
+        kopf_testing::RequestPattern {
+            verb: Some("list".into()),
+            resource: Some("kopfexamples".into()),
+            ..Default::default()
+        },
+        401,
+        1,
+    ));
+    let stop = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(op.run_until(client, async {
+        let _ = stop.1.await;
+    }));
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("l1", json!({})))
+        .await
+        .expect("create");
+    // The watch restarts after the 401, with the new login, and the timer ticks.
+    until_object(&api, "l1", "a tick after logging in again", |o| {
+        status(o, "/tick/count").is_some()
+    })
+    .await;
+    assert_eq!(logins.load(Ordering::SeqCst), 2);
+    let _ = stop.0.send(());
+    task.await.expect("join").expect("ran");
+}
