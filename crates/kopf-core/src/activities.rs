@@ -26,10 +26,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::causes::Reason;
+use crate::daemons::first_record;
 use crate::handler::{Cause, Extensions, HandlerSpec};
 use crate::layers::{Attempt, HandlerCall, Stack};
 use crate::memo::Memos;
-use crate::progress::{ProgressRecord, format_time};
+use crate::progress::ProgressRecord;
 
 /// A startup handler failed for good: the operator does not start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,14 +70,6 @@ impl ActivityContext {
                 now: Timestamp::now(),
             })
             .await
-    }
-}
-
-fn first_record() -> ProgressRecord {
-    ProgressRecord {
-        started: Some(format_time(Timestamp::now())),
-        retries: Some(0),
-        ..Default::default()
     }
 }
 

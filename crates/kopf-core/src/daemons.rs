@@ -446,28 +446,22 @@ impl ObjectDaemons {
                 continue;
             }
             let stopped = Stopped::new();
+            let run = Run {
+                spec: spec.clone(),
+                ctx: self.ctx.clone(),
+                live: self.live.subscribe(),
+                stopped: stopped.clone(),
+            };
             let (title, stopping, run) = match &spec.kind {
                 HandlerKind::Daemon(o) => (
                     format!("Daemon '{}'", spec.id),
                     o.stopping,
-                    Box::pin(daemon_loop(
-                        spec.clone(),
-                        o.clone(),
-                        self.ctx.clone(),
-                        self.live.subscribe(),
-                        stopped.clone(),
-                    )) as BoxFuture<()>,
+                    Box::pin(daemon_loop(run, o.clone())) as BoxFuture<()>,
                 ),
                 HandlerKind::Timer(o) => (
                     format!("Timer '{}'", spec.id),
                     o.stopping,
-                    Box::pin(timer_loop(
-                        spec.clone(),
-                        o.clone(),
-                        self.ctx.clone(),
-                        self.live.subscribe(),
-                        stopped.clone(),
-                    )) as BoxFuture<()>,
+                    Box::pin(timer_loop(run, o.clone())) as BoxFuture<()>,
                 ),
                 _ => continue,
             };
@@ -616,7 +610,8 @@ async fn call_once(
     attempt
 }
 
-fn first_record() -> ProgressRecord {
+/// The in-memory retry record of a first attempt.
+pub(crate) fn first_record() -> ProgressRecord {
     ProgressRecord {
         started: Some(format_time(Timestamp::now())),
         retries: Some(0),
@@ -624,13 +619,21 @@ fn first_record() -> ProgressRecord {
     }
 }
 
-async fn daemon_loop(
+/// What one daemon or timer task works with.
+struct Run {
     spec: HandlerSpec,
-    options: DaemonOptions,
     ctx: SpawnContext,
     live: watch::Receiver<Live>,
     stopped: Stopped,
-) {
+}
+
+async fn daemon_loop(run: Run, options: DaemonOptions) {
+    let Run {
+        spec,
+        ctx,
+        live,
+        stopped,
+    } = run;
     let title = format!("Daemon '{}'", spec.id);
     if stopped.sleep(options.initial_delay).await.is_some() {
         return;
@@ -673,13 +676,13 @@ async fn daemon_loop(
     }
 }
 
-async fn timer_loop(
-    spec: HandlerSpec,
-    options: TimerOptions,
-    ctx: SpawnContext,
-    mut live: watch::Receiver<Live>,
-    stopped: Stopped,
-) {
+async fn timer_loop(run: Run, options: TimerOptions) {
+    let Run {
+        spec,
+        ctx,
+        mut live,
+        stopped,
+    } = run;
     let title = format!("Timer '{}'", spec.id);
     if stopped.sleep(options.initial_delay).await.is_some() {
         return;
