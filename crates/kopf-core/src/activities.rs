@@ -28,7 +28,7 @@ use tracing::Instrument;
 use crate::causes::Reason;
 use crate::daemons::first_record;
 use crate::handler::{Cause, Extensions, HandlerSpec};
-use crate::layers::{Attempt, HandlerCall, Stack};
+use crate::layers::{Attempt, HandlerCall, Stack, Verdict};
 use crate::memo::Memos;
 use crate::progress::ProgressRecord;
 
@@ -103,34 +103,32 @@ pub async fn run_startup(
 async fn start_one(spec: &HandlerSpec, ctx: &ActivityContext) -> Result<(), StartupFailed> {
     let mut record = first_record();
     loop {
-        match ctx.call(spec, &record).await {
-            Attempt::Skipped => return Ok(()),
-            Attempt::Done {
-                outcome,
+        match ctx.call(spec, &record).await.verdict() {
+            Verdict::Skipped => return Ok(()),
+            Verdict::Succeeded => {
+                tracing::info!("Activity '{}' succeeded.", spec.id);
+                return Ok(());
+            }
+            Verdict::Retry {
+                error,
+                delay,
                 record: next,
-                retry_in,
-            } => match (outcome.result, retry_in) {
-                (Ok(_), _) => {
-                    tracing::info!("Activity '{}' succeeded.", spec.id);
-                    return Ok(());
-                }
-                (Err(e), Some(delay)) => {
-                    tracing::error!(
-                        "Activity '{}' failed temporarily: {e}; retrying in {}s.",
-                        spec.id,
-                        delay.as_secs_f64()
-                    );
-                    record = next;
-                    tokio::time::sleep(delay).await;
-                }
-                (Err(e), None) => {
-                    tracing::error!("Activity '{}' failed permanently: {e}", spec.id);
-                    return Err(StartupFailed {
-                        id: spec.id.clone(),
-                        message: e.to_string(),
-                    });
-                }
-            },
+            } => {
+                tracing::error!(
+                    "Activity '{}' failed temporarily: {error}; retrying in {}s.",
+                    spec.id,
+                    delay.as_secs_f64()
+                );
+                record = next;
+                tokio::time::sleep(delay).await;
+            }
+            Verdict::Failed(error) => {
+                tracing::error!("Activity '{}' failed permanently: {error}", spec.id);
+                return Err(StartupFailed {
+                    id: spec.id.clone(),
+                    message: error.to_string(),
+                });
+            }
         }
     }
 }

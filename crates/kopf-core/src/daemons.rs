@@ -50,7 +50,7 @@ use tracing::Instrument;
 use crate::causes::Reason;
 use crate::events::EventSpec;
 use crate::handler::{BoxFuture, Cause, Extensions, HandlerKind, HandlerSpec};
-use crate::layers::{Attempt, HandlerCall, Stack};
+use crate::layers::{Attempt, HandlerCall, Stack, Verdict};
 use crate::memo::Memos;
 use crate::plan::PatchPlan;
 use crate::progress::{ProgressRecord, format_time};
@@ -426,9 +426,9 @@ impl ObjectDaemons {
     }
 
     /// Spawns the daemons and timers among `specs` that match the object and do not run
-    /// yet; returns the stopping of those that run but no longer match (the caller spawns
-    /// it, or awaits it).
-    pub fn spawn_matching(&mut self, specs: &[HandlerSpec], body: &Value) -> BoxFuture<()> {
+    /// yet; returns the stopping of those that run but no longer match, if any (the caller
+    /// spawns it, or awaits it).
+    pub fn spawn_matching(&mut self, specs: &[HandlerSpec], body: &Value) -> Option<BoxFuture<()>> {
         self.reap();
         let mut mismatched = Vec::new();
         for spec in specs {
@@ -438,7 +438,7 @@ impl ObjectDaemons {
             let matches = spec.matches(body);
             if !matches {
                 if let Some(r) = self.running.remove(&spec.id) {
-                    mismatched.push((spec.id.clone(), r));
+                    mismatched.push(r);
                 }
                 continue;
             }
@@ -477,16 +477,19 @@ impl ObjectDaemons {
                 },
             );
         }
+        if mismatched.is_empty() {
+            return None;
+        }
         let span = self.ctx.span.clone();
-        Box::pin(
+        Some(Box::pin(
             async move {
                 let stops = mismatched
                     .into_iter()
-                    .map(|(_, r)| stop_one(r, StopReason::FiltersMismatch));
+                    .map(|r| stop_one(r, StopReason::FiltersMismatch));
                 futures_join_all(stops).await;
             }
             .instrument(span),
-        )
+        ))
     }
 
     /// Stops every daemon and timer of the object, staged (see the module docs); completes
@@ -640,38 +643,39 @@ async fn daemon_loop(run: Run, options: DaemonOptions) {
     }
     let mut record = first_record();
     loop {
-        match call_once(&spec, &ctx, &live, &stopped, &record).await {
-            Attempt::Skipped => return,
-            Attempt::Done {
-                outcome,
+        match call_once(&spec, &ctx, &live, &stopped, &record)
+            .await
+            .verdict()
+        {
+            Verdict::Skipped => return,
+            Verdict::Succeeded => {
+                match stopped.reason() {
+                    Some(reason) => tracing::info!("{title} has exited: {reason}."),
+                    None => tracing::info!("{title} succeeded."),
+                }
+                return;
+            }
+            Verdict::Retry {
+                error,
+                delay,
                 record: next,
-                retry_in,
-            } => match (outcome.result, retry_in) {
-                (Ok(_), _) => {
-                    match stopped.reason() {
-                        Some(reason) => tracing::info!("{title} has exited: {reason}."),
-                        None => tracing::info!("{title} succeeded."),
-                    }
+            } => {
+                if stopped.is_set() {
                     return;
                 }
-                (Err(e), Some(delay)) => {
-                    if stopped.is_set() {
-                        return;
-                    }
-                    tracing::error!(
-                        "{title} failed temporarily: {e}; it restarts in {}s.",
-                        delay.as_secs_f64()
-                    );
-                    record = next;
-                    if stopped.sleep(delay).await.is_some() {
-                        return;
-                    }
-                }
-                (Err(e), None) => {
-                    tracing::error!("{title} failed permanently: {e}");
+                tracing::error!(
+                    "{title} failed temporarily: {error}; it restarts in {}s.",
+                    delay.as_secs_f64()
+                );
+                record = next;
+                if stopped.sleep(delay).await.is_some() {
                     return;
                 }
-            },
+            }
+            Verdict::Failed(error) => {
+                tracing::error!("{title} failed permanently: {error}");
+                return;
+            }
         }
     }
 }
@@ -715,32 +719,33 @@ async fn timer_loop(run: Run, options: TimerOptions) {
             }
         }
         let start = Instant::now();
-        let delay = match call_once(&spec, &ctx, &live, &stopped, &record).await {
-            Attempt::Skipped => None,
-            Attempt::Done {
-                outcome,
+        let delay = match call_once(&spec, &ctx, &live, &stopped, &record)
+            .await
+            .verdict()
+        {
+            Verdict::Skipped => None,
+            Verdict::Succeeded => {
+                tracing::debug!("{title} succeeded.");
+                record = first_record();
+                None
+            }
+            Verdict::Retry {
+                error,
+                delay,
                 record: next,
-                retry_in,
-            } => match (outcome.result, retry_in) {
-                (Ok(_), _) => {
-                    tracing::debug!("{title} succeeded.");
-                    record = first_record();
-                    None
-                }
-                (Err(e), Some(delay)) => {
-                    tracing::error!(
-                        "{title} failed temporarily: {e}; it is called again in {}s.",
-                        delay.as_secs_f64()
-                    );
-                    record = next;
-                    Some(delay)
-                }
-                (Err(e), None) => {
-                    tracing::error!("{title} failed permanently: {e}");
-                    record = first_record();
-                    None
-                }
-            },
+            } => {
+                tracing::error!(
+                    "{title} failed temporarily: {error}; it is called again in {}s.",
+                    delay.as_secs_f64()
+                );
+                record = next;
+                Some(delay)
+            }
+            Verdict::Failed(error) => {
+                tracing::error!("{title} failed permanently: {error}");
+                record = first_record();
+                None
+            }
         };
         if stopped.is_set() {
             return;
@@ -798,6 +803,22 @@ mod tests {
         }
     }
 
+    /// Spawns what matches and waits for the stopping of what no longer does.
+    async fn sync(o: &mut ObjectDaemons, spec: &HandlerSpec, body: &Value) {
+        if let Some(stops) = o.spawn_matching(std::slice::from_ref(spec), body) {
+            stops.await;
+        }
+    }
+
+    /// When the deliveries arrived, in whole seconds since `t0`.
+    fn seconds_since(log: &Log, t0: Instant) -> Vec<u64> {
+        log.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(_, t, _)| (*t - t0).as_secs())
+            .collect()
+    }
+
     fn body(name: &str) -> Value {
         json!({"metadata": {"name": name, "uid": name}, "spec": {}})
     }
@@ -836,8 +857,7 @@ mod tests {
             .map(|i| ObjectDaemons::new(body(&format!("o{i}")), context(log.clone())))
             .collect();
         for (i, o) in objects.iter_mut().enumerate() {
-            o.spawn_matching(std::slice::from_ref(&spec), &body(&format!("o{i}")))
-                .await;
+            sync(o, &spec, &body(&format!("o{i}"))).await;
         }
         tokio::time::sleep(Duration::from_secs(60) + Duration::from_millis(500)).await;
         for o in &mut objects {
@@ -880,18 +900,12 @@ mod tests {
         });
         spec.backoff = Duration::from_secs(3);
         let mut o = ObjectDaemons::new(body("x"), context(log.clone()));
-        o.spawn_matching(std::slice::from_ref(&spec), &body("x"))
-            .await;
+        sync(&mut o, &spec, &body("x")).await;
         let t0 = Instant::now();
         // Calls at 0 (ok), 10 (fails), 13 (ok), 23 (ok).
         tokio::time::sleep(Duration::from_secs(24)).await;
         o.stop_all(StopReason::OperatorExiting).await;
-        let at: Vec<u64> = log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(_, t, _)| (*t - t0).as_secs())
-            .collect();
+        let at = seconds_since(&log, t0);
         assert_eq!(at, vec![0, 13, 23]);
         assert_eq!(calls.load(Ordering::SeqCst), 4);
     }
@@ -904,20 +918,14 @@ mod tests {
         });
         let t0 = Instant::now();
         let mut o = ObjectDaemons::new(body("x"), context(log.clone()));
-        o.spawn_matching(std::slice::from_ref(&spec), &body("x"))
-            .await;
+        sync(&mut o, &spec, &body("x")).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         o.observe(&body("x"), true); // changed at 3 s: quiet at 8 s
         tokio::time::sleep(Duration::from_secs(20)).await;
         o.observe(&body("x"), true); // changed at 23 s: quiet at 28 s
         tokio::time::sleep(Duration::from_secs(10)).await;
         o.stop_all(StopReason::OperatorExiting).await;
-        let at: Vec<u64> = log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(_, t, _)| (*t - t0).as_secs())
-            .collect();
+        let at = seconds_since(&log, t0);
         assert_eq!(at, vec![8, 28]);
     }
 
@@ -944,8 +952,7 @@ mod tests {
             },
         );
         let mut o = ObjectDaemons::new(body("x"), context(Arc::default()));
-        o.spawn_matching(std::slice::from_ref(&spec), &body("x"))
-            .await;
+        sync(&mut o, &spec, &body("x")).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(attempts.load(Ordering::SeqCst), 2);
         assert!(o.is_running());
@@ -976,11 +983,11 @@ mod tests {
         let on = json!({"metadata": {"name": "x", "labels": {"run": "yes"}}});
         let off = json!({"metadata": {"name": "x", "labels": {"run": "no"}}});
         let mut o = ObjectDaemons::new(on.clone(), context(Arc::default()));
-        o.spawn_matching(std::slice::from_ref(&spec), &on).await;
+        sync(&mut o, &spec, &on).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
-        o.spawn_matching(std::slice::from_ref(&spec), &off).await;
+        sync(&mut o, &spec, &off).await;
         assert!(!o.is_running());
-        o.spawn_matching(std::slice::from_ref(&spec), &on).await;
+        sync(&mut o, &spec, &on).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(o.is_running());
         assert_eq!(starts.load(Ordering::SeqCst), 2);
@@ -988,10 +995,10 @@ mod tests {
         // A daemon that returns by itself stays finished.
         let once = daemon(DaemonOptions::new(), |_c| Box::pin(async { Ok(None) }));
         let mut o = ObjectDaemons::new(on.clone(), context(Arc::default()));
-        o.spawn_matching(std::slice::from_ref(&once), &on).await;
+        sync(&mut o, &once, &on).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!o.is_running());
-        o.spawn_matching(std::slice::from_ref(&once), &on).await;
+        sync(&mut o, &once, &on).await;
         assert!(!o.is_running());
     }
 
@@ -1009,8 +1016,7 @@ mod tests {
             },
         );
         let mut o = ObjectDaemons::new(body("x"), context(Arc::default()));
-        o.spawn_matching(std::slice::from_ref(&spec), &body("x"))
-            .await;
+        sync(&mut o, &spec, &body("x")).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
         let t0 = Instant::now();
         o.stop_all(StopReason::Deleted).await;
@@ -1037,8 +1043,7 @@ mod tests {
         );
         assert!(spec.handler.is_blocking());
         let mut o = ObjectDaemons::new(body("x"), context(Arc::default()));
-        o.spawn_matching(std::slice::from_ref(&spec), &body("x"))
-            .await;
+        sync(&mut o, &spec, &body("x")).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         let t0 = std::time::Instant::now();
         o.stop_all(StopReason::Deleted).await;

@@ -248,6 +248,9 @@ impl Engine {
             extensions,
             indexers,
             watchers,
+            idle_timers: spawners
+                .iter()
+                .any(|h| matches!(&h.kind, HandlerKind::Timer(o) if o.idle.is_some())),
             spawners,
             exiting: std::sync::atomic::AtomicBool::new(false),
             handled_once: Mutex::default(),
@@ -376,6 +379,8 @@ struct WorkerShared {
     indexers: Vec<HandlerSpec>,
     watchers: Vec<HandlerSpec>,
     spawners: Vec<HandlerSpec>,
+    /// Some timer waits for objects to be idle (their essence changes matter).
+    idle_timers: bool,
     /// The engine stops: daemons stop with "operator exiting".
     exiting: std::sync::atomic::AtomicBool,
     handled_once: Mutex<HashSet<String>>,
@@ -397,10 +402,11 @@ fn written_rv(obj: &DynamicObject) -> Option<u64> {
         .and_then(|s| s.parse().ok())
 }
 
-/// An object's daemons and timers, with the essence they last saw.
+/// An object's daemons and timers, with the essence they last saw (kept only when some
+/// timer waits for the object to be idle).
 struct Spawned {
     daemons: ObjectDaemons,
-    essence: Value,
+    essence: Option<Value>,
 }
 
 /// How a cycle ended for the worker.
@@ -475,7 +481,10 @@ impl WorkerShared {
         spawned: &mut Option<Spawned>,
     ) {
         let body = &observed.body;
-        let essence = kopf_diff::essence::essence(body, &self.processor.persistence().essence);
+        // Only idle timers care when the essence last changed.
+        let essence = self
+            .idle_timers
+            .then(|| kopf_diff::essence::essence(body, &self.processor.persistence().essence));
         let s = spawned.get_or_insert_with(|| Spawned {
             daemons: ObjectDaemons::new(body.clone(), self.spawn_context(uid, memo, body)),
             essence: essence.clone(),
@@ -492,8 +501,10 @@ impl WorkerShared {
                 // The deletion is handled (and the finalizer released) once they are gone.
                 s.daemons.stop_all(StopReason::Deleted).await;
             }
-        } else if kopf_core::finalizers::has(body, &self.processor.persistence().finalizer) {
-            tokio::spawn(s.daemons.spawn_matching(&self.spawners, body));
+        } else if kopf_core::finalizers::has(body, &self.processor.persistence().finalizer)
+            && let Some(stops) = s.daemons.spawn_matching(&self.spawners, body)
+        {
+            tokio::spawn(stops);
         }
     }
 

@@ -117,6 +117,46 @@ pub enum Attempt {
     },
 }
 
+/// How an attempt ended, for callers that keep the retry record in memory (daemons,
+/// timers, activities).
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// The filters did not match: the handler was not called.
+    Skipped,
+    /// It returned successfully.
+    Succeeded,
+    /// It failed and is retried after `delay` with `record`.
+    Retry {
+        error: HandlerError,
+        delay: Duration,
+        record: ProgressRecord,
+    },
+    /// It failed for good.
+    Failed(HandlerError),
+}
+
+impl Attempt {
+    /// The attempt's verdict.
+    pub(crate) fn verdict(self) -> Verdict {
+        match self {
+            Attempt::Skipped => Verdict::Skipped,
+            Attempt::Done {
+                outcome,
+                record,
+                retry_in,
+            } => match (outcome.result, retry_in) {
+                (Ok(_), _) => Verdict::Succeeded,
+                (Err(error), Some(delay)) => Verdict::Retry {
+                    error,
+                    delay,
+                    record,
+                },
+                (Err(error), None) => Verdict::Failed(error),
+            },
+        }
+    }
+}
+
 /// The type-erased service user layers wrap: a handler call to its outcome.
 pub type HandlerService = BoxCloneService<HandlerCall, CallOutcome, Infallible>;
 
