@@ -29,6 +29,7 @@ pub mod index;
 pub mod keys;
 pub mod layers;
 pub mod memo;
+pub mod metrics;
 pub mod plan;
 pub mod processing;
 pub mod progress;

@@ -36,6 +36,39 @@ use crate::handler::{BoxFuture, HandlerError};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Invoke;
 
+/// The end of the operator's shutdown grace period: handlers still running then are
+/// cancelled, and their attempt ends as a temporary error (its progress is stored and the
+/// handler runs again after a restart). [`Invoke`] finds it in the cause's extensions.
+#[derive(Clone, Debug)]
+pub struct GraceOver(tokio::sync::watch::Receiver<bool>);
+
+/// Ends the grace period of [`GraceOver`].
+#[derive(Debug)]
+pub struct EndGrace(tokio::sync::watch::Sender<bool>);
+
+impl GraceOver {
+    /// A grace period and the handle that ends it.
+    pub fn new() -> (EndGrace, GraceOver) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (EndGrace(tx), GraceOver(rx))
+    }
+
+    /// Completes when the grace period is over (never if its handle is gone first).
+    pub async fn wait(&self) {
+        let mut rx = self.0.clone();
+        if rx.wait_for(|over| *over).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl EndGrace {
+    /// Ends the grace period: running handlers are cancelled.
+    pub fn end(&self) {
+        self.0.send_replace(true);
+    }
+}
+
 /// Cancels the handler's task when the call is dropped (e.g. at its timeout): a dropped
 /// `JoinHandle` alone would leave the task running.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
@@ -61,14 +94,28 @@ impl Service<HandlerCall> for Invoke {
             let events = call.cause.events.clone();
             let subhandlers = call.cause.subhandlers.clone();
             let handler = call.spec.handler.clone();
+            let grace = call.cause.extensions.get::<GraceOver>().cloned();
             let span = tracing::Span::current();
             let mut task = AbortOnDrop(tokio::spawn(tracing::Instrument::instrument(
                 async move { handler.call(call.cause).await },
                 span,
             )));
-            let result = (&mut task.0)
-                .await
-                .unwrap_or_else(|e| Err(HandlerError::from_join(e)));
+            let finished = async {
+                (&mut task.0)
+                    .await
+                    .unwrap_or_else(|e| Err(HandlerError::from_join(e)))
+            };
+            let result = match grace {
+                None => finished.await,
+                Some(grace) => tokio::select! {
+                    biased;
+                    result = finished => result,
+                    _ = grace.wait() => Err(HandlerError::Temporary {
+                        message: "cancelled: the operator is shutting down".into(),
+                        delay: None,
+                    }),
+                },
+            };
             Ok(CallOutcome {
                 result,
                 patch: patch.get(),
@@ -122,6 +169,33 @@ mod tests {
         assert!(
             !finished.load(std::sync::atomic::Ordering::SeqCst),
             "the handler was stopped, not left running"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_grace_period_cancels_running_handlers() {
+        let slow = HandlerSpec::new("slow", None, |_c: Cause| async {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            Ok(None)
+        });
+        let (end, grace) = GraceOver::new();
+        let mut call = call_with(slow, ProgressRecord::default());
+        call.cause.extensions.insert(grace);
+        let running = tokio::spawn(run(Invoke, call));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            !running.is_finished(),
+            "running until the grace period ends"
+        );
+        end.end();
+        let out = tokio::time::timeout(std::time::Duration::from_secs(5), running)
+            .await
+            .expect("cancelled at once")
+            .expect("no panic");
+        assert!(
+            matches!(&out.result, Err(HandlerError::Temporary { message, delay: None }) if message.contains("shutting down")),
+            "{:?}",
+            out.result
         );
     }
 

@@ -30,7 +30,7 @@ mod timeout;
 pub use events::{Events, EventsLayer};
 pub use filter::{Filter, FilterLayer};
 pub use finalizer::{Finalizer, FinalizerLayer, RequiresFinalizer};
-pub use invoke::Invoke;
+pub use invoke::{EndGrace, GraceOver, Invoke};
 pub use progress::{Progress, ProgressLayer, retrying};
 pub use retry::{Retry, RetryLayer};
 pub use timeout::{Timeout, TimeoutLayer};
