@@ -16,6 +16,7 @@ use kopf_core::handler::{Cause, ErrorsMode, Extensions, HandlerError, HandlerKin
 use kopf_core::index::Indexes;
 use kopf_core::layers::{HandlerCall, Invoke, Stack};
 use kopf_core::memo::{MemoSeed, Memos};
+use kopf_core::metrics::Metrics;
 use kopf_core::plan::{PatchPlan, PatchRequest};
 use kopf_core::processing::{
     CycleOutcome, FinalizerChange, HandlerOutcome, Persistence, Processor,
@@ -65,6 +66,8 @@ pub struct Settings {
     pub indexes: Indexes,
     /// Handlers wait here until every indexed resource has been listed and indexed.
     pub gate: IndexGate,
+    /// Where the engine reports queue depth, tracked objects and its watch's health.
+    pub metrics: Option<Metrics>,
 }
 
 /// Holds handlers back until the initial listing of every indexed resource has been
@@ -117,6 +120,7 @@ impl Default for Settings {
             extensions: Extensions::default(),
             indexes: Indexes::default(),
             gate: IndexGate::default(),
+            metrics: None,
         }
     }
 }
@@ -126,6 +130,13 @@ impl Default for Settings {
 struct Observed {
     body: Value,
     event: EventKind,
+}
+
+/// The engine's end of an object's worker: its latest state, and whether a state is
+/// waiting for the worker (the queue depth of the metrics).
+struct Slot {
+    tx: watch::Sender<Option<Observed>>,
+    pending: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The longest a worker sleeps before looking at its object again (Kopf's keep-alive).
@@ -217,7 +228,12 @@ impl Engine {
         let mut gone = false;
         let mut stream = std::pin::pin!(stream);
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut workers: HashMap<String, watch::Sender<Option<Observed>>> = HashMap::new();
+        let mut workers: HashMap<String, Slot> = HashMap::new();
+        let metrics = self.settings.metrics.clone();
+        // Failures of the watch stream since its last event.
+        let mut failing = true;
+        // A listing has succeeded (a 403 before that means the operator cannot serve it).
+        let mut listed_once = false;
         let plural = self.resource.api_resource.plural.clone();
         let gate_key = self.gate_key();
         let indexed = self.has_indexes();
@@ -275,7 +291,23 @@ impl Engine {
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
                 item = stream.next() => item,
             };
-            let Some(item) = item else { break };
+            let Some(item) = item else {
+                if let Some(m) = &metrics {
+                    m.watch_ended(&plural);
+                }
+                break;
+            };
+            match (&item, &metrics) {
+                (Err(_), Some(m)) => {
+                    failing = true;
+                    m.watch_failed(&plural);
+                }
+                (Ok(_), Some(m)) if failing => {
+                    failing = false;
+                    m.watch_alive(&plural);
+                }
+                _ => {}
+            }
             let (obj, kind) = match item {
                 Ok(watcher::Event::InitApply(o)) => (o, EventKind::Listed),
                 Ok(watcher::Event::Apply(o)) => (o, EventKind::Modified),
@@ -285,6 +317,7 @@ impl Engine {
                     continue;
                 }
                 Ok(watcher::Event::InitDone) => {
+                    listed_once = true;
                     if let Some(seen) = listing.take() {
                         let vanished: Vec<String> = workers
                             .keys()
@@ -307,6 +340,19 @@ impl Engine {
                         tracing::info!(resource = %plural, "the resource is served again");
                     }
                     continue;
+                }
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(s)))
+                    if s.code == 403 && !listed_once =>
+                {
+                    let ar = &self.resource.api_resource;
+                    return Err(WatchError::Forbidden {
+                        resource: if ar.group.is_empty() {
+                            ar.plural.clone()
+                        } else {
+                            format!("{}.{}", ar.plural, ar.group)
+                        },
+                        message: s.message,
+                    });
                 }
                 Err(e) => {
                     let not_found = matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404);
@@ -342,21 +388,30 @@ impl Engine {
                     continue;
                 }
             };
-            let known = workers.get(&uid).is_some_and(|tx| !tx.is_closed());
+            let known = workers.get(&uid).is_some_and(|w| !w.tx.is_closed());
             // Indexes and raw-event handlers see every event, in order.
             shared.index(&uid, &body, kind).await;
             shared.on_event(&uid, &body, kind, known).await;
             let observed = Observed { body, event: kind };
-            if known && let Some(tx) = workers.get(&uid) {
-                tx.send_replace(Some(observed));
+            if known && let Some(w) = workers.get(&uid) {
+                w.tx.send_replace(Some(observed));
+                shared.queued(&w.pending);
             } else {
                 let (tx, rx) = watch::channel(Some(observed));
-                workers.insert(uid.clone(), tx);
+                let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                shared.queued(&pending);
+                workers.insert(
+                    uid.clone(),
+                    Slot {
+                        tx,
+                        pending: pending.clone(),
+                    },
+                );
                 let shared = shared.clone();
-                tasks.spawn(async move { shared.work(uid, rx).await });
+                tasks.spawn(async move { shared.work(uid, rx, pending).await });
             }
             if kind == EventKind::Deleted {
-                workers.retain(|_, tx| !tx.is_closed());
+                workers.retain(|_, w| !w.tx.is_closed());
             }
         }
         // Workers end when their channel closes: each stops its daemons and timers (staged,
@@ -450,7 +505,47 @@ impl WorkerShared {
 
     /// Processes one object serially, always on its latest observed state; stops its
     /// daemons and timers when it ends.
-    async fn work(self: Arc<Self>, uid: String, mut rx: watch::Receiver<Option<Observed>>) {
+    async fn work(
+        self: Arc<Self>,
+        uid: String,
+        mut rx: watch::Receiver<Option<Observed>>,
+        pending: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        if let Some(m) = &self.settings.metrics {
+            m.tracked(&self.resource.api_resource.plural, 1);
+        }
+        self.work_tracked(&uid, &mut rx, &pending).await;
+        self.picked(&pending);
+        if let Some(m) = &self.settings.metrics {
+            m.tracked(&self.resource.api_resource.plural, -1);
+        }
+    }
+
+    /// A new state waits for the worker of `pending`.
+    fn queued(&self, pending: &std::sync::atomic::AtomicBool) {
+        if !pending.swap(true, std::sync::atomic::Ordering::SeqCst)
+            && let Some(m) = &self.settings.metrics
+        {
+            m.queue(&self.resource.api_resource.plural, 1);
+        }
+    }
+
+    /// The worker of `pending` has taken its latest state.
+    fn picked(&self, pending: &std::sync::atomic::AtomicBool) {
+        if pending.swap(false, std::sync::atomic::Ordering::SeqCst)
+            && let Some(m) = &self.settings.metrics
+        {
+            m.queue(&self.resource.api_resource.plural, -1);
+        }
+    }
+
+    async fn work_tracked(
+        self: &Arc<Self>,
+        uid: &str,
+        rx: &mut watch::Receiver<Option<Observed>>,
+        pending: &std::sync::atomic::AtomicBool,
+    ) {
+        let uid = uid.to_string();
         // Nothing runs before the indexed resources are indexed (events meanwhile coalesce).
         loop {
             tokio::select! {
@@ -460,7 +555,7 @@ impl WorkerShared {
         }
         let memo = Memos::new(self.settings.memo.clone());
         let mut spawned: Option<Spawned> = None;
-        self.work_loop(&uid, &mut rx, &memo, &mut spawned).await;
+        self.work_loop(&uid, rx, pending, &memo, &mut spawned).await;
         if let Some(mut s) = spawned {
             let reason = if self.exiting.load(std::sync::atomic::Ordering::SeqCst) {
                 StopReason::OperatorExiting
@@ -641,6 +736,7 @@ impl WorkerShared {
         self: &Arc<Self>,
         uid: &str,
         rx: &mut watch::Receiver<Option<Observed>>,
+        pending: &std::sync::atomic::AtomicBool,
         memo: &Memos,
         spawned: &mut Option<Spawned>,
     ) {
@@ -670,6 +766,7 @@ impl WorkerShared {
                     Some(sem) => sem.clone().acquire_owned().await.ok(),
                     None => None,
                 };
+                self.picked(pending);
                 let initial = listed && !self.was_handled(&uid);
                 let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
                     self.touch(&observed.body).await

@@ -40,7 +40,9 @@ pub enum WatchError {
     )]
     Discovery(#[source] kube::Error),
     /// The selector names no served resource.
-    #[error("no served resource matches {selector:?}{hint}")]
+    #[error(
+        "no served resource matches {selector:?}{hint}; is its CustomResourceDefinition applied? (kubectl get crd)"
+    )]
     UnknownResource {
         /// The selector.
         selector: String,
@@ -54,6 +56,17 @@ pub enum WatchError {
         selector: String,
         /// The matches.
         choices: String,
+    },
+    /// The API server forbids listing the resource (403): the operator's account lacks
+    /// RBAC permissions.
+    #[error(
+        "the API server forbids listing {resource} (403: {message}); grant the operator's account list, watch and patch on it (the operator's `rbac` command prints the manifests it needs)"
+    )]
+    Forbidden {
+        /// `plural.group`.
+        resource: String,
+        /// The API server's message.
+        message: String,
     },
     /// The resource cannot be watched.
     #[error("{resource} cannot be served: it lacks the {verb:?} verb")]

@@ -51,11 +51,15 @@ pub struct Orchestrator {
     persistence: Persistence,
     stack: Stack,
     wait_for_resources: bool,
+    /// Engines that fail for good (e.g. forbidden to list at start) report their key here.
+    failed: tokio::sync::mpsc::UnboundedSender<String>,
+    failures: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
 }
 
 impl Orchestrator {
     /// An orchestrator for handlers registered per selector.
     pub fn new(client: kube::Client, registrations: Vec<(Selector, HandlerSpec)>) -> Self {
+        let (failed, failures) = tokio::sync::mpsc::unbounded_channel();
         Orchestrator {
             client,
             registrations,
@@ -63,6 +67,8 @@ impl Orchestrator {
             persistence: Persistence::default(),
             stack: Stack::default(),
             wait_for_resources: false,
+            failed,
+            failures: Some(failures),
         }
     }
 
@@ -208,9 +214,19 @@ impl Orchestrator {
         }
         for (key, plural, engine) in engines {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            let task = tokio::spawn(engine.run(async move {
-                let _ = rx.await;
-            }));
+            let failed = self.failed.clone();
+            let failed_key = key.clone();
+            let task = tokio::spawn(async move {
+                let result = engine
+                    .run(async move {
+                        let _ = rx.await;
+                    })
+                    .await;
+                if result.is_err() {
+                    let _ = failed.send(failed_key);
+                }
+                result
+            });
             running.insert(
                 key,
                 Running {
@@ -223,16 +239,39 @@ impl Orchestrator {
     }
 
     /// Serves until `shutdown` completes.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WatchError> {
+    ///
+    /// A resource that cannot be served at all (the API server forbids listing it at start)
+    /// stops the operator with that error.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), WatchError> {
+        let mut failures = self.failures.take();
         let all = discover(&self.client).await?;
         let plan = self.plan(&all, true)?;
         let mut running = BTreeMap::new();
         self.reconcile(&mut running, plan, true).await;
         let mut shutdown = std::pin::pin!(shutdown);
-        if self.dynamic() {
-            self.follow_crds(&all, &mut running, &mut shutdown).await;
+        let failure = async {
+            match failures.as_mut() {
+                Some(f) => f.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let failed = if self.dynamic() {
+            tokio::select! {
+                _ = self.follow_crds(&all, &mut running, &mut shutdown) => None,
+                key = failure => key,
+            }
         } else {
-            shutdown.await;
+            tokio::select! {
+                _ = &mut shutdown => None,
+                key = failure => key,
+            }
+        };
+        let mut error = None;
+        if let Some(r) = failed.and_then(|key| running.remove(&key)) {
+            error = match r.task.await {
+                Ok(Err(e)) => Some(e),
+                _ => None,
+            };
         }
         // All engines stop at once (each stops its daemons within their own timeouts).
         let stops: Vec<_> = std::mem::take(&mut running)
@@ -242,7 +281,7 @@ impl Orchestrator {
         for s in stops {
             let _ = s.await;
         }
-        Ok(())
+        error.map_or(Ok(()), Err)
     }
 
     /// Watches CRDs until shutdown; re-discovers (debounced) when they change.
