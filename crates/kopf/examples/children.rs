@@ -42,7 +42,10 @@ async fn create_fn(
 
 /// The operator of this example (shared with its integration test).
 pub fn operator() -> Operator {
-    Operator::new().on_create("kopfexamples", "create_fn", create_fn)
+    Operator::new()
+        .on_create("kopfexamples", "create_fn", create_fn)
+        // For `children rbac`: the handler creates ConfigMaps.
+        .rbac_rule("", "configmaps", &["create"])
 }
 
 #[allow(dead_code)]

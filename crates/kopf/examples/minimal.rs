@@ -11,7 +11,6 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
 use kopf::{Cause, HandlerResult, Operator};
 use serde_json::json;
 
@@ -32,13 +31,13 @@ pub fn operator() -> Operator {
 #[allow(dead_code)]
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let kopf::cli::Command::Run(args) = kopf::cli::Cli::parse().command;
-    if args.fake {
+    let cli = kopf::cli::Cli::parse_args();
+    if let Some(args) = cli.run_args().filter(|a| a.fake) {
         tokio::spawn(show_status(args.fake_kubeconfig.clone()));
     }
     operator()
         .fake_manifests(kopf::cli::example_manifests())
-        .run_with_args(args)
+        .main_with(cli)
         .await?;
     Ok(())
 }

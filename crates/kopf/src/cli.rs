@@ -1,8 +1,20 @@
-//! The command line of operator binaries: `<operator> run [-n NS]... [-A] [--fake] ...`.
+//! The command line of operator binaries and of the `kopf` command: one definition for both.
+//!
+//! ```text
+//! <operator> run [-n NS]... [-A] [--fake [--apply FILE]...] [--liveness URL] [--metrics ADDR] ...
+//! <operator> rbac [--apply FILE]... [--cluster]     # the RBAC manifests it needs
+//! <operator> fake-apiserver [--port N] [--kubeconfig PATH] [--apply FILE]...
+//! <operator> --version
+//! ```
+//!
+//! Every option can also come from an environment variable `KOPF_<COMMAND>_<OPTION>`
+//! (`KOPF_RUN_NAMESPACE=a,b`, `KOPF_RUN_LIVENESS=...`, `KOPF_FAKE_APISERVER_PORT=...`); the
+//! command line wins.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 /// The command line every kopf-rs operator binary accepts.
 #[derive(Debug, Parser)]
@@ -13,11 +25,46 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses the process' arguments, naming the program after its binary in the help and
+    /// errors (clap's usual help and exit code 2 on bad input).
+    pub fn parse_args() -> Cli {
+        let name = std::env::args_os()
+            .next()
+            .and_then(|a| {
+                PathBuf::from(a)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "operator".into());
+        // Once per process: clap wants 'static names.
+        let name: &'static str = Box::leak(name.into_boxed_str());
+        let matches = Cli::command()
+            .name(name)
+            .version(concat!("(kopf-rs ", env!("CARGO_PKG_VERSION"), ")"))
+            .get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
+    /// The options of `run`, if that is the command.
+    pub fn run_args(&self) -> Option<&RunArgs> {
+        match &self.command {
+            Command::Run(args) => Some(args),
+            _ => None,
+        }
+    }
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator until SIGINT/SIGTERM.
     Run(RunArgs),
+    /// Print the RBAC manifests (ServiceAccount, ClusterRole, ClusterRoleBinding) that the
+    /// operator's handlers need.
+    Rbac(RbacArgs),
+    /// Run the in-memory Kubernetes API server until SIGINT/SIGTERM.
+    FakeApiserver(FakeApiserverArgs),
 }
 
 /// Log formats.
@@ -43,42 +90,208 @@ pub struct RunArgs {
     )]
     pub namespaces: Vec<String>,
     /// Serve all namespaces (the default when no namespace is given).
-    #[arg(short = 'A', long, conflicts_with = "namespaces")]
+    #[arg(
+        short = 'A',
+        long,
+        env = "KOPF_RUN_ALL_NAMESPACES",
+        conflicts_with = "namespaces"
+    )]
     pub all_namespaces: bool,
     /// Run without peering (peering is not implemented yet: always standalone).
     #[arg(long, env = "KOPF_RUN_STANDALONE")]
     pub standalone: bool,
     /// More logs (debug level for kopf-rs).
-    #[arg(long, short = 'v')]
+    #[arg(long, short = 'v', env = "KOPF_RUN_VERBOSE")]
     pub verbose: bool,
     /// Even more logs (debug level for everything).
-    #[arg(long, short = 'd')]
+    #[arg(long, short = 'd', env = "KOPF_RUN_DEBUG")]
     pub debug: bool,
     /// Fewer logs (warnings and errors only).
-    #[arg(long, short = 'q', conflicts_with_all = ["verbose", "debug"])]
+    #[arg(long, short = 'q', env = "KOPF_RUN_QUIET", conflicts_with_all = ["verbose", "debug"])]
     pub quiet: bool,
     /// Log format.
     #[arg(long, value_enum, default_value = "full", env = "KOPF_RUN_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// Prefix text log lines about an object with `[namespace/name]` (default: on for
     /// plain/full, off for json).
-    #[arg(long, overrides_with = "no_log_prefix")]
+    #[arg(long, env = "KOPF_RUN_LOG_PREFIX", overrides_with = "no_log_prefix")]
     pub log_prefix: bool,
     /// No `[namespace/name]` prefix.
-    #[arg(long, overrides_with = "log_prefix")]
+    #[arg(long, env = "KOPF_RUN_NO_LOG_PREFIX", overrides_with = "log_prefix")]
     pub no_log_prefix: bool,
     /// The key of the object reference in JSON log lines.
-    #[arg(long, default_value = "object", value_name = "KEY")]
+    #[arg(
+        long,
+        env = "KOPF_RUN_LOG_REFKEY",
+        default_value = "object",
+        value_name = "KEY"
+    )]
     pub log_refkey: String,
     /// Run against an embedded in-memory Kubernetes API server instead of a cluster.
-    #[arg(long)]
+    #[arg(long, env = "KOPF_RUN_FAKE")]
     pub fake: bool,
     /// With --fake: where to write a kubeconfig for kubectl.
-    #[arg(long, default_value = "/tmp/kopf-fake/kubeconfig", requires = "fake")]
+    #[arg(
+        long,
+        env = "KOPF_RUN_FAKE_KUBECONFIG",
+        default_value = "/tmp/kopf-fake/kubeconfig",
+        requires = "fake"
+    )]
     pub fake_kubeconfig: PathBuf,
     /// With --fake: manifests to apply at start (CRDs first). Repeatable.
-    #[arg(long = "apply", value_name = "FILE", requires = "fake")]
+    #[arg(
+        long = "apply",
+        env = "KOPF_RUN_APPLY",
+        value_delimiter = ',',
+        value_name = "FILE",
+        requires = "fake"
+    )]
     pub apply: Vec<PathBuf>,
+    /// Serve the probe handlers' results as JSON at this URL (e.g.
+    /// http://0.0.0.0:8080/healthz); it answers 503 when a watch stream is dead.
+    #[arg(long, env = "KOPF_RUN_LIVENESS", value_name = "URL", value_parser = parse_liveness)]
+    pub liveness: Option<Liveness>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 0.0.0.0:9090).
+    #[arg(long, env = "KOPF_RUN_METRICS", value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Requests per second to the API server, on average (0: no limit).
+    #[arg(long, env = "KOPF_RUN_QPS", default_value_t = 100.0)]
+    pub qps: f64,
+    /// Requests sent at once before `--qps` applies.
+    #[arg(long, env = "KOPF_RUN_BURST", default_value_t = 1000)]
+    pub burst: u32,
+    /// On SIGINT/SIGTERM, running handlers get this long to finish (seconds); then they
+    /// are cancelled, and their progress is stored for the next start.
+    #[arg(long, env = "KOPF_RUN_GRACE_PERIOD", value_name = "SECONDS", default_value = "20", value_parser = parse_seconds)]
+    pub grace_period: Duration,
+    /// The process exits at the latest this long after SIGINT/SIGTERM (seconds), whatever
+    /// is still running; a second signal exits at once.
+    #[arg(long, env = "KOPF_RUN_SHUTDOWN_TIMEOUT", value_name = "SECONDS", default_value = "28", value_parser = parse_seconds)]
+    pub shutdown_timeout: Duration,
+}
+
+/// Where `--liveness` serves: the address to bind and the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Liveness {
+    /// The address to listen on.
+    pub addr: std::net::SocketAddr,
+    /// The path of the endpoint (e.g. `/healthz`).
+    pub path: String,
+}
+
+fn parse_liveness(s: &str) -> Result<Liveness, String> {
+    let rest = s.strip_prefix("http://").ok_or_else(|| {
+        format!("expected http://HOST:PORT/PATH such as http://0.0.0.0:8080/healthz, got {s:?}")
+    })?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let host = if host.starts_with("localhost:") {
+        host.replacen("localhost", "127.0.0.1", 1)
+    } else {
+        host.to_string()
+    };
+    let addr = host.parse().map_err(|e| {
+        format!("{host:?} is not an IP:PORT address ({e}); e.g. http://0.0.0.0:8080/healthz")
+    })?;
+    Ok(Liveness {
+        addr,
+        path: path.to_string(),
+    })
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("expected a number of seconds ≥ 0, got {s:?}"))
+}
+
+/// Options of `rbac`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RbacArgs {
+    /// The name of the ServiceAccount, ClusterRole and ClusterRoleBinding.
+    #[arg(long, env = "KOPF_RBAC_NAME", default_value = "kopf-operator")]
+    pub name: String,
+    /// The namespace of the ServiceAccount.
+    #[arg(
+        long = "account-namespace",
+        env = "KOPF_RBAC_ACCOUNT_NAMESPACE",
+        default_value = "default"
+    )]
+    pub account_namespace: String,
+    /// Manifests with the CRDs of the operator's resources (default: the operator's own
+    /// development manifests); resources are resolved against them on an embedded API
+    /// server.
+    #[arg(
+        long = "apply",
+        env = "KOPF_RBAC_APPLY",
+        value_delimiter = ',',
+        value_name = "FILE",
+        conflicts_with = "cluster"
+    )]
+    pub apply: Vec<PathBuf>,
+    /// Resolve the resources on the cluster of the current kubeconfig instead.
+    #[arg(long, env = "KOPF_RBAC_CLUSTER")]
+    pub cluster: bool,
+}
+
+/// Options of `fake-apiserver`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FakeApiserverArgs {
+    /// TCP port on 127.0.0.1 (0 picks a free port).
+    #[arg(long, env = "KOPF_FAKE_APISERVER_PORT", default_value_t = 0)]
+    pub port: u16,
+    /// Where to write a kubeconfig pointing at the server.
+    #[arg(long, env = "KOPF_FAKE_APISERVER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// YAML manifests to store at start (multi-document; CRDs are applied first). Repeatable.
+    #[arg(
+        long = "apply",
+        env = "KOPF_FAKE_APISERVER_APPLY",
+        value_delimiter = ',',
+        value_name = "FILE"
+    )]
+    pub apply: Vec<PathBuf>,
+    /// The Kubernetes version reported by /version, as MAJOR.MINOR. The minor selects the
+    /// kubectl the dispatcher runs; 1.31 talks JSON for every command.
+    #[arg(long, env = "KOPF_FAKE_APISERVER_KUBE_VERSION", default_value = "1.31", value_parser = parse_version)]
+    pub kube_version: (String, String),
+    /// Changes retained for watches and consistent lists (older resourceVersions get 410).
+    #[arg(
+        long,
+        env = "KOPF_FAKE_APISERVER_HISTORY_LIMIT",
+        default_value_t = 100_000
+    )]
+    pub history_limit: usize,
+    /// Seconds between watch bookmarks.
+    #[arg(
+        long,
+        env = "KOPF_FAKE_APISERVER_BOOKMARK_INTERVAL",
+        default_value_t = 60
+    )]
+    pub bookmark_interval: u64,
+    /// Milliseconds between CRD creation and its Established condition.
+    #[arg(
+        long,
+        env = "KOPF_FAKE_APISERVER_CRD_ESTABLISH_DELAY_MS",
+        default_value_t = 0
+    )]
+    pub crd_establish_delay_ms: u64,
+}
+
+fn parse_version(s: &str) -> Result<(String, String), String> {
+    let (major, minor) = s
+        .split_once('.')
+        .ok_or_else(|| format!("expected MAJOR.MINOR such as 1.31, got {s:?}"))?;
+    if major.parse::<u32>().is_err() || minor.parse::<u32>().is_err() {
+        return Err(format!(
+            "expected numbers in MAJOR.MINOR such as 1.31, got {s:?}"
+        ));
+    }
+    Ok((major.to_string(), minor.to_string()))
 }
 
 impl RunArgs {
@@ -116,7 +329,55 @@ mod tests {
         all.extend_from_slice(args);
         Cli::try_parse_from(all).map(|c| match c.command {
             Command::Run(a) => a,
+            other => panic!("not run: {other:?}"),
         })
+    }
+
+    #[test]
+    fn every_option_has_its_environment_variable() {
+        let cli = Cli::command();
+        let mut checked = 0;
+        for sub in cli.get_subcommands() {
+            let prefix = format!("KOPF_{}_", sub.get_name().replace('-', "_").to_uppercase());
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                let env = arg
+                    .get_env()
+                    .map(|e| e.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| {
+                        panic!("{} --{id} has no environment variable", sub.get_name())
+                    });
+                assert!(env.starts_with(&prefix), "{env} starts with {prefix}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 25, "{checked} options checked");
+    }
+
+    #[test]
+    fn liveness_and_durations() {
+        let a = parse(&[
+            "run",
+            "--liveness",
+            "http://0.0.0.0:8080/healthz",
+            "--grace-period",
+            "2.5",
+        ])
+        .expect("parses");
+        let live = a.liveness.expect("set");
+        assert_eq!(live.addr, "0.0.0.0:8080".parse().expect("addr"));
+        assert_eq!(live.path, "/healthz");
+        assert_eq!(a.grace_period, Duration::from_millis(2500));
+        assert_eq!(a.shutdown_timeout, Duration::from_secs(28));
+        let local = parse_liveness("http://localhost:1234").expect("parses");
+        assert_eq!(local.path, "/");
+        let err = parse(&["run", "--liveness", "0.0.0.0:8080"]).expect_err("no scheme");
+        assert!(err.to_string().contains("http://HOST:PORT/PATH"), "{err}");
+        assert!(parse(&["run", "--grace-period", "soon"]).is_err());
+        assert!(parse(&["run", "--metrics", "nowhere"]).is_err());
     }
 
     #[test]

@@ -100,14 +100,15 @@ pub async fn run() -> Result<(), Error> {
     Operator::from_registry().main().await
 }
 
+mod client;
 pub mod logging;
 mod login;
+mod rbac;
+mod serve;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-
-use clap::Parser;
 
 pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
@@ -149,6 +150,7 @@ pub use kopf_core::handler::{
 };
 pub use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
 pub use kopf_core::memo::Memo;
+pub use kopf_core::metrics::{Metrics, MetricsLayer};
 pub use kopf_core::processing::{Lifecycle, Persistence};
 pub use kopf_core::progress::ProgressStorage;
 pub use kopf_watch::{Discovered, Selector};
@@ -181,6 +183,24 @@ pub enum Error {
     /// `--fake` was given to a binary built without the `testing` feature.
     #[error("--fake needs kopf's `testing` feature (on by default)")]
     NoFake,
+    /// The API server does not answer.
+    #[error(
+        "cannot reach the Kubernetes API server at {url}: {cause}; is the cluster up, and is the kubeconfig's current context the right one? (`run --fake` runs without a cluster)"
+    )]
+    Unreachable {
+        /// The server's URL.
+        url: String,
+        /// The root cause, in words.
+        cause: String,
+        /// The error (not a `source`: the message already says what matters).
+        error: kube::Error,
+    },
+    /// The liveness or metrics endpoint cannot serve.
+    #[error("{0}")]
+    Serve(String),
+    /// The output of a command (rbac, fake-apiserver) cannot be written.
+    #[error("cannot write the output: {0}")]
+    Output(#[source] std::io::Error),
 }
 
 impl std::fmt::Debug for Error {
@@ -214,6 +234,10 @@ pub struct Operator {
     cleanup: Vec<HandlerSpec>,
     probes: Vec<HandlerSpec>,
     login: Option<login::LoginFn>,
+    metrics: Option<Metrics>,
+    rate_limit: (f64, u32),
+    grace_period: Duration,
+    rbac_rules: Vec<serde_json::Value>,
 }
 
 impl Default for Operator {
@@ -231,6 +255,10 @@ impl Default for Operator {
             cleanup: Vec::new(),
             probes: Vec::new(),
             login: None,
+            metrics: None,
+            rate_limit: (100.0, 1000),
+            grace_period: Duration::from_secs(20),
+            rbac_rules: Vec::new(),
         }
     }
 }
@@ -451,14 +479,53 @@ impl Operator {
     /// The operator's client: from the login handler if there is one (logging in again
     /// after 401 answers), else from `KUBECONFIG` / `~/.kube/config` / the in-cluster
     /// account (see [`client_config`]).
+    ///
+    /// The client is rate-limited ([`rate_limit`](Self::rate_limit)), retries requests
+    /// answered `429 Too Many Requests` after their `Retry-After`, and counts its requests in
+    /// the [`metrics`](Self::metrics) if they are on.
     pub async fn connect(&self) -> Result<kube::Client, Error> {
-        match &self.login {
-            Some(login) => login::connect(login.clone(), self.inactivity_timeout).await,
+        let client = match &self.login {
+            Some(login) => login::connect(login.clone(), self.inactivity_timeout).await?,
             None => {
                 let config = client_config(None, self.inactivity_timeout).await?;
-                kube::Client::try_from(config).map_err(Error::Client)
+                kube::Client::try_from(config).map_err(Error::Client)?
             }
-        }
+        };
+        Ok(self.wrap_client(client))
+    }
+
+    fn wrap_client(&self, client: kube::Client) -> kube::Client {
+        let (qps, burst) = self.rate_limit;
+        client::wrap(
+            client,
+            client::RateLimit::new(qps, burst),
+            self.metrics.clone(),
+        )
+    }
+
+    /// The client's rate limit: `burst` requests at once, then `qps` per second on
+    /// average (default 100 per second after a burst of 1000; `qps` 0 turns it off). Applies
+    /// to the clients the operator builds ([`connect`](Self::connect), `run --fake`).
+    pub fn rate_limit(mut self, qps: f64, burst: u32) -> Self {
+        self.rate_limit = (qps, burst);
+        self
+    }
+
+    /// Turns the metrics on (handler calls, durations, outcomes, retries, queue depth,
+    /// tracked objects, API requests, watch restarts), and with them the health of the
+    /// watch streams that the liveness endpoint reports. `run --metrics` and `run
+    /// --liveness` turn them on.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// On shutdown, running handlers get this long to finish (default 20 s); then they are
+    /// cancelled, and each cancelled attempt is stored as a temporary error, so that the
+    /// handler runs again after a restart.
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.grace_period = grace;
+        self
     }
 
     /// The probe handlers with the operator's memo and indexes, results cached for 10 s:
@@ -611,20 +678,151 @@ impl Operator {
     /// logging, connects to the cluster of the current kubeconfig (or, with `--fake`, to an
     /// embedded fake API server with the given manifests), and runs until SIGINT/SIGTERM.
     pub async fn main(self) -> Result<(), Error> {
-        let cli::Command::Run(args) = cli::Cli::parse().command;
-        self.run_with_args(args).await
+        self.main_with(cli::Cli::parse_args()).await
+    }
+
+    /// Like [`main`](Self::main) with an already parsed command line: `run`, `rbac` or
+    /// `fake-apiserver`.
+    pub async fn main_with(self, cli: cli::Cli) -> Result<(), Error> {
+        match cli.command {
+            cli::Command::Run(args) => self.run_with_args(args).await,
+            cli::Command::Rbac(args) => self.print_rbac(args).await,
+            cli::Command::FakeApiserver(args) => fake_apiserver(args).await,
+        }
+    }
+
+    /// `rbac`: prints the RBAC manifests the handlers need.
+    async fn print_rbac(&self, args: cli::RbacArgs) -> Result<(), Error> {
+        use std::io::Write;
+        let text = self.rbac(&args).await?;
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .map_err(Error::Output)
+    }
+
+    /// The RBAC manifests (ServiceAccount, ClusterRole, ClusterRoleBinding) the handlers
+    /// need, as YAML: list and watch on every served resource, patch on it and its status
+    /// when some handler writes, create on Events, list and watch on CRDs. Resources are
+    /// resolved on an embedded API server with the operator's
+    /// [manifests](Self::fake_manifests) (or `args.apply`), or on the current cluster
+    /// with `args.cluster`.
+    pub async fn rbac(&self, args: &cli::RbacArgs) -> Result<String, Error> {
+        let all = if args.cluster {
+            kopf_watch::discover(&self.connect().await?).await?
+        } else {
+            #[cfg(feature = "testing")]
+            {
+                let server = kopf_testing::FakeApiServer::start().await?;
+                let manifests = if args.apply.is_empty() {
+                    &self.fake_manifests
+                } else {
+                    &args.apply
+                };
+                for m in manifests {
+                    server.apply_file(m)?;
+                }
+                let all = kopf_watch::discover(&server.try_client()?).await;
+                server.shutdown().await;
+                all?
+            }
+            #[cfg(not(feature = "testing"))]
+            {
+                return Err(Error::Config(
+                    "without kopf's `testing` feature, `rbac` needs --cluster".into(),
+                ));
+            }
+        };
+        rbac::manifests(
+            &self.registrations,
+            &self.rbac_rules,
+            &all,
+            &args.name,
+            &args.account_namespace,
+        )
+    }
+
+    /// A permission the handlers need beyond the served resources (children they create,
+    /// objects they read), for the [`rbac`](Self::rbac) manifests:
+    /// `.rbac_rule("", "configmaps", &["create"])`.
+    pub fn rbac_rule(mut self, api_group: &str, resource: &str, verbs: &[&str]) -> Self {
+        self.rbac_rules.push(serde_json::json!({
+            "apiGroups": [api_group],
+            "resources": [resource],
+            "verbs": verbs,
+        }));
+        self
     }
 
     /// Like [`main`](Self::main) with already parsed arguments.
+    ///
+    /// On SIGINT/SIGTERM, the operator stops watching, lets running handlers finish within
+    /// `--grace-period` (then cancels them), stops the daemons, runs the cleanup handlers
+    /// and returns `Ok`. A second signal exits the process at once (status 1), and so does
+    /// `--shutdown-timeout` after the first signal, whatever is still running.
     pub async fn run_with_args(mut self, args: cli::RunArgs) -> Result<(), Error> {
         let args = args.with_default_manifests(&self.fake_manifests);
         logging::init(&args);
         if !args.all_namespaces && !args.namespaces.is_empty() {
             self = self.namespace_patterns(&args.namespaces);
         }
+        self.rate_limit = (args.qps, args.burst);
+        self.grace_period = args.grace_period;
+        if (args.metrics.is_some() || args.liveness.is_some()) && self.metrics.is_none() {
+            self.metrics = Some(Metrics::new());
+        }
+        let endpoints = match &self.metrics {
+            Some(metrics) => {
+                serve::start(
+                    args.liveness.clone().map(|l| (l.addr, l.path)),
+                    args.metrics,
+                    serve::Endpoints {
+                        probes: self.probes(),
+                        metrics: metrics.clone(),
+                    },
+                )
+                .await?
+            }
+            None => Vec::new(),
+        };
+        let shutdown = stop_signal_then_deadline(args.grace_period, args.shutdown_timeout);
+        let result = self.run_process(&args, shutdown).await;
+        for task in endpoints {
+            task.abort();
+        }
+        result
+    }
+
+    async fn run_process(
+        self,
+        args: &cli::RunArgs,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), Error> {
         if !args.fake {
+            // The server's URL, for a readable error when it cannot be reached.
+            let url = match &self.login {
+                Some(_) => None,
+                None => Some(
+                    client_config(None, self.inactivity_timeout)
+                        .await?
+                        .cluster_url,
+                ),
+            };
             let client = self.connect().await?;
-            return self.run_until(client, stop_signal()).await;
+            return self
+                .run_until(client, shutdown)
+                .await
+                .map_err(|e| match (e, url) {
+                    (Error::Watch(kopf_watch::WatchError::Discovery(error)), Some(url))
+                        if !matches!(error, kube::Error::Api(_)) =>
+                    {
+                        Error::Unreachable {
+                            url: url.to_string(),
+                            cause: root_cause(&error),
+                            error,
+                        }
+                    }
+                    (e, _) => e,
+                });
         }
         #[cfg(feature = "testing")]
         {
@@ -640,8 +838,8 @@ impl Operator {
                 args.fake_kubeconfig.display()
             );
             let config = client_config(Some(&server.url()), self.inactivity_timeout).await?;
-            let client = kube::Client::try_from(config).map_err(Error::Client)?;
-            let result = self.run_until(client, stop_signal()).await;
+            let client = self.wrap_client(kube::Client::try_from(config).map_err(Error::Client)?);
+            let result = self.run_until(client, shutdown).await;
             server.shutdown().await;
             result
         }
@@ -657,13 +855,32 @@ impl Operator {
     }
 
     /// Runs until `shutdown` completes: one discovery for all selectors, one watch per
-    /// resource (per namespace when exact namespaces are served).
+    /// resource (per namespace when exact namespaces are served). Then handlers still
+    /// running get the [grace period](Self::grace_period) to finish.
     pub async fn run_until(
-        self,
+        mut self,
         client: kube::Client,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
         let activities = self.activity_context(Some(&client));
+        let (end_grace, grace) = kopf_core::layers::GraceOver::new();
+        self.settings.extensions.insert(grace);
+        if let Some(metrics) = &self.metrics {
+            self.settings.metrics = Some(metrics.clone());
+            self.stack = self.stack.layer(MetricsLayer(metrics.clone()));
+        }
+        let grace_period = self.grace_period;
+        let shutdown = async move {
+            shutdown.await;
+            tokio::spawn(async move {
+                tokio::time::sleep(grace_period).await;
+                tracing::warn!(
+                    "The grace period of {}s is over: cancelling the handlers still running.",
+                    grace_period.as_secs_f64()
+                );
+                end_grace.end();
+            });
+        };
         let mut shutdown = std::pin::pin!(shutdown);
         // Startup handlers run before any request of the operator's own.
         tokio::select! {
@@ -686,6 +903,53 @@ impl Operator {
     }
 }
 
+/// `fake-apiserver`: the in-memory Kubernetes API server until SIGINT/SIGTERM. Prints
+/// `listening on URL` on stdout once it serves (after the kubeconfig is written and the
+/// manifests are applied).
+pub async fn fake_apiserver(args: cli::FakeApiserverArgs) -> Result<(), Error> {
+    #[cfg(feature = "testing")]
+    {
+        use std::io::Write;
+        let (major, minor) = &args.kube_version;
+        let server = kopf_testing::FakeApiServer::builder()
+            .port(args.port)
+            .version(major, minor)
+            .history_limit(args.history_limit)
+            .bookmark_interval(Duration::from_secs(args.bookmark_interval.max(1)))
+            .crd_establish_delay(Duration::from_millis(args.crd_establish_delay_ms))
+            .start()
+            .await?;
+        if let Some(path) = &args.kubeconfig {
+            server.write_kubeconfig(path)?;
+        }
+        for file in &args.apply {
+            let n = server.apply_file(file)?;
+            tracing::info!("applied {n} object(s) from {}", file.display());
+        }
+        let mut out = format!("listening on {}\n", server.url());
+        if let Some(path) = &args.kubeconfig {
+            out.push_str(&format!(
+                "kubeconfig written to {p}; try: KUBECONFIG={p} kubectl get namespaces\n",
+                p = path.display()
+            ));
+        }
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(out.as_bytes())
+            .and_then(|()| stdout.flush())
+            .map_err(Error::Output)?;
+        drop(stdout);
+        stop_signal().await;
+        server.shutdown().await;
+        Ok(())
+    }
+    #[cfg(not(feature = "testing"))]
+    {
+        let _ = args;
+        Err(Error::NoFake)
+    }
+}
+
 /// The User-Agent of operators' requests (visible in API server audit logs).
 pub const USER_AGENT: &str = concat!("kopf-rs/", env!("CARGO_PKG_VERSION"));
 
@@ -701,11 +965,7 @@ pub async fn client_config(url: Option<&str>, inactivity: Duration) -> Result<ku
                 .map_err(|e| Error::Config(format!("the URL {url} is not valid: {e}")))?;
             kube::Config::new(uri)
         }
-        None => kube::Config::infer().await.map_err(|e| {
-            Error::Config(format!(
-                "{e}. Set KUBECONFIG or create ~/.kube/config, run inside a cluster, or try `run --fake` for an embedded API server"
-            ))
-        })?,
+        None => infer_config().await?,
     };
     config.read_timeout = Some(inactivity);
     config.headers.push((
@@ -713,6 +973,89 @@ pub async fn client_config(url: Option<&str>, inactivity: Duration) -> Result<ku
         http::HeaderValue::from_static(USER_AGENT),
     ));
     Ok(config)
+}
+
+/// The configuration from `KUBECONFIG` (named in the error when it cannot be read),
+/// `~/.kube/config`, or the in-cluster service account.
+async fn infer_config() -> Result<kube::Config, Error> {
+    const FIX: &str = "set KUBECONFIG to a valid kubeconfig, run inside a cluster, or try `run --fake` for an embedded API server";
+    if let Some(paths) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+        for path in std::env::split_paths(&paths) {
+            if let Err(e) = kube::config::Kubeconfig::read_from(&path) {
+                return Err(Error::Config(format!(
+                    "cannot read the kubeconfig {} (from KUBECONFIG): {}; {FIX}",
+                    path.display(),
+                    one_line(&e)
+                )));
+            }
+        }
+    }
+    kube::Config::infer()
+        .await
+        .map_err(|e| Error::Config(format!("{}; {FIX}", one_line(&e))))
+}
+
+/// An error and its causes on one line (YAML errors come with a multi-line excerpt).
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text = format!("{text}: {line}");
+        }
+        source = cause.source();
+    }
+    text.lines()
+        .map(str::trim)
+        // Drop the excerpt lines of YAML errors (`-->`, `1 | text`, `  ^`).
+        .filter(|l| {
+            let gutter = l
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start();
+            !l.is_empty()
+                && !l.starts_with("-->")
+                && !gutter.starts_with('|')
+                && !gutter.starts_with('^')
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The root cause of an error (e.g. "Connection refused (os error 111)").
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut last = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        last = cause.to_string();
+        source = cause.source();
+    }
+    last
+}
+
+/// Completes on the first SIGINT/SIGTERM. From then on, a second signal exits the process
+/// at once, and so does the end of `hard_timeout`.
+async fn stop_signal_then_deadline(grace: Duration, hard_timeout: Duration) {
+    stop_signal().await;
+    tracing::info!(
+        "Stopping: running handlers get {}s to finish; a second signal exits at once; the process exits within {}s.",
+        grace.as_secs_f64(),
+        hard_timeout.as_secs_f64()
+    );
+    // A thread, not a task: it fires even if the runtime is stuck.
+    std::thread::spawn(move || {
+        std::thread::sleep(hard_timeout);
+        tracing::error!(
+            "Still running {}s after the stop signal: exiting now.",
+            hard_timeout.as_secs_f64()
+        );
+        std::process::exit(1);
+    });
+    tokio::spawn(async {
+        stop_signal().await;
+        tracing::warn!("A second stop signal: exiting at once.");
+        std::process::exit(1);
+    });
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
@@ -750,7 +1093,7 @@ mod tests {
         });
         assert_eq!(
             format!("{fake:?}"),
-            "no served resource matches \"kex2\"; similar: kopfexamples.kopf.dev/v1"
+            "no served resource matches \"kex2\"; similar: kopfexamples.kopf.dev/v1; is its CustomResourceDefinition applied? (kubectl get crd)"
         );
     }
 }

@@ -27,14 +27,17 @@ use crate::cli::{LogFormat, RunArgs};
 /// Installs the log subscriber for the chosen verbosity and format (a second call keeps the
 /// first subscriber, e.g. in tests). `RUST_LOG` overrides the verbosity.
 pub fn init(args: &RunArgs) {
+    // kube's own reports of failed requests and watches repeat what the operator reports
+    // itself, with more detail than a reader needs: they show with --debug only.
+    const KUBE_QUIET: &str = "kube_client::client::builder=off,kube_runtime::watcher=error";
     let default = if args.debug {
-        "debug"
+        "debug".to_string()
     } else if args.verbose {
-        "info,kopf=debug,kopf_core=debug,kopf_watch=debug,kopf.objects=debug"
+        format!("info,kopf=debug,kopf_core=debug,kopf_watch=debug,kopf.objects=debug,{KUBE_QUIET}")
     } else if args.quiet {
-        "warn"
+        format!("warn,{KUBE_QUIET}")
     } else {
-        "info"
+        format!("info,{KUBE_QUIET}")
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let format = KopfFormat {

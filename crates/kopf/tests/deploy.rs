@@ -1,0 +1,64 @@
+//! The committed deployment files match what the operators generate.
+
+#[path = "../examples/minimal.rs"]
+mod minimal_example;
+
+#[path = "../examples/children.rs"]
+mod children_example;
+
+use clap::Parser;
+use kopf::cli::{Cli, Command, RbacArgs};
+
+fn default_rbac_args() -> RbacArgs {
+    match Cli::try_parse_from(["operator", "rbac"])
+        .expect("parses")
+        .command
+    {
+        Command::Rbac(args) => args,
+        other => panic!("not rbac: {other:?}"),
+    }
+}
+
+fn committed(name: &str) -> String {
+    let path = format!("{}/../../deploy/rbac/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[tokio::test]
+async fn the_committed_rbac_is_what_the_operators_generate() {
+    let args = default_rbac_args();
+    let minimal = minimal_example::operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .rbac(&args)
+        .await
+        .expect("generated");
+    assert_eq!(
+        minimal,
+        committed("examples.yaml"),
+        "regenerate: cargo run --example minimal -- rbac > deploy/rbac/examples.yaml"
+    );
+    assert!(minimal.contains("kopfexamples/status"), "{minimal}");
+    let children = children_example::operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .rbac(&args)
+        .await
+        .expect("generated");
+    assert_eq!(
+        children,
+        committed("children.yaml"),
+        "regenerate: cargo run --example children -- rbac > deploy/rbac/children.yaml"
+    );
+    assert!(children.contains("configmaps"), "{children}");
+}
+
+#[tokio::test]
+async fn rbac_names_a_resource_that_is_not_there() {
+    let err = minimal_example::operator()
+        .rbac(&default_rbac_args())
+        .await
+        .expect_err("no CRD applied");
+    assert!(
+        format!("{err:?}").contains("no served resource matches \"kopfexamples\""),
+        "{err:?}"
+    );
+}
