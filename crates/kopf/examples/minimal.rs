@@ -30,7 +30,7 @@ pub fn operator() -> Operator {
 
 #[allow(dead_code)]
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> Result<(), kopf::Error> {
     let cli = kopf::cli::Cli::parse_args();
     if let Some(args) = cli.run_args().filter(|a| a.fake) {
         tokio::spawn(show_status(args.fake_kubeconfig.clone()));
@@ -38,8 +38,7 @@ async fn main() -> anyhow::Result<()> {
     operator()
         .fake_manifests(kopf::cli::example_manifests())
         .main_with(cli)
-        .await?;
-    Ok(())
+        .await
 }
 
 /// In `--fake` mode: log the example object's status once the handler has written it.
