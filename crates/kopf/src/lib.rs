@@ -494,7 +494,11 @@ impl Operator {
         Ok(self.wrap_client(client))
     }
 
-    fn wrap_client(&self, client: kube::Client) -> kube::Client {
+    /// The operator's client behaviour around `client`: the [rate limit](Self::rate_limit),
+    /// retries of `429 Too Many Requests` after their `Retry-After`, and the request
+    /// [metrics](Self::metrics). [`connect`](Self::connect) and `run --fake` use it; use it
+    /// for a client given to [`run_until`](Self::run_until).
+    pub fn wrap_client(&self, client: kube::Client) -> kube::Client {
         let (qps, burst) = self.rate_limit;
         client::wrap(
             client,

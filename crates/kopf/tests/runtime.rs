@@ -8,7 +8,8 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{kex_api, obj, server};
+use common::{kex_api, obj, operator_client, server, until_object};
+use kopf::{HandlerError, Operator};
 use kopf_testing::{FakeApiServer, FaultRule, OperatorRunner, RequestPattern, Signal};
 use kube::api::PostParams;
 use serde_json::{Value, json};
@@ -375,4 +376,56 @@ async fn a_wrong_setup_gives_one_clear_line() {
         line.contains("forbids listing kopfexamples.kopf.dev") && line.contains("rbac"),
         "{line}"
     );
+}
+
+async fn hello() -> Result<Value, HandlerError> {
+    Ok(json!({"message": "hello"}))
+}
+
+#[tokio::test]
+async fn a_429_is_sent_again_after_its_retry_after_and_the_handler_runs_once() {
+    let server = server().await;
+    server.inject_fault(FaultRule {
+        pattern: RequestPattern {
+            subresource: Some("status".into()),
+            ..RequestPattern::any().verb("patch").resource("kopfexamples")
+        },
+        code: 429,
+        count: Some(2),
+        retry_after: Some(1),
+        message: None,
+    });
+    let op = Operator::new().on_create("kopfexamples", "hello", hello);
+    let client = op.wrap_client(operator_client(&server, Duration::from_secs(70)).await);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(op.run_until(client, async {
+        let _ = stopped.await;
+    }));
+    create(&server, "busy", "1s").await;
+    let api = kex_api(&server);
+    until_object(&api, "busy", "the result", |o| {
+        o.is_some_and(|o| o.data["status"]["hello"]["message"] == "hello")
+    })
+    .await;
+    let patches: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/busy/status"))
+        .collect();
+    let codes: Vec<u16> = patches.iter().map(|r| r.status).collect();
+    assert_eq!(codes, vec![429, 429, 200], "the same PATCH, sent again");
+    let waited = Duration::from_micros(patches[1].micros - patches[0].micros);
+    assert!(
+        waited >= Duration::from_millis(900),
+        "Retry-After: 1 honoured: {waited:?}"
+    );
+    let body = object(&server, "busy").await;
+    assert!(
+        body["metadata"]["annotations"]
+            .get("kopf.zalando.org/hello")
+            .is_none(),
+        "no handler retry was recorded: {body}"
+    );
+    let _ = stop.send(());
+    running.await.expect("join").expect("ran");
 }
