@@ -1,10 +1,16 @@
 //! Project automation.
 //!
+//! `cargo xtask e2e [--cluster kind|fake|current] [--example NAME]... [--keep-going]` runs
+//! every example operator as its own process against a cluster through create, restart,
+//! update and delete (see `e2e.rs`).
+//!
 //! `cargo xtask bench fake-apiserver [--objects N] [--watchers N]` measures the in-memory API
 //! server: creates per second over HTTP with a kube client, listing N objects, the fan-out of
 //! one write to many watchers, and memory per stored object. Build with `--release` for
 //! meaningful numbers (`cargo xtask` runs a debug build unless told otherwise; the report
 //! says which).
+
+mod e2e;
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +35,8 @@ enum Cmd {
         #[command(subcommand)]
         what: Bench,
     },
+    /// End-to-end: the example operators as processes against a cluster.
+    E2e(e2e::E2eArgs),
 }
 
 #[derive(Subcommand)]
@@ -72,6 +80,15 @@ async fn main() -> anyhow::Result<()> {
                     concurrency,
                 },
         } => bench_fake_apiserver(objects, watchers, concurrency).await,
+        Cmd::E2e(args) => {
+            // The message alone (no backtrace, even with RUST_BACKTRACE set): the causes
+            // are spelled out, e.g. which tool is missing.
+            if let Err(e) = e2e::run(args).await {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 

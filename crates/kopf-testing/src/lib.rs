@@ -29,6 +29,7 @@
 //! ```
 
 pub mod catalog;
+pub mod cluster;
 pub mod control;
 pub mod discovery;
 pub mod error;
@@ -36,6 +37,7 @@ pub mod events;
 pub mod managed;
 pub mod patch;
 pub mod protobuf;
+pub mod runner;
 pub mod schema;
 pub mod selectors;
 pub mod server;
@@ -52,9 +54,11 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use cluster::{Cluster, ClusterBuilder, ClusterError, ClusterKind};
 pub use control::{
     CONTROL_PREFIX, Counters, FaultRule, LatencyRule, RequestPattern, RequestRecord,
 };
+pub use runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
 pub use server::{OpenWatch, Settings, VersionInfo};
 
 use server::{Shared, lock};
