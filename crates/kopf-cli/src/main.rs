@@ -44,7 +44,7 @@ enum Command {
     FakeApiserver(FakeApiserverArgs),
 }
 
-/// Runs `operator <command> <the command's options>` and exits with its exit status.
+/// Runs `operator <command> <the command's options>` in place of this process.
 fn delegate(command: &str, operator: &PathBuf) -> anyhow::Result<()> {
     let raw: Vec<OsString> = std::env::args_os().skip(1).collect();
     let at = raw
@@ -52,20 +52,40 @@ fn delegate(command: &str, operator: &PathBuf) -> anyhow::Result<()> {
         .position(|a| a == command)
         .context("the command is not among the arguments")?;
     let mut options = raw[at + 1..].to_vec();
-    if let Some(i) = options.iter().position(|a| PathBuf::from(a) == *operator) {
+    if let Some(i) = options
+        .iter()
+        .position(|a| std::path::Path::new(a) == operator.as_path())
+    {
         options.remove(i);
     }
-    let status = std::process::Command::new(operator)
-        .arg(command)
-        .args(&options)
-        .status()
-        .with_context(|| format!("cannot start the operator {}", operator.display()))?;
-    std::process::exit(status.code().unwrap_or(1));
+    let mut child = std::process::Command::new(operator);
+    child.arg(command).args(&options);
+    // The operator replaces this process: signals (SIGTERM from Kubernetes) reach it directly.
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let error = child.exec();
+        Err(error).with_context(|| format!("cannot start the operator {}", operator.display()))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = child
+            .status()
+            .with_context(|| format!("cannot start the operator {}", operator.display()))?;
+        std::process::exit(status.code().unwrap_or(1));
+    }
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() {
+    // One line with its causes, never a backtrace.
+    if let Err(e) = run(Cli::parse()).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { operator, args: _ } => delegate("run", &operator),
         Command::Rbac { operator, args: _ } => delegate("rbac", &operator),
@@ -76,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kopf=info")),
                 )
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
             kopf::fake_apiserver(args).await?;
             Ok(())
