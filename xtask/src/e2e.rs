@@ -138,7 +138,11 @@ const SCENARIOS: &[Scenario] = &[
         stopped: &[],
         resumed: &[],
         update: FIELD_CHANGED,
-        updated: &[Handled],
+        updated: &[
+            Handled,
+            Eq("/status/update_fn", r#"{"field":"changed"}"#),
+            Log("Handler 'update_fn' succeeded"),
+        ],
         deleted: &[],
         never_after_restart: &["Handler 'create_fn'", "And here we are!"],
     },

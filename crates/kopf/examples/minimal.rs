@@ -1,4 +1,5 @@
-//! The minimal operator: one creation handler that writes a message into the status.
+//! The minimal operator: a creation handler that writes a message into the status, and an
+//! update handler that records the new `spec.field` (the job of `cargo xtask bench`).
 //!
 //! ```sh
 //! cargo run --example minimal -- run --fake     # no cluster: an embedded fake API server
@@ -23,9 +24,15 @@ async fn create_fn(cause: Cause) -> HandlerResult {
     Ok(Some(json!({"message": "hello world"})))
 }
 
+async fn update_fn(cause: Cause) -> HandlerResult {
+    Ok(Some(json!({"field": cause.spec()["field"]})))
+}
+
 /// The operator of this example (shared with its integration test).
 pub fn operator() -> Operator {
-    Operator::new().on_create("kopfexamples", "create_fn", create_fn)
+    Operator::new()
+        .on_create("kopfexamples", "create_fn", create_fn)
+        .on_update("kopfexamples", "update_fn", update_fn)
 }
 
 #[allow(dead_code)]
