@@ -10,6 +10,7 @@
 //! meaningful numbers (`cargo xtask` runs a debug build unless told otherwise; the report
 //! says which).
 
+mod bench;
 mod e2e;
 
 use std::time::{Duration, Instant};
@@ -30,10 +31,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Benchmarks.
+    /// Benchmarks: operator frameworks side by side (`bench [--quick]`), or the fake API
+    /// server alone (`bench fake-apiserver`).
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
         #[command(subcommand)]
-        what: Bench,
+        what: Option<Bench>,
+        #[command(flatten)]
+        args: bench::BenchArgs,
     },
     /// End-to-end: the example operators as processes against a cluster.
     E2e(e2e::E2eArgs),
@@ -74,12 +79,20 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Cmd::Bench {
             what:
-                Bench::FakeApiserver {
+                Some(Bench::FakeApiserver {
                     objects,
                     watchers,
                     concurrency,
-                },
+                }),
+            ..
         } => bench_fake_apiserver(objects, watchers, concurrency).await,
+        Cmd::Bench { what: None, args } => {
+            if let Err(e) = bench::run(args).await {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Cmd::E2e(args) => {
             // The message alone (no backtrace, even with RUST_BACKTRACE set): the causes
             // are spelled out, e.g. which tool is missing.
