@@ -68,6 +68,9 @@ pub struct Settings {
     pub gate: IndexGate,
     /// Where the engine reports queue depth, tracked objects and its watch's health.
     pub metrics: Option<Metrics>,
+    /// Keep `metadata.managedFields` in the bodies kept per object and given to handlers
+    /// (off by default: it is server bookkeeping, and often most of an object's size).
+    pub keep_managed_fields: bool,
 }
 
 /// Holds handlers back until the initial listing of every indexed resource has been
@@ -121,6 +124,7 @@ impl Default for Settings {
             indexes: Indexes::default(),
             gate: IndexGate::default(),
             metrics: None,
+            keep_managed_fields: false,
         }
     }
 }
@@ -380,6 +384,12 @@ impl Engine {
             };
             if let Some(seen) = listing.as_mut() {
                 seen.insert(uid.clone());
+            }
+            let mut obj = obj;
+            if !self.settings.keep_managed_fields {
+                // Server-side apply bookkeeping: often the larger part of an object, and of
+                // no use to handlers; not kept per object.
+                obj.metadata.managed_fields = None;
             }
             let body = match serde_json::to_value(&obj) {
                 Ok(b) => b,

@@ -515,6 +515,14 @@ impl Operator {
         self
     }
 
+    /// Keep `metadata.managedFields` in the bodies handlers get (off by default: the
+    /// operator drops it on arrival, as it is server-side-apply bookkeeping and often most of
+    /// an object's size in memory).
+    pub fn keep_managed_fields(mut self, on: bool) -> Self {
+        self.settings.keep_managed_fields = on;
+        self
+    }
+
     /// Turns the metrics on (handler calls, durations, outcomes, retries, queue depth,
     /// tracked objects, API requests, watch restarts), and with them the health of the
     /// watch streams that the liveness endpoint reports. `run --metrics` and `run
