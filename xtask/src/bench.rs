@@ -589,7 +589,7 @@ async fn measure_on(
     let burst_seconds = t0.elapsed().as_secs_f64();
     // Writes still in flight for the last objects (e.g. a diff-base after the status).
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (cpu, peak, _) = process_usage(operator.pid());
+    let (cpu, _, _) = process_usage(operator.pid());
     let burst = requests(&client).await?;
     let mut measured = Measured {
         system: system.name(),
@@ -597,7 +597,6 @@ async fn measure_on(
         burst_seconds,
         burst_requests_per_object: per_endpoint(&burst, plan.n),
         burst_cpu_seconds: cpu,
-        peak_rss_mb: peak,
         ..Default::default()
     };
 
@@ -651,7 +650,9 @@ async fn measure_on(
     // Idle.
     control(&client, "DELETE", "requests").await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (_, _, rss) = process_usage(operator.pid());
+    // The peak over the whole run (the churn may need more than the burst did).
+    let (_, peak, rss) = process_usage(operator.pid());
+    measured.peak_rss_mb = peak;
     measured.idle_rss_mb = rss;
     measured.idle_requests = requests(&client)
         .await?
@@ -775,7 +776,7 @@ fn report(results: &[Measured], machine: &str, plan: &Plan) -> String {
         "Machine: {machine}\n\nN = {} objects; churn: {} updates/s for {} s.\n\n",
         plan.n, plan.churn_rate, plan.churn_seconds
     );
-    md.push_str("### burst\n\n| system | seconds | objects/s | requests per object | CPU s | peak RSS MB |\n|---|---|---|---|---|---|\n");
+    md.push_str("### burst\n\n| system | seconds | objects/s | requests per object | CPU s | peak RSS MB (whole run) |\n|---|---|---|---|---|---|\n");
     for m in results {
         md.push_str(&format!(
             "| {} | {:.2} | {:.0} | {} | {:.2} | {:.1} |\n",

@@ -572,7 +572,7 @@ impl WorkerShared {
             } else {
                 StopReason::Deleted
             };
-            s.daemons.stop_all(reason).await;
+            Box::pin(s.daemons.stop_all(reason)).await;
         }
     }
 
@@ -765,7 +765,7 @@ impl WorkerShared {
             let Some(observed) = observed else { return };
             listed |= observed.event == EventKind::Listed;
             if !self.spawners.is_empty() {
-                self.sync_daemons(&uid, &observed, memo, spawned).await;
+                Box::pin(self.sync_daemons(&uid, &observed, memo, spawned)).await;
             }
             let stale = expected_rv.is_some_and(|(want, deadline)| {
                 rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
@@ -779,9 +779,11 @@ impl WorkerShared {
                 self.picked(pending);
                 let initial = listed && !self.was_handled(&uid);
                 let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
-                    self.touch(&observed.body).await
+                    Box::pin(self.touch(&observed.body)).await
                 } else {
-                    self.cycle(&uid, &observed, initial, memo).await
+                    // Boxed: an idle worker (most of them, most of the time) then holds a
+                    // small state, not room for a whole cycle.
+                    Box::pin(self.cycle(&uid, &observed, initial, memo)).await
                 };
                 drop(permit);
                 match end {

@@ -154,6 +154,9 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 0.0.0.0:9090).
     #[arg(long, env = "KOPF_RUN_METRICS", value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// At most this many objects are processed at the same time (0: no limit).
+    #[arg(long, env = "KOPF_RUN_WORKER_LIMIT", default_value_t = 0)]
+    pub worker_limit: usize,
     /// Requests per second to the API server, on average (0: no limit).
     #[arg(long, env = "KOPF_RUN_QPS", default_value_t = 100.0)]
     pub qps: f64,

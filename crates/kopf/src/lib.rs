@@ -778,6 +778,9 @@ impl Operator {
             self = self.namespace_patterns(&args.namespaces);
         }
         self.rate_limit = (args.qps, args.burst);
+        if args.worker_limit > 0 {
+            self.settings.worker_limit = Some(args.worker_limit);
+        }
         self.grace_period = args.grace_period;
         if (args.metrics.is_some() || args.liveness.is_some()) && self.metrics.is_none() {
             self.metrics = Some(Metrics::new());
