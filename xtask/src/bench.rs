@@ -237,7 +237,8 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Release builds of the fake server, the kopf-rs example and the other Rust systems.
+/// Release builds of the fake server, the kopf-rs example and the other Rust systems, in
+/// one cargo invocation (one feature resolution: shared dependencies are built once).
 fn build(root: &Path) -> Result<()> {
     cargo(
         root,
@@ -249,16 +250,9 @@ fn build(root: &Path) -> Result<()> {
             "kopf-cli",
             "-p",
             "bench-systems",
-        ],
-    )?;
-    cargo(
-        root,
-        &[
-            "build",
-            "--release",
-            "--locked",
             "-p",
             "kopf",
+            "--bins",
             "--example",
             "minimal",
         ],

@@ -187,6 +187,12 @@ impl FakeApiServerBuilder {
         });
         let close_tx = shared.close_tx.clone();
         let task = tokio::spawn(async move {
+            // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small writes
+            // such as watch events go out at once, not after a delayed ACK (40 ms on Linux).
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stop_rx.await;
                 // End open watch streams so the graceful shutdown can complete.
