@@ -1,7 +1,8 @@
-//! Handlers registered with attribute macros, run by `kopf::run()`.
+//! Handlers registered with attribute macros. `kopf::run()` runs them; here
+//! `Operator::from_registry()` does, to add the example manifests for `run --fake`.
 //!
 //! ```sh
-//! cargo run --example decorated -- run --fake --apply examples/crd.yaml --apply examples/obj.yaml
+//! cargo run --example decorated -- run --fake
 //! ```
 
 use kopf::{HandlerError, Name, New, Old, Spec};
@@ -21,5 +22,9 @@ async fn field_fn(Old(old): Old, New(new): New) -> Result<(), HandlerError> {
 
 #[tokio::main]
 async fn main() -> Result<(), kopf::Error> {
-    kopf::run().await
+    // `kopf::run().await` alone when no development manifests are wanted.
+    kopf::Operator::from_registry()
+        .fake_manifests(kopf::cli::example_manifests())
+        .main()
+        .await
 }
