@@ -205,17 +205,7 @@ pub enum Error {
 
 impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The causes that the message does not already quote.
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            let line = cause.to_string();
-            if !text.contains(&line) {
-                text = format!("{text}: {line}");
-            }
-            source = cause.source();
-        }
-        f.write_str(&text)
+        f.write_str(&with_causes(self))
     }
 }
 
@@ -484,14 +474,27 @@ impl Operator {
     /// answered `429 Too Many Requests` after their `Retry-After`, and counts its requests in
     /// the [`metrics`](Self::metrics) if they are on.
     pub async fn connect(&self) -> Result<kube::Client, Error> {
-        let client = match &self.login {
-            Some(login) => login::connect(login.clone(), self.inactivity_timeout).await?,
+        Ok(self.connect_to().await?.0)
+    }
+
+    /// [`connect`](Self::connect), with the server's URL when it comes from the kubeconfig
+    /// (for a readable error when the server cannot be reached).
+    async fn connect_to(&self) -> Result<(kube::Client, Option<http::Uri>), Error> {
+        let (client, url) = match &self.login {
+            Some(login) => (
+                login::connect(login.clone(), self.inactivity_timeout).await?,
+                None,
+            ),
             None => {
                 let config = client_config(None, self.inactivity_timeout).await?;
-                kube::Client::try_from(config).map_err(Error::Client)?
+                let url = config.cluster_url.clone();
+                (
+                    kube::Client::try_from(config).map_err(Error::Client)?,
+                    Some(url),
+                )
             }
         };
-        Ok(self.wrap_client(client))
+        Ok((self.wrap_client(client), url))
     }
 
     /// The operator's client behaviour around `client`: the [rate limit](Self::rate_limit),
@@ -813,16 +816,7 @@ impl Operator {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
         if !args.fake {
-            // The server's URL, for a readable error when it cannot be reached.
-            let url = match &self.login {
-                Some(_) => None,
-                None => Some(
-                    client_config(None, self.inactivity_timeout)
-                        .await?
-                        .cluster_url,
-                ),
-            };
-            let client = self.connect().await?;
+            let (client, url) = self.connect_to().await?;
             return self
                 .run_until(client, shutdown)
                 .await
@@ -1010,8 +1004,8 @@ async fn infer_config() -> Result<kube::Config, Error> {
         .map_err(|e| Error::Config(format!("{}; {FIX}", one_line(&e))))
 }
 
-/// An error and its causes on one line (YAML errors come with a multi-line excerpt).
-fn one_line(e: &dyn std::error::Error) -> String {
+/// An error's message and, after it, the causes it does not already quote.
+fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
@@ -1021,7 +1015,13 @@ fn one_line(e: &dyn std::error::Error) -> String {
         }
         source = cause.source();
     }
-    text.lines()
+    text
+}
+
+/// An error and its causes on one line (YAML errors come with a multi-line excerpt).
+fn one_line(e: &dyn std::error::Error) -> String {
+    with_causes(e)
+        .lines()
         .map(str::trim)
         // Drop the excerpt lines of YAML errors (`-->`, `1 | text`, `  ^`).
         .filter(|l| {
