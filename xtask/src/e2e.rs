@@ -594,6 +594,23 @@ impl E2e<'_> {
         Ok(self.cluster.kubectl(all).await?)
     }
 
+    /// `kubectl get configmap NAME -o OUTPUT` in the namespace (empty if it is not there).
+    async fn configmap(&self, name: &str, output: &str) -> Result<String, String> {
+        self.cluster
+            .kubectl([
+                "get",
+                "configmap",
+                name,
+                "-n",
+                NAMESPACE,
+                "--ignore-not-found",
+                "-o",
+                output,
+            ])
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     async fn get_object(&self) -> Result<Option<Value>> {
         let out = self
             .kubectl_object(&["get", "--ignore-not-found", "-o", "json"])
@@ -726,20 +743,7 @@ impl E2e<'_> {
                 let child = at(pointer)
                     .and_then(|v| v.as_str().map(str::to_string))
                     .ok_or_else(|| format!("{pointer} has no ConfigMap name"))?;
-                let out = self
-                    .cluster
-                    .kubectl([
-                        "get",
-                        "configmap",
-                        &child,
-                        "-n",
-                        NAMESPACE,
-                        "--ignore-not-found",
-                        "-o",
-                        "json",
-                    ])
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let out = self.configmap(&child, "json").await?;
                 let cm: Value = serde_json::from_str(&out)
                     .map_err(|_| format!("the ConfigMap {child} does not exist"))?;
                 let uid = at("/metadata/uid");
@@ -753,20 +757,7 @@ impl E2e<'_> {
             }
             ChildGone => {
                 let child = self.child.clone().ok_or("no child ConfigMap was seen")?;
-                let out = self
-                    .cluster
-                    .kubectl([
-                        "get",
-                        "configmap",
-                        &child,
-                        "-n",
-                        NAMESPACE,
-                        "--ignore-not-found",
-                        "-o",
-                        "name",
-                    ])
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let out = self.configmap(&child, "name").await?;
                 out.trim()
                     .is_empty()
                     .then_some(())
