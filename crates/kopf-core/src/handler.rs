@@ -34,6 +34,16 @@ pub enum HandlerError {
         /// The error text.
         message: String,
     },
+    /// A permanent error with an HTTP status code for admission webhooks (Kopf's
+    /// `AdmissionError`): the review is denied with this message and code. Elsewhere it
+    /// is a permanent error.
+    #[error("{message}")]
+    Admission {
+        /// The error text (the denial message).
+        message: String,
+        /// The HTTP status code of the denial (Kopf's default: 500).
+        code: u16,
+    },
     /// Any other error: handled by the handler's errors mode (retry with backoff by default).
     #[error("{message}")]
     Other {

@@ -297,7 +297,7 @@ impl Service<HandlerCall> for MetricsService {
             let label = match &outcome.result {
                 Ok(_) => "success",
                 Err(HandlerError::Temporary { .. }) => "temporary",
-                Err(HandlerError::Permanent { .. }) => "permanent",
+                Err(HandlerError::Permanent { .. } | HandlerError::Admission { .. }) => "permanent",
                 Err(HandlerError::Other { .. }) => "error",
             };
             metrics.handler_call(&handler, &resource, label, retry, started.elapsed());

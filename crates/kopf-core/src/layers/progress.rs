@@ -93,7 +93,11 @@ where
                     record = retrying(record, now, d, Some(message.clone()));
                     Some(d)
                 }
-                Err(HandlerError::Permanent { message } | HandlerError::Other { message }) => {
+                Err(
+                    HandlerError::Permanent { message }
+                    | HandlerError::Admission { message, .. }
+                    | HandlerError::Other { message },
+                ) => {
                     record.success = Some(false);
                     record.failure = Some(true);
                     record.message = Some(message.clone());
