@@ -25,7 +25,7 @@ pub mod handlers;
 pub mod https;
 pub mod managed;
 pub mod review;
-// pub mod server;
+pub mod server;
 pub mod tls;
 
 pub use conversion::Converter;
@@ -35,4 +35,4 @@ pub use handlers::{
 };
 pub use managed::{ClientConfig, Endpoint};
 pub use review::{BadReview, Reviewer};
-// pub use server::{Admission, AdmissionSettings, Running, SetupError, WebhookServer, DEFAULT_PORT};
+pub use server::{Admission, AdmissionSettings, DEFAULT_PORT, Running, SetupError, WebhookServer};
