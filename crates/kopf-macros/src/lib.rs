@@ -26,7 +26,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, Ident, ItemFn, Lit, LitStr, Token};
 
-const OPTIONS: &str = "`id`, `field`, `labels(...)`, `annotations(...)`, `when`, `value`, `old`, `new`, `retries`, `timeout`, `backoff`, `errors`, `optional`, `deleted`";
+const OPTIONS: &str = "`id`, `field`, `labels(...)`, `annotations(...)`, `when`, `value`, `old`, `new`, `retries`, `timeout`, `backoff`, `errors`, `optional`, `deleted` (admission handlers: `operations`, `subresource`, `persistent`, `side_effects`, `ignore_failures`)";
 
 /// One `"key" = value` of `labels(...)` / `annotations(...)`.
 struct MetaEntry {
@@ -54,6 +54,38 @@ struct Args {
     id: Option<LitStr>,
     field: Option<LitStr>,
     options: Vec<TokenStream2>,
+    /// Every option key given, for the checks of what each attribute accepts.
+    keys: Vec<Ident>,
+}
+
+/// Options only admission handlers take.
+const WEBHOOK_ONLY: &[&str] = &[
+    "operations",
+    "operation",
+    "subresource",
+    "persistent",
+    "side_effects",
+    "ignore_failures",
+];
+/// Options admission handlers do not take.
+const CHANGING_ONLY: &[&str] = &[
+    "retries", "timeout", "backoff", "errors", "old", "new", "optional", "deleted",
+];
+
+fn operation(lit: &LitStr) -> syn::Result<TokenStream2> {
+    let variant = match lit.value().as_str() {
+        "CREATE" => quote!(Create),
+        "UPDATE" => quote!(Update),
+        "DELETE" => quote!(Delete),
+        "CONNECT" => quote!(Connect),
+        _ => {
+            return Err(syn::Error::new_spanned(
+                lit,
+                "operations are \"CREATE\", \"UPDATE\", \"DELETE\" or \"CONNECT\"",
+            ));
+        }
+    };
+    Ok(quote!(.operation(::kopf::Operation::#variant)))
 }
 
 fn seconds(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
@@ -151,6 +183,7 @@ impl Parse for Args {
             }
             let key: Ident = input.parse()?;
             let name = key.to_string();
+            args.keys.push(key.clone());
             if input.peek(syn::token::Paren) {
                 let content;
                 syn::parenthesized!(content in input);
@@ -179,6 +212,9 @@ impl Parse for Args {
                 match name.as_str() {
                     "optional" => args.options.push(quote!(.optional())),
                     "deleted" => args.options.push(quote!(.deleted())),
+                    "persistent" | "side_effects" | "ignore_failures" => {
+                        args.options.push(quote!(.#key()))
+                    }
                     _ => {
                         return Err(syn::Error::new_spanned(
                             &key,
@@ -230,6 +266,28 @@ impl Parse for Args {
                         .push(quote!(.errors(::kopf::ErrorsMode::#variant)));
                 }
                 "when" => args.options.push(quote!(.when(#value))),
+                "subresource" => {
+                    let sub = string(&key, &value)?;
+                    args.options.push(quote!(.subresource(#sub)));
+                }
+                "operation" => {
+                    let op = string(&key, &value)?;
+                    args.options.push(operation(&op)?);
+                }
+                "operations" => match &value {
+                    Expr::Array(items) => {
+                        for item in &items.elems {
+                            let op = string(&key, item)?;
+                            args.options.push(operation(&op)?);
+                        }
+                    }
+                    other => {
+                        return Err(syn::Error::new_spanned(
+                            other,
+                            "`operations` takes a list, e.g. `operations = [\"CREATE\", \"UPDATE\"]`",
+                        ));
+                    }
+                },
                 "value" => {
                     let f = filter(&value, false);
                     args.options.push(quote!(.value(#f)));
@@ -291,6 +349,18 @@ fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
         return syn::Error::new(
             resource.span(),
             "#[kopf::on::field] needs `field = \"spec.x\"`",
+        )
+        .to_compile_error()
+        .into();
+    }
+    if let Some(key) = args
+        .keys
+        .iter()
+        .find(|k| WEBHOOK_ONLY.contains(&k.to_string().as_str()))
+    {
+        return syn::Error::new_spanned(
+            key,
+            format!("`{key}` is an option of admission handlers (#[kopf::on::validate], #[kopf::on::mutate])"),
         )
         .to_compile_error()
         .into();
@@ -357,4 +427,80 @@ pub fn resume(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn field(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand(attr, item, "field")
+}
+
+fn expand_webhook(attr: TokenStream, item: TokenStream, kind: &str) -> TokenStream {
+    let args = match syn::parse::<Args>(attr) {
+        Ok(a) => a,
+        Err(e) => return e.to_compile_error().into(),
+    };
+    if let Some(key) = args
+        .keys
+        .iter()
+        .find(|k| CHANGING_ONLY.contains(&k.to_string().as_str()))
+    {
+        return syn::Error::new_spanned(
+            key,
+            format!(
+                "admission handlers do not take `{key}`: they run once per request, with no retries"
+            ),
+        )
+        .to_compile_error()
+        .into();
+    }
+    let func = match syn::parse::<ItemFn>(item) {
+        Ok(f) => f,
+        Err(e) => {
+            return syn::Error::new(e.span(), "kopf handler attributes go on functions")
+                .to_compile_error()
+                .into();
+        }
+    };
+    let Some(resource) = args.resource else {
+        return syn::Error::new(Span::call_site(), "the resource is missing")
+            .to_compile_error()
+            .into();
+    };
+    let name = &func.sig.ident;
+    let id = args
+        .id
+        .map(|i| i.value())
+        .unwrap_or_else(|| name.to_string());
+    let mut options = args.options;
+    if let Some(f) = &args.field {
+        options.push(quote!(.field(#f)));
+    }
+    let kind = syn::Ident::new(kind, Span::call_site());
+    quote! {
+        #func
+
+        ::kopf::inventory::submit! {
+            ::kopf::registry::WebhookRegistration {
+                resource: #resource,
+                id: #id,
+                kind: ::kopf::admission::WebhookKind::#kind,
+                make: || ::kopf::IntoHandler::into_handler(#name),
+                options: || ::kopf::WebhookOptions::new() #(#options)*,
+                file: ::core::file!(),
+                line: ::core::line!(),
+            }
+        }
+    }
+    .into()
+}
+
+/// Registers a validating admission handler: `#[kopf::on::validate("kopfexamples")]`, with
+/// `operations = ["CREATE", "UPDATE"]`, `subresource = "status"`, `labels(...)`,
+/// `annotations(...)`, `field`, `value`, `when`, `persistent`, `side_effects`,
+/// `ignore_failures`.
+#[proc_macro_attribute]
+pub fn validate(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand_webhook(attr, item, "Validating")
+}
+
+/// Registers a mutating admission handler: `#[kopf::on::mutate("kopfexamples")]`, with the
+/// options of `validate`.
+#[proc_macro_attribute]
+pub fn mutate(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand_webhook(attr, item, "Mutating")
 }

@@ -171,6 +171,41 @@ pub struct RunArgs {
     /// is still running; a second signal exits at once.
     #[arg(long, env = "KOPF_RUN_SHUTDOWN_TIMEOUT", value_name = "SECONDS", default_value = "28", value_parser = parse_seconds)]
     pub shutdown_timeout: Duration,
+    /// The webhook server listens on this address (default: the operator's setting, all
+    /// interfaces).
+    #[arg(long, env = "KOPF_RUN_WEBHOOK_ADDR", value_name = "IP")]
+    pub webhook_addr: Option<std::net::IpAddr>,
+    /// The webhook server's port (default: the operator's setting, 9443; 0 picks a free one).
+    #[arg(long, env = "KOPF_RUN_WEBHOOK_PORT", value_name = "PORT")]
+    pub webhook_port: Option<u16>,
+    /// The host name of the webhook URLs the API server calls (also in the generated
+    /// certificate).
+    #[arg(long, env = "KOPF_RUN_WEBHOOK_HOST", value_name = "HOST")]
+    pub webhook_host: Option<String>,
+    /// The webhook server's certificate (PEM; reloaded when it changes). Without it, a CA
+    /// and a certificate are generated at start.
+    #[arg(
+        long,
+        env = "KOPF_RUN_WEBHOOK_CERT",
+        value_name = "FILE",
+        requires = "webhook_key"
+    )]
+    pub webhook_cert: Option<PathBuf>,
+    /// The key of `--webhook-cert` (PEM).
+    #[arg(
+        long,
+        env = "KOPF_RUN_WEBHOOK_KEY",
+        value_name = "FILE",
+        requires = "webhook_cert"
+    )]
+    pub webhook_key: Option<PathBuf>,
+    /// The CA bundle (PEM) the API server must trust (default: the certificate itself).
+    #[arg(long, env = "KOPF_RUN_WEBHOOK_CA", value_name = "FILE")]
+    pub webhook_ca: Option<PathBuf>,
+    /// Create and keep the webhook configurations of this name (overrides the operator's
+    /// setting).
+    #[arg(long, env = "KOPF_RUN_WEBHOOK_MANAGED", value_name = "NAME")]
+    pub webhook_managed: Option<String>,
 }
 
 /// Where `--liveness` serves: the address to bind and the path.

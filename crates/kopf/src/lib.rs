@@ -74,7 +74,33 @@
 //! # let _ = operator;
 //! ```
 //!
-//! Peering and webhooks are not there yet.
+//! Admission and conversion webhooks (feature `admission`, on by default) are served by an
+//! HTTPS server that starts with the operator (see [`Operator::on_validate`]):
+//!
+//! ```no_run
+//! use kopf::{AdmissionError, Operator, Patch, Spec, Warnings};
+//! use serde_json::{json, Value};
+//!
+//! async fn check(Spec(spec): Spec, warnings: Warnings) -> Result<(), AdmissionError> {
+//!     if spec.get("field").is_none() {
+//!         return Err(AdmissionError::with_code("spec.field is required", 422));
+//!     }
+//!     warnings.push("kopfexamples are an example");
+//!     Ok(())
+//! }
+//! async fn defaults(patch: Patch) -> Result<(), AdmissionError> {
+//!     patch.merge(json!({"metadata": {"labels": {"checked": "yes"}}}));
+//!     Ok(())
+//! }
+//!
+//! let operator = Operator::new()
+//!     .on_validate("kopfexamples", "check", check)
+//!     .on_mutate("kopfexamples", "defaults", defaults)
+//!     .webhooks_managed("kopfexamples.kopf.dev");
+//! # let _ = operator;
+//! ```
+//!
+//! Peering is not there yet.
 
 pub mod cli;
 pub mod registry;
@@ -92,6 +118,8 @@ pub use serde_json;
 /// `retries = 3`, `timeout = 60`, `labels(tier = "gold")` (see `kopf-macros`).
 pub mod on {
     pub use kopf_macros::{create, delete, field, resume, update};
+    #[cfg(feature = "admission")]
+    pub use kopf_macros::{mutate, validate};
 }
 
 /// Runs the handlers registered with the attribute macros: parses the command line
@@ -155,6 +183,19 @@ pub use kopf_core::processing::{Lifecycle, Persistence};
 pub use kopf_core::progress::ProgressStorage;
 pub use kopf_watch::{Discovered, Selector};
 
+#[cfg(feature = "admission")]
+pub use kopf_admission::{
+    AdmissionError, Converter, DryRun, Operation, SubResource, UserInfo, Warnings, WebhookOptions,
+    WebhookServer,
+};
+
+/// Admission and conversion webhooks: everything of `kopf-admission` (the server, the
+/// managed configurations, reviews...).
+#[cfg(feature = "admission")]
+pub mod admission {
+    pub use kopf_admission::*;
+}
+
 /// Kopf's diffs: items of `add`/`change`/`remove` with a path, old and new values.
 pub mod diff {
     pub use kopf_diff::{Diff, DiffItem, Op, diff, reduce, resolve};
@@ -198,6 +239,10 @@ pub enum Error {
     /// The liveness or metrics endpoint cannot serve.
     #[error("{0}")]
     Serve(String),
+    /// The webhook server could not start.
+    #[cfg(feature = "admission")]
+    #[error(transparent)]
+    Webhooks(#[from] kopf_admission::SetupError),
     /// The output of a command (rbac, fake-apiserver) cannot be written.
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
@@ -228,6 +273,8 @@ pub struct Operator {
     rate_limit: (f64, u32),
     grace_period: Duration,
     rbac_rules: Vec<serde_json::Value>,
+    #[cfg(feature = "admission")]
+    admission: kopf_admission::Admission,
 }
 
 impl Default for Operator {
@@ -249,6 +296,8 @@ impl Default for Operator {
             rate_limit: (100.0, 1000),
             grace_period: Duration::from_secs(20),
             rbac_rules: Vec::new(),
+            #[cfg(feature = "admission")]
+            admission: kopf_admission::Admission::default(),
         }
     }
 }
@@ -287,6 +336,117 @@ impl Operator {
             reason => HandlerSpec::from_arc(id, Some(reason), handler),
         };
         self.register(resource, spec, options)
+    }
+
+    /// A validating admission handler (Kopf's `@kopf.on.validate`): it reviews creations,
+    /// updates and deletions of the resource before the API server stores them; returning
+    /// an error ([`AdmissionError`] for a chosen code) denies the request with its message.
+    /// Extractors: `Body`, `Spec`, `Old`, `New`, `Diff`, [`Operation`], [`DryRun`],
+    /// [`UserInfo`], [`SubResource`], [`Warnings`]...
+    ///
+    /// The webhook server starts with the operator (see [`webhook_server`](Self::webhook_server)),
+    /// and with [`webhooks_managed`](Self::webhooks_managed) the operator registers it in
+    /// the cluster itself.
+    #[cfg(feature = "admission")]
+    pub fn on_validate<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        self.on_validate_with(resource, id, handler, WebhookOptions::default())
+    }
+
+    /// [`on_validate`](Self::on_validate) with options: operations, subresource, filters,
+    /// `persistent`, `side_effects`, `ignore_failures`.
+    #[cfg(feature = "admission")]
+    pub fn on_validate_with<Args>(
+        mut self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+        options: WebhookOptions,
+    ) -> Self {
+        self.admission
+            .handlers
+            .push(kopf_admission::WebhookHandler::new(
+                kopf_admission::WebhookKind::Validating,
+                resource,
+                id,
+                handler.into_handler(),
+                options,
+            ));
+        self
+    }
+
+    /// A mutating admission handler (Kopf's `@kopf.on.mutate`): what it merges into the
+    /// [`Patch`] is applied to the object before it is stored (sent to the API server as an
+    /// RFC 6902 JSON patch). Mutating handlers skip deletions unless they are for
+    /// `DELETE` only.
+    #[cfg(feature = "admission")]
+    pub fn on_mutate<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        self.on_mutate_with(resource, id, handler, WebhookOptions::default())
+    }
+
+    /// [`on_mutate`](Self::on_mutate) with options.
+    #[cfg(feature = "admission")]
+    pub fn on_mutate_with<Args>(
+        mut self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+        options: WebhookOptions,
+    ) -> Self {
+        self.admission
+            .handlers
+            .push(kopf_admission::WebhookHandler::new(
+                kopf_admission::WebhookKind::Mutating,
+                resource,
+                id,
+                handler.into_handler(),
+                options,
+            ));
+        self
+    }
+
+    /// A conversion webhook for the CRD `crd` (`<plural>.<group>`): `convert(object,
+    /// version)` returns the object in `version` (e.g. `"v2"`); the framework sets its
+    /// `apiVersion`. With [`webhooks_managed`](Self::webhooks_managed), the operator sets the
+    /// CRD's `spec.conversion` to call it. See [`Converter`].
+    #[cfg(feature = "admission")]
+    pub fn on_convert<E: std::fmt::Display>(
+        mut self,
+        crd: &str,
+        convert: impl Fn(serde_json::Value, &str) -> Result<serde_json::Value, E>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.admission.converters.push(Converter::new(crd, convert));
+        self
+    }
+
+    /// Where and how the webhook server listens (default: all interfaces, port 9443, a
+    /// generated certificate for `localhost`); the `run` options `--webhook-*` override it.
+    #[cfg(feature = "admission")]
+    pub fn webhook_server(mut self, server: WebhookServer) -> Self {
+        self.admission.settings.server = server;
+        self
+    }
+
+    /// Creates and keeps patched a ValidatingWebhookConfiguration and a
+    /// MutatingWebhookConfiguration of this name (one entry per handler, as Kopf's
+    /// `settings.admission.managed`), and points the converters' CRDs at the server. On
+    /// exit, only the persistent entries stay.
+    #[cfg(feature = "admission")]
+    pub fn webhooks_managed(mut self, name: impl Into<String>) -> Self {
+        self.admission.settings.managed = Some(name.into());
+        self
     }
 
     /// A creation handler.
@@ -747,9 +907,27 @@ impl Operator {
                 ));
             }
         };
+        #[allow(unused_mut)]
+        let mut extra = self.rbac_rules.clone();
+        #[cfg(feature = "admission")]
+        if self.admission.settings.managed.is_some() {
+            // The managed webhook configurations are created, then patched.
+            extra.push(serde_json::json!({
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                "verbs": ["create", "patch"],
+            }));
+            if !self.admission.converters.is_empty() {
+                extra.push(serde_json::json!({
+                    "apiGroups": ["apiextensions.k8s.io"],
+                    "resources": ["customresourcedefinitions"],
+                    "verbs": ["patch"],
+                }));
+            }
+        }
         rbac::manifests(
             &self.registrations,
-            &self.rbac_rules,
+            &extra,
             &all,
             &args.name,
             &args.account_namespace,
@@ -785,6 +963,8 @@ impl Operator {
             self.settings.worker_limit = Some(args.worker_limit);
         }
         self.grace_period = args.grace_period;
+        #[cfg(feature = "admission")]
+        self.apply_webhook_args(&args);
         if (args.metrics.is_some() || args.liveness.is_some()) && self.metrics.is_none() {
             self.metrics = Some(Metrics::new());
         }
@@ -858,6 +1038,51 @@ impl Operator {
         }
     }
 
+    #[cfg(feature = "admission")]
+    fn apply_webhook_args(&mut self, args: &cli::RunArgs) {
+        let server = &mut self.admission.settings.server;
+        if let Some(addr) = args.webhook_addr {
+            server.addr = addr;
+        }
+        if let Some(port) = args.webhook_port {
+            server.port = port;
+        }
+        if let Some(host) = &args.webhook_host {
+            server.host = Some(host.clone());
+        }
+        if let (Some(cert), Some(key)) = (&args.webhook_cert, &args.webhook_key) {
+            server.cert = Some((cert.clone(), key.clone()));
+        }
+        if let Some(ca) = &args.webhook_ca {
+            server.ca = Some(ca.clone());
+        }
+        if let Some(name) = &args.webhook_managed {
+            self.admission.settings.managed = Some(name.clone());
+        }
+    }
+
+    /// Starts the webhook server when there are admission handlers or converters: one
+    /// discovery (two requests) resolves their resources.
+    #[cfg(feature = "admission")]
+    async fn start_webhooks(
+        &self,
+        client: &kube::Client,
+        activities: &kopf_core::activities::ActivityContext,
+    ) -> Result<Option<kopf_admission::Running>, Error> {
+        if self.admission.is_empty() {
+            return Ok(None);
+        }
+        let discovered = kopf_watch::discover(client)
+            .await
+            .map_err(|e| Error::Webhooks(kopf_admission::SetupError::Discovery(e)))?;
+        let running = self
+            .admission
+            .clone()
+            .start(client.clone(), &discovered, activities.extensions.clone())
+            .await?;
+        Ok(Some(running))
+    }
+
     /// Runs until SIGINT or SIGTERM.
     pub async fn run(self, client: kube::Client) -> Result<(), Error> {
         self.run_until(client, stop_signal()).await
@@ -897,6 +1122,14 @@ impl Operator {
             started = kopf_core::activities::run_startup(&self.startup, &activities) => started?,
             _ = &mut shutdown => return Ok(()),
         }
+        #[cfg(feature = "admission")]
+        let webhooks = match self.start_webhooks(&client, &activities).await {
+            Ok(running) => running,
+            Err(e) => {
+                kopf_core::activities::run_cleanup(&self.cleanup, &activities).await;
+                return Err(e);
+            }
+        };
         let mut settings = self.settings;
         settings.memo = Arc::new(self.memo);
         let served = kopf_watch::Orchestrator::new(client, self.registrations)
@@ -906,6 +1139,10 @@ impl Operator {
             .wait_for_resources(self.wait_for_resources)
             .run(shutdown)
             .await;
+        #[cfg(feature = "admission")]
+        if let Some(webhooks) = webhooks {
+            webhooks.stop().await;
+        }
         kopf_core::activities::run_cleanup(&self.cleanup, &activities).await;
         served?;
         Ok(())

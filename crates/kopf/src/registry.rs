@@ -44,6 +44,28 @@ pub struct Registration {
 
 inventory::collect!(Registration);
 
+/// One admission handler registered by `#[kopf::on::validate]` or `#[kopf::on::mutate]`.
+#[cfg(feature = "admission")]
+pub struct WebhookRegistration {
+    /// The resource selector.
+    pub resource: &'static str,
+    /// The handler id.
+    pub id: &'static str,
+    /// Validating or mutating.
+    pub kind: kopf_admission::WebhookKind,
+    /// Builds the handler.
+    pub make: fn() -> Arc<dyn Handler>,
+    /// Builds the options.
+    pub options: fn() -> kopf_admission::WebhookOptions,
+    /// Where it was registered.
+    pub file: &'static str,
+    /// See `file`.
+    pub line: u32,
+}
+
+#[cfg(feature = "admission")]
+inventory::collect!(WebhookRegistration);
+
 impl Operator {
     /// An operator with every handler registered by the attribute macros in this binary.
     pub fn from_registry() -> Self {
@@ -68,6 +90,23 @@ impl Operator {
                 options.field = r.field.map(str::to_string);
             }
             op = op.register(r.resource, spec, options);
+        }
+        #[cfg(feature = "admission")]
+        {
+            let mut hooks: Vec<&WebhookRegistration> =
+                inventory::iter::<WebhookRegistration>.into_iter().collect();
+            hooks.sort_by_key(|r| (r.file, r.line));
+            for r in hooks {
+                op.admission
+                    .handlers
+                    .push(kopf_admission::WebhookHandler::new(
+                        r.kind,
+                        r.resource,
+                        r.id,
+                        (r.make)(),
+                        (r.options)(),
+                    ));
+            }
         }
         op
     }
