@@ -198,9 +198,15 @@ fn generate(sans: &[String]) -> Result<(CertifiedKey, Vec<u8>), TlsError> {
     let ca_key = KeyPair::generate().map_err(err)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // A distinct name per generated CA: a client trusting another one reports an
+    // unknown issuer rather than a bad signature.
+    let stamp = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "kopf-rs webhook CA");
+        .push(DnType::CommonName, format!("kopf-rs webhook CA {stamp:x}"));
     ca_params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
