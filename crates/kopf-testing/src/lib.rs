@@ -28,9 +28,11 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 pub mod catalog;
 pub mod cluster;
 pub mod control;
+mod conversion;
 pub mod discovery;
 pub mod error;
 pub mod events;
@@ -44,6 +46,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod table;
+pub mod webhook;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -60,6 +63,7 @@ pub use control::{
 };
 pub use runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
 pub use server::{OpenWatch, Settings, VersionInfo};
+pub use webhook::{ServiceRef, WebhookCall, WebhookOutcome};
 
 use server::{Shared, lock};
 use state::WriteOptions;
@@ -161,6 +165,23 @@ impl FakeApiServerBuilder {
     /// Serve aggregated discovery (true, the default) or only legacy documents.
     pub fn aggregated_discovery(mut self, on: bool) -> Self {
         self.settings.aggregated_discovery = on;
+        self
+    }
+
+    /// Where a webhook's `clientConfig.service` (`namespace`/`name`, `port`, 443 by default)
+    /// is reached: `address` is `host:port`, e.g. a test webhook server on 127.0.0.1. The
+    /// fake has no service network: calls to unmapped services fail as unreachable. The
+    /// server's certificate must be valid for `<name>.<namespace>.svc`.
+    pub fn webhook_service(
+        mut self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+        address: impl Into<String>,
+    ) -> Self {
+        self.settings
+            .webhook_services
+            .insert(ServiceRef::new(namespace, name, port), address.into());
         self
     }
 
@@ -491,6 +512,37 @@ impl FakeApiServer {
     /// Removes every fault, delay and pending expiry.
     pub fn clear_faults(&self) {
         *lock(&self.shared.faults) = control::Faults::default();
+    }
+
+    /// Every admission and conversion webhook call so far, in order (see [`WebhookCall`]).
+    pub fn webhook_calls(&self) -> Vec<WebhookCall> {
+        lock(&self.shared.webhooks.calls).clone()
+    }
+
+    /// Forgets the recorded webhook calls.
+    pub fn clear_webhook_calls(&self) {
+        lock(&self.shared.webhooks.calls).clear();
+    }
+
+    /// Maps a webhook service to an address at run time (see
+    /// [`FakeApiServerBuilder::webhook_service`]); `None` removes the mapping.
+    pub fn set_webhook_service(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+        address: Option<&str>,
+    ) {
+        let key = ServiceRef::new(namespace, name, port);
+        let mut settings = lock(&self.shared.settings);
+        match address {
+            Some(a) => {
+                settings.webhook_services.insert(key, a.to_string());
+            }
+            None => {
+                settings.webhook_services.remove(&key);
+            }
+        }
     }
 
     /// Changes the reported version at run time.

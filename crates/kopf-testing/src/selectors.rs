@@ -228,6 +228,70 @@ impl LabelSelector {
         self.reqs.is_empty()
     }
 
+    /// Builds a selector from a structured `LabelSelector` (`matchLabels` and
+    /// `matchExpressions` with `In`, `NotIn`, `Exists`, `DoesNotExist`), as webhook
+    /// configurations carry them. `null` and `{}` match everything.
+    pub fn from_spec(spec: &Value) -> Result<Self, SelectorError> {
+        let mut reqs = Vec::new();
+        if spec.is_null() {
+            return Ok(Self::default());
+        }
+        if let Some(labels) = spec.get("matchLabels").and_then(Value::as_object) {
+            for (k, v) in labels {
+                let v = v.as_str().ok_or_else(|| {
+                    SelectorError(format!("matchLabels[{k}]: the value must be a string"))
+                })?;
+                reqs.push(LabelReq {
+                    key: k.clone(),
+                    op: LabelOp::Eq(v.to_string()),
+                });
+            }
+        }
+        for e in spec
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let key = e
+                .get("key")
+                .and_then(Value::as_str)
+                .ok_or_else(|| SelectorError("matchExpressions: key is required".into()))?
+                .to_string();
+            let values: Vec<String> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let op = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+                "In" if !values.is_empty() => LabelOp::In(values),
+                "NotIn" if !values.is_empty() => LabelOp::NotIn(values),
+                "Exists" if values.is_empty() => LabelOp::Exists,
+                "DoesNotExist" if values.is_empty() => LabelOp::NotExists,
+                op @ ("In" | "NotIn") => {
+                    return Err(SelectorError(format!(
+                        "for '{op}' operator, the values set can't be empty"
+                    )));
+                }
+                op @ ("Exists" | "DoesNotExist") => {
+                    return Err(SelectorError(format!("values set must be empty for {op}")));
+                }
+                other => {
+                    return Err(SelectorError(format!(
+                        "{other:?} is not a valid label selector operator"
+                    )));
+                }
+            };
+            reqs.push(LabelReq { key, op });
+        }
+        Ok(LabelSelector { reqs })
+    }
+
     /// Matches an object's `metadata.labels` (None when absent).
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         self.reqs.iter().all(|r| {

@@ -1,6 +1,7 @@
 //! The HTTP front of the fake API server: routing, content negotiation, the verbs,
 //! watch streams, the control endpoints, the request log and fault injection.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -11,17 +12,20 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::admission::{self, Edit, Rejected};
 use crate::catalog::ResourceDef;
 use crate::control::{
     CONTROL_PREFIX, CounterKey, Counters, FaultRule, Faults, LatencyRule, RequestRecord,
     RequestTarget,
 };
+use crate::conversion::{self, CrdConversion};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::selectors::{FieldSelector, LabelSelector, field_value};
 use crate::state::{DeleteOptions, PatchType, State, StateConfig, WriteOptions};
 use crate::store::{Change, ChangeType};
 use crate::table;
+use crate::webhook::{ServiceRef, WebhookRuntime};
 
 /// The version reported by `/version`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -64,6 +68,9 @@ pub struct Settings {
     /// The longest a deleted, scheduled Pod stays Terminating before the simulated kubelet
     /// confirms (the Pod's grace period, capped by this).
     pub pod_termination_cap: Duration,
+    /// Where webhooks given as `clientConfig.service` are reached (`host:port`): the fake
+    /// has no service network. Calls to unmapped services fail as unreachable.
+    pub webhook_services: BTreeMap<ServiceRef, String>,
 }
 
 impl Default for Settings {
@@ -76,6 +83,7 @@ impl Default for Settings {
             crd_establish_delay: Duration::ZERO,
             aggregated_discovery: true,
             pod_termination_cap: Duration::from_secs(1),
+            webhook_services: BTreeMap::new(),
         }
     }
 }
@@ -117,6 +125,8 @@ pub(crate) struct Shared {
     pub close_tx: broadcast::Sender<Option<String>>,
     pub started: Instant,
     pub address: Mutex<String>,
+    /// The webhook client: TLS configurations and the call log.
+    pub webhooks: WebhookRuntime,
 }
 
 /// Locks a mutex, recovering from poisoning (a panicking handler must not wedge the server).
@@ -142,6 +152,7 @@ impl Shared {
             close_tx,
             started: Instant::now(),
             address: Mutex::new(String::new()),
+            webhooks: WebhookRuntime::default(),
         })
     }
 
@@ -415,12 +426,48 @@ fn json_response(code: u16, body: &Value, warnings: &[String]) -> Response<Body>
         HeaderValue::from_static("no-cache, private"),
     );
     for w in warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
-        if let Ok(v) = HeaderValue::from_str(&text) {
+        if let Ok(v) = HeaderValue::from_bytes(warning_header(w).as_bytes()) {
             h.append(header::WARNING, v);
         }
     }
     resp
+}
+
+/// A `Warning` header value as kube-apiserver writes it: `299 - "<text>"`, the text with
+/// `\` and `"` escaped and control characters replaced by spaces (UTF-8 passes unchanged).
+fn warning_header(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str("299 - \"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The error response of a write that admission rejected, with the webhooks' warnings.
+fn rejected_response(r: &Rejected) -> Response<Body> {
+    let mut resp = error_response(&r.error);
+    for w in &r.warnings {
+        if let Ok(v) = HeaderValue::from_bytes(warning_header(w).as_bytes()) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+fn written_response(result: Result<crate::state::Written, Rejected>) -> Response<Body> {
+    match result {
+        Ok(w) => json_response(w.code, &w.body, &w.warnings),
+        Err(r) => rejected_response(&r),
+    }
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
@@ -940,7 +987,24 @@ async fn serve_resource(
     let sub = if sub == Some("finalize") { None } else { sub };
     match verb.as_str() {
         "get" => {
-            let obj = lock(&shared.state).get(&def, ns, &name)?;
+            let (raw, conv) = {
+                let state = lock(&shared.state);
+                let raw = state.get_stored(&def, ns, &name)?;
+                let conv = if def.is_custom()
+                    && raw.get("apiVersion").and_then(Value::as_str)
+                        != Some(def.api_version().as_str())
+                {
+                    CrdConversion::lookup_webhook(&state, &def)
+                } else {
+                    None
+                };
+                (raw, conv)
+            };
+            let obj = conversion::present_all(shared, conv.as_ref(), &def, vec![raw])
+                .await?
+                .into_iter()
+                .next()
+                .unwrap_or(Value::Null);
             if let Some(include) = table_request(headers, query) {
                 let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
                 let t = table::table(&def, def.printer_columns.as_ref(), &[obj], meta, include);
@@ -948,7 +1012,7 @@ async fn serve_resource(
             }
             Ok(json_response(200, &obj, &[]))
         }
-        "list" => list(shared, &def, ns, query, table_request(headers, query)),
+        "list" => list(shared, &def, ns, query, table_request(headers, query)).await,
         "watch" => watch(
             shared,
             &def,
@@ -963,8 +1027,9 @@ async fn serve_resource(
             }
             let obj = decode_body(&content_type, body, false)?;
             let opts = write_options(query, headers)?;
-            let w = lock(&shared.state).create(&def, ns, obj, &opts)?;
-            Ok(json_response(w.code, &w.body, &w.warnings))
+            Ok(written_response(
+                admission::create(shared, &def, ns, obj, &opts).await,
+            ))
         }
         "update" => {
             if rr.name.is_none() {
@@ -972,8 +1037,9 @@ async fn serve_resource(
             }
             let obj = decode_body(&content_type, body, false)?;
             let opts = write_options(query, headers)?;
-            let w = lock(&shared.state).update(&def, ns, &name, sub, obj, &opts)?;
-            Ok(json_response(w.code, &w.body, &w.warnings))
+            Ok(written_response(
+                admission::update(shared, &def, ns, &name, sub, Edit::Put(obj), &opts).await,
+            ))
         }
         "patch" => {
             let Some(pt) = PatchType::from_content_type(&content_type) else {
@@ -988,20 +1054,24 @@ async fn serve_resource(
                 return Err(ApiError::method_not_allowed("patch", &def.plural));
             }
             let opts = write_options(query, headers)?;
-            let w = lock(&shared.state).patch(&def, ns, &name, sub, pt, body, &opts)?;
-            Ok(json_response(w.code, &w.body, &w.warnings))
+            Ok(written_response(
+                admission::update(shared, &def, ns, &name, sub, Edit::Patch(pt, body), &opts).await,
+            ))
         }
         "delete" => {
             let opts = delete_options(query, body)?;
-            let w = lock(&shared.state).delete(&def, ns, &name, &opts)?;
-            Ok(json_response(w.code, &w.body, &w.warnings))
+            Ok(written_response(
+                admission::delete(shared, &def, ns, &name, &opts).await,
+            ))
         }
         "deletecollection" => {
             let sel = Selectors::parse(&def, query)?;
             let opts = delete_options(query, body)?;
-            let list =
-                lock(&shared.state).delete_collection(&def, ns, &|o| sel.matches(o), &opts)?;
-            Ok(json_response(200, &list, &[]))
+            let matching = |o: &Value| sel.matches(o);
+            match admission::delete_collection(shared, &def, ns, &matching, &opts).await {
+                Ok(list) => Ok(json_response(200, &list, &[])),
+                Err(r) => Ok(rejected_response(&r)),
+            }
         }
         other => Err(ApiError::method_not_allowed(other, &def.plural)),
     }
@@ -1110,7 +1180,7 @@ fn table_request(headers: &HeaderMap, query: &Query) -> Option<table::IncludeObj
         .then(|| table::IncludeObject::parse(query.get("includeObject")))
 }
 
-fn list(
+async fn list(
     shared: &Arc<Shared>,
     def: &ResourceDef,
     ns: Option<&str>,
@@ -1140,7 +1210,6 @@ fn list(
             )],
         ));
     }
-    let state = lock(&shared.state);
     let res = State::res_key(def);
     let scope = if def.namespaced { ns } else { None };
     let (at_rv, start) = if let Some(token) = cont {
@@ -1154,24 +1223,32 @@ fn list(
     } else {
         (None, None)
     };
-    let (list_rv, items) = match at_rv {
-        Some(rv) => match state.store.list_at(&res, scope, rv) {
-            Some(items) => (rv, items),
-            None if cont.is_some() => {
-                return Err(ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.",
-                ));
-            }
-            None => {
-                return Err(ApiError::expired(format!(
-                    "too old resource version: {rv} ({})",
-                    state.store.compacted()
-                )));
-            }
-        },
-        None => (state.store.rv(), state.store.list(&res, scope)),
+    let (list_rv, items, conv) = {
+        let state = lock(&shared.state);
+        let (list_rv, items) = match at_rv {
+            Some(rv) => match state.store.list_at(&res, scope, rv) {
+                Some(items) => (rv, items),
+                None if cont.is_some() => {
+                    return Err(ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.",
+                    ));
+                }
+                None => {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {rv} ({})",
+                        state.store.compacted()
+                    )));
+                }
+            },
+            None => (state.store.rv(), state.store.list(&res, scope)),
+        };
+        let conv = if def.is_custom() {
+            CrdConversion::lookup_webhook(&state, def)
+        } else {
+            None
+        };
+        (list_rv, items, conv)
     };
-    drop_lock_then(state);
     let mut out = Vec::new();
     let mut next = None;
     let mut remaining = 0usize;
@@ -1193,7 +1270,7 @@ fn list(
             remaining += 1;
             continue;
         }
-        out.push((key, present_in_list(def, &obj)));
+        out.push((key, obj));
     }
     let mut metadata = json!({"resourceVersion": list_rv.to_string()});
     if let Some((ns, name)) = next {
@@ -1206,7 +1283,12 @@ fn list(
             metadata["remainingItemCount"] = json!(remaining);
         }
     }
-    let items: Vec<Value> = out.into_iter().map(|(_, o)| o).collect();
+    let raws: Vec<Arc<Value>> = out.into_iter().map(|(_, o)| o).collect();
+    let items: Vec<Value> = conversion::present_all(shared, conv.as_ref(), def, raws)
+        .await?
+        .into_iter()
+        .map(|o| list_item(def, o))
+        .collect();
     if let Some(include) = as_table {
         let t = table::table(def, def.printer_columns.as_ref(), &items, metadata, include);
         return Ok(json_response(200, &t, &[]));
@@ -1218,17 +1300,12 @@ fn list(
     ))
 }
 
-fn drop_lock_then<T>(guard: MutexGuard<'_, T>) {
-    drop(guard);
-}
-
-fn out_last_key(out: &[((String, String), Value)]) -> Option<(String, String)> {
+fn out_last_key(out: &[((String, String), Arc<Value>)]) -> Option<(String, String)> {
     out.last().map(|(k, _)| k.clone())
 }
 
 /// Items of built-in lists carry no apiVersion/kind; custom resources keep them.
-fn present_in_list(def: &ResourceDef, obj: &Value) -> Value {
-    let mut o = State::present(def, obj);
+fn list_item(def: &ResourceDef, mut o: Value) -> Value {
     if !def.is_custom()
         && let Some(m) = o.as_object_mut()
     {
@@ -1247,6 +1324,15 @@ struct WatchSpec {
     selectors: Selectors,
     bookmarks: bool,
     as_table: Option<table::IncludeObject>,
+    /// The CRD's conversion when it is by webhook.
+    conversion: Option<CrdConversion>,
+}
+
+/// An event waiting to be rendered: a stored object (converted and presented when sent),
+/// or a finished event (ERROR, BOOKMARK).
+enum PendingEvent {
+    Object(&'static str, Arc<Value>),
+    Ready(Value),
 }
 
 impl WatchSpec {
@@ -1255,8 +1341,8 @@ impl WatchSpec {
             && self.namespace.as_deref().is_none_or(|ns| c.key.0 == ns)
     }
 
-    /// The event a change produces for this watch, if any.
-    fn event(&self, c: &Change) -> Option<Value> {
+    /// The event a change produces for this watch, if any: its type and the stored object.
+    fn event(&self, c: &Change) -> Option<(&'static str, Arc<Value>)> {
         if !self.concerns(c) {
             return None;
         }
@@ -1270,12 +1356,42 @@ impl WatchSpec {
             ChangeType::Deleted if self.selectors.matches(&c.object) => "DELETED",
             _ => return None,
         };
-        Some(json!({"type": kind, "object": self.render(&c.object)}))
+        Some((kind, c.object.clone()))
     }
 
-    /// An object as the watch delivers it: itself, or a one-row Table.
-    fn render(&self, obj: &Value) -> Value {
-        let o = State::present(&self.def, obj);
+    /// Converts (by webhook, when the CRD says so) and renders stored objects as events,
+    /// with one conversion request for all of them.
+    async fn render_events(
+        &self,
+        shared: &Arc<Shared>,
+        pending: Vec<PendingEvent>,
+    ) -> ApiResult<Vec<Value>> {
+        let raws: Vec<Arc<Value>> = pending
+            .iter()
+            .filter_map(|p| match p {
+                PendingEvent::Object(_, o) => Some(o.clone()),
+                PendingEvent::Ready(_) => None,
+            })
+            .collect();
+        let mut presented =
+            conversion::present_all(shared, self.conversion.as_ref(), &self.def, raws)
+                .await?
+                .into_iter();
+        let mut out = Vec::with_capacity(pending.len());
+        for p in pending {
+            match p {
+                PendingEvent::Ready(v) => out.push(v),
+                PendingEvent::Object(kind, _) => {
+                    let o = presented.next().unwrap_or(Value::Null);
+                    out.push(json!({"type": kind, "object": self.render_presented(o)}));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A presented object as the watch delivers it: itself, or a one-row Table.
+    fn render_presented(&self, o: Value) -> Value {
         match self.as_table {
             None => o,
             Some(include) => {
@@ -1372,13 +1488,18 @@ fn watch(
         selectors,
         bookmarks,
         as_table,
+        conversion: if def.is_custom() {
+            CrdConversion::lookup_webhook(&lock(&shared.state), def)
+        } else {
+            None
+        },
     };
     let rv_param = query.get("resourceVersion").unwrap_or("").to_string();
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
 
     // Decide the start under the lock, subscribing before reading, so nothing is missed.
     let expire = lock(&shared.faults).take_expire(&def.plural);
-    let mut initial: Vec<Value> = Vec::new();
+    let mut initial: Vec<PendingEvent> = Vec::new();
     let live;
     let start_rv;
     {
@@ -1389,17 +1510,19 @@ fn watch(
         if expire {
             let status =
                 ApiError::expired(format!("too old resource version: {rv_param} ({current})"));
-            initial.push(json!({"type": "ERROR", "object": status.to_status()}));
+            initial.push(PendingEvent::Ready(
+                json!({"type": "ERROR", "object": status.to_status()}),
+            ));
             start_rv = None;
         } else if synthetic {
             let scope = spec.namespace.as_deref();
             for (_, obj) in state.store.list(&State::res_key(def), scope) {
                 if spec.selectors.matches(&obj) {
-                    initial.push(json!({"type": "ADDED", "object": spec.render(&obj)}));
+                    initial.push(PendingEvent::Object("ADDED", obj));
                 }
             }
             if send_initial == Some(true) {
-                initial.push(spec.bookmark(current, true));
+                initial.push(PendingEvent::Ready(spec.bookmark(current, true)));
             }
             start_rv = Some(current);
         } else {
@@ -1408,7 +1531,12 @@ fn watch(
             })?;
             match state.store.changes_since(n) {
                 Some(changes) => {
-                    initial.extend(changes.iter().filter_map(|c| spec.event(c)));
+                    initial.extend(
+                        changes
+                            .iter()
+                            .filter_map(|c| spec.event(c))
+                            .map(|(k, o)| PendingEvent::Object(k, o)),
+                    );
                     start_rv = Some(current.max(n));
                 }
                 None => {
@@ -1416,7 +1544,9 @@ fn watch(
                         "too old resource version: {n} ({})",
                         state.store.compacted()
                     ));
-                    initial.push(json!({"type": "ERROR", "object": status.to_status()}));
+                    initial.push(PendingEvent::Ready(
+                        json!({"type": "ERROR", "object": status.to_status()}),
+                    ));
                     start_rv = None;
                 }
             }
@@ -1472,7 +1602,7 @@ fn watch(
 async fn run_watch(
     shared: &Arc<Shared>,
     spec: WatchSpec,
-    initial: Vec<Value>,
+    initial: Vec<PendingEvent>,
     start_rv: Option<u64>,
     mut live: broadcast::Receiver<Arc<Change>>,
     mut close_rx: broadcast::Receiver<Option<String>>,
@@ -1480,6 +1610,15 @@ async fn run_watch(
     timeout: Duration,
     bookmark_interval: Duration,
 ) {
+    let initial = match spec.render_events(shared, initial).await {
+        Ok(events) => events,
+        Err(e) => {
+            let _ = tx
+                .send(line(&json!({"type": "ERROR", "object": e.to_status()})))
+                .await;
+            return;
+        }
+    };
     for ev in &initial {
         if !send_event(shared, &tx, ev).await {
             return;
@@ -1513,9 +1652,7 @@ async fn run_watch(
                         Ok(c) if c.rv <= rv => {
                             if c.rv > last_rv {
                                 last_rv = c.rv;
-                                if let Some(ev) = spec.event(&c)
-                                    && !send_event(shared, &tx, &ev).await
-                                {
+                                if !send_change(shared, &spec, &tx, &c).await {
                                     return;
                                 }
                             }
@@ -1523,9 +1660,7 @@ async fn run_watch(
                         Ok(c) => {
                             // A newer change: deliver it and stop draining.
                             last_rv = c.rv;
-                            if let Some(ev) = spec.event(&c)
-                                && !send_event(shared, &tx, &ev).await
-                            {
+                            if !send_change(shared, &spec, &tx, &c).await {
                                 return;
                             }
                             break;
@@ -1547,15 +1682,44 @@ async fn run_watch(
                         continue;
                     }
                     last_rv = c.rv;
-                    if let Some(ev) = spec.event(&c)
-                        && !send_event(shared, &tx, &ev).await
-                    {
+                    if !send_change(shared, &spec, &tx, &c).await {
                         return;
                     }
                 }
                 // Lagged or closed: end the stream; the client resumes from its last RV.
                 Err(_) => return,
             },
+        }
+    }
+}
+
+/// Sends the event of a change (if the watch sees it); false when the stream must end.
+async fn send_change(
+    shared: &Arc<Shared>,
+    spec: &WatchSpec,
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    c: &Change,
+) -> bool {
+    let Some((kind, obj)) = spec.event(c) else {
+        return true;
+    };
+    match spec
+        .render_events(shared, vec![PendingEvent::Object(kind, obj)])
+        .await
+    {
+        Ok(events) => {
+            for ev in &events {
+                if !send_event(shared, tx, ev).await {
+                    return false;
+                }
+            }
+            true
+        }
+        Err(e) => {
+            let _ = tx
+                .send(line(&json!({"type": "ERROR", "object": e.to_status()})))
+                .await;
+            false
         }
     }
 }
@@ -1665,6 +1829,33 @@ async fn control(
                 .and_then(Value::as_str)
                 .map(str::to_string);
             let _ = shared.close_tx.send(res);
+            Ok(json!({}))
+        }
+        ("GET", "webhook-calls") => {
+            Ok(serde_json::to_value(&*lock(&shared.webhooks.calls)).unwrap_or_default())
+        }
+        ("DELETE", "webhook-calls") => {
+            lock(&shared.webhooks.calls).clear();
+            Ok(json!({}))
+        }
+        ("POST", "webhook-services") => {
+            let p = parse(body)?;
+            let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let port = p
+                .get("port")
+                .and_then(Value::as_u64)
+                .and_then(|n| u16::try_from(n).ok())
+                .unwrap_or(443);
+            let key = ServiceRef::new(s("namespace"), s("name"), port);
+            let mut settings = lock(&shared.settings);
+            match p.get("address").and_then(Value::as_str) {
+                Some(a) if !a.is_empty() => {
+                    settings.webhook_services.insert(key, a.to_string());
+                }
+                _ => {
+                    settings.webhook_services.remove(&key);
+                }
+            }
             Ok(json!({}))
         }
         ("DELETE", "faults") => {

@@ -132,6 +132,15 @@ impl Written {
     }
 }
 
+/// What a PATCH amounts to.
+#[derive(Debug, Clone)]
+pub(crate) enum PatchTarget {
+    /// An apply patch of a missing object: create it from the applied configuration.
+    Create(Value, WriteOptions),
+    /// The patched object, to be written over the stored one.
+    Update(Value, WriteOptions),
+}
+
 /// The whole API state.
 pub struct State {
     /// Objects and history.
@@ -326,7 +335,8 @@ impl State {
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
-    fn get_stored(
+    /// The stored object, as stored (not presented).
+    pub(crate) fn get_stored(
         &self,
         def: &ResourceDef,
         namespace: Option<&str>,
@@ -372,7 +382,7 @@ impl State {
 
     /// Normalises a request body: an object with apiVersion/kind of the resource and the
     /// namespace of the URL.
-    fn normalise_body(
+    pub(crate) fn normalise_body(
         def: &ResourceDef,
         namespace: Option<&str>,
         mut body: Value,
@@ -443,6 +453,21 @@ impl State {
         body: Value,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
+        let obj = self.create_prepare(def, namespace, body)?;
+        let mut warnings = Vec::new();
+        let obj = self.create_finish(def, namespace, obj, opts, &mut warnings, true)?;
+        self.create_commit(def, namespace, obj, warnings, opts.dry_run)
+    }
+
+    /// The first step of a create: the normalised body with the server-set metadata (name,
+    /// uid, creationTimestamp, generation), in an existing, active namespace, before
+    /// defaulting and validation.
+    pub(crate) fn create_prepare(
+        &mut self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        body: Value,
+    ) -> ApiResult<Value> {
         let mut obj = Self::normalise_body(def, namespace, body)?;
         if def.namespaced && namespace.is_none_or(str::is_empty) {
             return Err(ApiError::bad_request(
@@ -512,14 +537,32 @@ impl State {
         {
             o.remove("status");
         }
-        let mut warnings = Vec::new();
+        Ok(obj)
+    }
+
+    /// The second step of a create: defaults, validation (unless `validate` is false: the
+    /// object mutating admission webhooks see is defaulted, not validated), managedFields.
+    pub(crate) fn create_finish(
+        &mut self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        mut obj: Value,
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+        validate: bool,
+    ) -> ApiResult<Value> {
+        let name = meta_str(&obj, "name").unwrap_or("").to_string();
         self.validate_and_default(
             def,
             None,
             &mut obj,
-            &mut warnings,
+            warnings,
             opts.field_validation.as_deref(),
+            validate,
         )?;
+        if !validate {
+            return Ok(obj);
+        }
         let manager = managed::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
@@ -539,7 +582,25 @@ impl State {
         if self.store.get(&res, &key).is_some() {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
-        if opts.dry_run {
+        Ok(obj)
+    }
+
+    /// The last step of a create: stores the finished object (unless `dry_run`).
+    pub(crate) fn create_commit(
+        &mut self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        obj: Value,
+        warnings: Vec<String>,
+        dry_run: bool,
+    ) -> ApiResult<Written> {
+        let name = meta_str(&obj, "name").unwrap_or("").to_string();
+        let res = Self::res_key(def);
+        let key = Self::key_of(def, namespace, &name);
+        if self.store.get(&res, &key).is_some() {
+            return Err(ApiError::already_exists(&def.group, &def.plural, &name));
+        }
+        if dry_run {
             return Ok(Written {
                 code: 201,
                 body: Self::present(def, &obj),
@@ -568,6 +629,7 @@ impl State {
         obj: &mut Value,
         warnings: &mut Vec<String>,
         field_validation: Option<&str>,
+        validate: bool,
     ) -> ApiResult<()> {
         let name = meta_str(obj, "name").unwrap_or("").to_string();
         if def.is_custom()
@@ -595,7 +657,7 @@ impl State {
         }
         match (def.group.as_str(), def.plural.as_str()) {
             ("", "namespaces") => {
-                if !is_valid_dns_label(&name) {
+                if validate && !is_valid_dns_label(&name) {
                     return Err(ApiError::invalid(
                         "",
                         "Namespace",
@@ -693,10 +755,24 @@ impl State {
                 }
             }
             ("" | "events.k8s.io", "events") if old.is_none() => {
-                validate_event(obj, def.group == "events.k8s.io")?;
+                if validate {
+                    validate_event(obj, def.group == "events.k8s.io")?;
+                }
+            }
+            (
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations" | "mutatingwebhookconfigurations",
+            ) => {
+                let mutating = def.plural == "mutatingwebhookconfigurations";
+                crate::admission::default_configuration(obj, mutating);
+                if validate {
+                    crate::admission::validate_configuration(obj, &def.kind, mutating)?;
+                }
             }
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
-                validate_crd(obj)?;
+                if validate {
+                    validate_crd(obj)?;
+                }
                 if old.is_none() {
                     let storage = obj
                         .pointer("/spec/versions")
@@ -720,7 +796,11 @@ impl State {
             && let Some(schema) = &def.schema
         {
             schema::prune_and_default(obj, schema);
-            let errors = schema::validate(obj, schema);
+            let errors = if validate {
+                schema::validate(obj, schema)
+            } else {
+                Vec::new()
+            };
             if !errors.is_empty() {
                 return Err(ApiError::invalid(
                     &def.group,
@@ -746,6 +826,19 @@ impl State {
         body: Value,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
+        let (old, new) = self.update_target(def, namespace, name, body)?;
+        self.write_over(def, &old, new, subresource, opts)
+    }
+
+    /// The stored object a PUT replaces and the normalised new object (checked for the name
+    /// and, for custom resources and CRDs, a resourceVersion).
+    pub(crate) fn update_target(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+    ) -> ApiResult<(Arc<Value>, Value)> {
         let new = Self::normalise_body(def, namespace, body)?;
         match meta_str(&new, "name") {
             Some(n) if n != name => {
@@ -770,7 +863,7 @@ impl State {
                 )],
             ));
         }
-        self.write_over(def, &old, new, subresource, opts)
+        Ok((old, new))
     }
 
     /// PATCH an object with one of the four patch types.
@@ -785,6 +878,44 @@ impl State {
         body: &[u8],
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
+        let existing = self
+            .store
+            .get(&Self::res_key(def), &Self::key_of(def, namespace, name));
+        let current = existing.as_ref().map(|o| Self::present(def, o));
+        let target = Self::patch_target(
+            def,
+            namespace,
+            name,
+            subresource,
+            patch_type,
+            body,
+            opts,
+            current.as_ref(),
+        )?;
+        match (target, existing) {
+            (PatchTarget::Create(applied, opts), _) => self.create(def, namespace, applied, &opts),
+            (PatchTarget::Update(new, opts), Some(old)) => {
+                self.write_over(def, &old, new, subresource, &opts)
+            }
+            (PatchTarget::Update(..), None) => {
+                Err(ApiError::not_found(&def.group, &def.plural, name))
+            }
+        }
+    }
+
+    /// What a PATCH amounts to: the patched object (from `current`, the stored object as
+    /// the request's version presents it), or a create when an apply patch meets no object.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn patch_target(
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        body: &[u8],
+        opts: &WriteOptions,
+        current: Option<&Value>,
+    ) -> ApiResult<PatchTarget> {
         if patch_type != PatchType::Apply && opts.force.is_some() {
             return Err(ApiError::invalid(
                 &def.group,
@@ -804,10 +935,7 @@ impl State {
                 "application/apply-patch+yaml",
             ]));
         }
-        let existing = self
-            .store
-            .get(&Self::res_key(def), &Self::key_of(def, namespace, name));
-        let old = match existing {
+        let current = match current {
             Some(o) => o,
             None if patch_type == PatchType::Apply && subresource.is_none() => {
                 let applied = parse_apply_body(body)?;
@@ -820,15 +948,14 @@ impl State {
                     apply: true,
                     ..opts.clone()
                 };
-                return self.create(def, namespace, applied, &opts);
+                return Ok(PatchTarget::Create(applied, opts));
             }
             None => return Err(ApiError::not_found(&def.group, &def.plural, name)),
         };
-        let current = Self::present(def, &old);
         let patched = match patch_type {
-            PatchType::Merge => patch::apply_merge_patch(&current, body),
-            PatchType::Json => patch::apply_json_patch(&current, body),
-            PatchType::Strategic => patch::apply_strategic_merge_patch(&current, body, &def.kind),
+            PatchType::Merge => patch::apply_merge_patch(current, body),
+            PatchType::Json => patch::apply_json_patch(current, body),
+            PatchType::Strategic => patch::apply_strategic_merge_patch(current, body, &def.kind),
             PatchType::Apply => {
                 check_apply_manager(def, name, opts)?;
                 let applied = parse_apply_body(body)?;
@@ -841,15 +968,7 @@ impl State {
                 }
                 let manager = opts.field_manager.clone().unwrap_or_default();
                 let force = opts.force.unwrap_or(false);
-                match managed::apply(
-                    &current,
-                    &applied,
-                    def,
-                    &manager,
-                    force,
-                    subresource,
-                    &now(),
-                ) {
+                match managed::apply(current, &applied, def, &manager, force, subresource, &now()) {
                     Ok(merged) => Ok(merged),
                     Err(conflicts) => {
                         let causes: Vec<Value> = conflicts
@@ -885,7 +1004,7 @@ impl State {
             apply: patch_type == PatchType::Apply,
             ..opts.clone()
         };
-        self.write_over(def, &old, new, subresource, &opts)
+        Ok(PatchTarget::Update(new, opts))
     }
 
     /// Common update path of PUT and PATCH.
@@ -893,16 +1012,26 @@ impl State {
         &mut self,
         def: &ResourceDef,
         old: &Value,
-        mut new: Value,
+        new: Value,
         subresource: Option<&str>,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
+        let new = self.over_prepare(def, old, new, subresource)?;
+        let mut warnings = Vec::new();
+        let new = self.over_finish(def, old, new, subresource, opts, &mut warnings, true)?;
+        self.over_commit(def, old, new, warnings, opts.dry_run)
+    }
+
+    /// The first step of an update: checks the resourceVersion, uid and name, restores the
+    /// server-owned metadata and what the subresource may not change.
+    pub(crate) fn over_prepare(
+        &self,
+        def: &ResourceDef,
+        old: &Value,
+        mut new: Value,
+        subresource: Option<&str>,
+    ) -> ApiResult<Value> {
         let name = meta_str(old, "name").unwrap_or("").to_string();
-        let applied_fields = if opts.apply {
-            meta(&new).get("managedFields").cloned()
-        } else {
-            None
-        };
         match meta_str(&new, "resourceVersion") {
             Some(rv) if !rv.is_empty() && Some(rv) != meta_str(old, "resourceVersion") => {
                 return Err(ApiError::stale(&def.group, &def.plural, &name));
@@ -959,7 +1088,8 @@ impl State {
             m.remove("selfLink");
         }
         if subresource == Some("status") {
-            // Only .status changes through /status.
+            // Only .status changes through /status (the managedFields an apply computed
+            // are kept for the next step).
             let mut merged = old.clone();
             match new.get("status") {
                 Some(s) => merged["status"] = s.clone(),
@@ -968,6 +1098,9 @@ impl State {
                         o.remove("status");
                     }
                 }
+            }
+            if let Some(fields) = meta(&new).get("managedFields").cloned() {
+                meta_mut(&mut merged).insert("managedFields".into(), fields);
             }
             new = merged;
         } else if def.status {
@@ -1001,14 +1134,39 @@ impl State {
                 ));
             }
         }
-        let mut warnings = Vec::new();
+        Ok(new)
+    }
+
+    /// The second step of an update: defaults, validation (unless `validate` is false),
+    /// managedFields and generation.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn over_finish(
+        &mut self,
+        def: &ResourceDef,
+        old: &Value,
+        mut new: Value,
+        subresource: Option<&str>,
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+        validate: bool,
+    ) -> ApiResult<Value> {
+        let applied_fields = if opts.apply {
+            meta(&new).get("managedFields").cloned()
+        } else {
+            None
+        };
         self.validate_and_default(
             def,
             Some(old),
             &mut new,
-            &mut warnings,
+            warnings,
             opts.field_validation.as_deref(),
+            validate,
         )?;
+        if !validate {
+            return Ok(new);
+        }
+        let old_meta = meta(old);
         match applied_fields {
             Some(fields) => {
                 meta_mut(&mut new).insert("managedFields".into(), fields);
@@ -1035,6 +1193,20 @@ impl State {
                 m.insert("resourceVersion".into(), rv.clone());
             }
         }
+        Ok(new)
+    }
+
+    /// The last step of an update: stores the finished object (unless it changes nothing or
+    /// `dry_run`), or removes it when it leaves a deleted object without finalizers.
+    pub(crate) fn over_commit(
+        &mut self,
+        def: &ResourceDef,
+        old: &Value,
+        new: Value,
+        warnings: Vec<String>,
+        dry_run: bool,
+    ) -> ApiResult<Written> {
+        let name = meta_str(old, "name").unwrap_or("").to_string();
         let res = Self::res_key(def);
         let key = Self::key_of(def, meta_str(old, "namespace"), &name);
         let terminating = meta(&new).get("deletionTimestamp").is_some();
@@ -1053,7 +1225,7 @@ impl State {
                 warnings,
             });
         }
-        if opts.dry_run {
+        if dry_run {
             return Ok(Written {
                 code: 200,
                 body: Self::present(def, &new),
@@ -1094,32 +1266,7 @@ impl State {
         opts: &DeleteOptions,
     ) -> ApiResult<Written> {
         let old = self.get_stored(def, namespace, name)?;
-        if let Some(uid) = &opts.precondition_uid
-            && Some(uid.as_str()) != meta_str(&old, "uid")
-        {
-            return Err(ApiError::conflict(
-                &def.group,
-                &def.plural,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&old, "uid").unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(rv) = &opts.precondition_rv
-            && Some(rv.as_str()) != meta_str(&old, "resourceVersion")
-        {
-            return Err(ApiError::conflict(
-                &def.group,
-                &def.plural,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&old, "resourceVersion").unwrap_or("")
-                ),
-            ));
-        }
+        Self::delete_preconditions(def, &old, name, opts)?;
         let is_namespace = def.group.is_empty() && def.plural == "namespaces";
         if is_namespace && PROTECTED_NAMESPACES.contains(&name) {
             return Err(ApiError::forbidden(
@@ -1239,6 +1386,42 @@ impl State {
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
         };
         Ok(Written::ok(body))
+    }
+
+    /// The preconditions (uid, resourceVersion) of a DELETE, checked against the stored object.
+    pub(crate) fn delete_preconditions(
+        def: &ResourceDef,
+        old: &Value,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<()> {
+        if let Some(uid) = &opts.precondition_uid
+            && Some(uid.as_str()) != meta_str(old, "uid")
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(old, "uid").unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(rv) = &opts.precondition_rv
+            && Some(rv.as_str()) != meta_str(old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(old, "resourceVersion").unwrap_or("")
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Removes an object now and applies the garbage-collection policy to its dependents.
@@ -1763,6 +1946,7 @@ fn validate_crd(crd: &Value) -> ApiResult<()> {
             "Invalid value: null: must have exactly one version marked as storage version",
         )),
     }
+    causes.extend(crate::conversion::validate_crd_conversion(crd));
     if causes.is_empty() {
         Ok(())
     } else {
