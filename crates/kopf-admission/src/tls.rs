@@ -1,398 +1,750 @@
-//! The webhook server's certificate: PEM files re-read when they change, or a CA and a
-//! server certificate generated at start for development. Only rustls' *ring* provider is
-//! used.
+//! The webhook server's certificate: PEM files reloaded when they change, or a CA and a
+//! certificate signed by it generated at start.
 //!
-//! The generated pair is a CA (ECDSA P-256, `CA:true`, key cert sign) and a leaf signed by
-//! it (`CA:false`, server auth) with the settings' SANs: webpki refuses a CA-flagged
-//! certificate as a server's own certificate, so one self-signed CA certificate would not
-//! do. IP SANs are written as IP addresses; `0.0.0.0` and `::` are left out.
+//! [`Tls::load`] reads or generates the certificate and builds a rustls
+//! [`ServerConfig`](rustls::ServerConfig) (ring provider, TLS 1.2 and 1.3, ALPN
+//! `http/1.1`) whose certificate resolver can be swapped: new handshakes pick up a
+//! reloaded pair while the listener and the connections already open go on.
+//!
+//! [`Tls::ca_bundle`] is the PEM the API server must trust (the `caBundle` of the webhook
+//! configurations, base64-encoded by the caller), and [`Tls::subscribe`] tells when it
+//! changes.
+//!
+//! ## Generated certificates
+//!
+//! [`CertSource::SelfSigned`] generates two ECDSA P-256 certificates: a CA
+//! (`basicConstraints` CA with path length 0, `keyCertSign`) and a server certificate
+//! signed by it (not a CA, `serverAuth`), served as the chain server + CA. A single
+//! self-signed CA-flagged certificate (Kopf's way) does not work here: rustls' verifier
+//! rejects a CA certificate used as the server's own. The CA's key lives only while the
+//! server certificate is signed: nothing else can ever be signed by this CA. Both are
+//! valid from an hour before the start (clock skew) for ten years; a restart generates
+//! new ones.
+//!
+//! The subject alternative names of the server certificate are `localhost`, `127.0.0.1`
+//! and `::1` (always: for local tools and health checks), then the names of the settings:
+//! IP addresses (also in brackets, `[::1]`) as IP SANs, normalised, except the unspecified
+//! `0.0.0.0` and `::`; the rest as DNS names, lower-cased, without a trailing dot,
+//! wildcards (`*.example.svc`) allowed. Duplicates are dropped.
+//!
+//! ## Certificate files
+//!
+//! [`CertSource::Files`] reads a certificate chain (PEM, the server's certificate first)
+//! and its private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC; RSA, ECDSA P-256/P-384 or
+//! Ed25519). The files are read again every [`TlsSettings::check_interval`]; when their
+//! content changed, the new pair is checked and swapped in. A pair that cannot be used
+//! (unreadable, not PEM, a key not matching the certificate, e.g. half-way through a
+//! rewrite) is logged once, and the previous pair goes on serving.
 
+use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, DnsName, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
+/// How often certificate files are checked for changes by default.
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The validity of generated certificates (from an hour before the start).
+const GENERATED_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The names always in a generated certificate.
+const ALWAYS_SANS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
 /// Where the server's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CertSource {
-    /// PEM files, re-read when they change.
+    /// PEM files, read again when they change (checked every
+    /// [`TlsSettings::check_interval`]).
     Files {
-        /// The certificate chain (the server's certificate first).
+        /// The certificate chain, the server's certificate first.
         cert: PathBuf,
-        /// Its private key.
+        /// The private key of the server's certificate.
         key: PathBuf,
-        /// The CA bundle for `caBundle` (default: the certificate file itself).
+        /// The CA bundle clients must trust; None: the certificate file itself.
         ca: Option<PathBuf>,
     },
-    /// A CA and a server certificate signed by it, generated at start.
+    /// A CA and a server certificate signed by it, generated at start (for development,
+    /// or when the operator manages its webhook configurations itself).
     SelfSigned {
-        /// Subject alternative names: host names or IP addresses.
+        /// Host names and IP addresses the certificate is for, besides `localhost`,
+        /// `127.0.0.1` and `::1` (see the [module docs](self)).
         sans: Vec<String>,
     },
 }
 
-/// How to load the certificate.
+/// What [`Tls::load`] loads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
-    /// The source.
+    /// Where the certificate comes from.
     pub source: CertSource,
-    /// How often the files are checked for changes.
+    /// How often certificate files are checked for changes ([`DEFAULT_CHECK_INTERVAL`]);
+    /// zero: never.
     pub check_interval: Duration,
 }
 
-/// Failures to load or generate the certificate.
+impl TlsSettings {
+    /// A CA and certificate generated at start for these names, see
+    /// [`CertSource::SelfSigned`].
+    pub fn self_signed<S: Into<String>>(sans: impl IntoIterator<Item = S>) -> Self {
+        TlsSettings {
+            source: CertSource::SelfSigned {
+                sans: sans.into_iter().map(Into::into).collect(),
+            },
+            check_interval: DEFAULT_CHECK_INTERVAL,
+        }
+    }
+
+    /// A certificate and key from PEM files, see [`CertSource::Files`].
+    pub fn files(cert: impl Into<PathBuf>, key: impl Into<PathBuf>, ca: Option<PathBuf>) -> Self {
+        TlsSettings {
+            source: CertSource::Files {
+                cert: cert.into(),
+                key: key.into(),
+                ca,
+            },
+            check_interval: DEFAULT_CHECK_INTERVAL,
+        }
+    }
+}
+
+/// Failures to read, check or generate the certificate. The messages name the file and
+/// what to do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// A file cannot be read.
-    #[error(
-        "cannot read the webhook {what} {path}: {source}; set --webhook-cert/--webhook-key to PEM files, or omit them for a generated certificate"
-    )]
+    #[error("cannot read the webhook {} {}: {source}; {}", .file.noun(), .path.display(), .file.hint())]
     Read {
-        /// certificate, key or CA bundle.
-        what: &'static str,
-        /// The file.
+        /// Which file.
+        file: FileKind,
+        /// Its path.
         path: PathBuf,
         /// The cause.
         source: std::io::Error,
     },
-    /// A file holds no usable PEM.
-    #[error("the webhook {what} {path} is not usable: {reason}")]
+    /// A file holds no usable PEM section of the expected kind.
+    #[error("the webhook {} {} {problem}; {}", .file.noun(), .path.display(), .file.hint())]
     Pem {
-        /// certificate, key or CA bundle.
-        what: &'static str,
-        /// The file.
+        /// Which file.
+        file: FileKind,
+        /// Its path.
         path: PathBuf,
-        /// Why.
-        reason: String,
+        /// What is wrong, e.g. "holds no PEM certificate".
+        problem: String,
     },
-    /// The key does not belong to the certificate, or the provider rejects it.
-    #[error("the webhook key {key} does not fit the certificate {cert}: {reason}")]
+    /// A certificate is not valid X.509.
+    #[error(
+        "the webhook {} {} holds an invalid certificate: {source}; {}",
+        .file.noun(),
+        .path.display(),
+        .file.hint()
+    )]
+    Certificate {
+        /// Which file.
+        file: FileKind,
+        /// Its path.
+        path: PathBuf,
+        /// The cause.
+        source: rustls::Error,
+    },
+    /// The key is of a kind the server cannot sign with.
+    #[error(
+        "the webhook key {} cannot be used: {source}; give an RSA, ECDSA (P-256, P-384) or Ed25519 key",
+        .path.display()
+    )]
+    Key {
+        /// The key file.
+        path: PathBuf,
+        /// The cause.
+        source: rustls::Error,
+    },
+    /// The key is not the certificate's.
+    #[error(
+        "the webhook key {} does not match the certificate {}; give the key the certificate was issued for (--webhook-key)",
+        .key.display(),
+        .cert.display()
+    )]
     Mismatch {
         /// The certificate file.
         cert: PathBuf,
         /// The key file.
         key: PathBuf,
-        /// Why.
-        reason: String,
     },
-    /// Generating the development certificate failed.
+    /// A name for the generated certificate is neither an IP address nor a DNS name.
+    #[error(
+        "{name:?} cannot be a name of the webhook certificate: it is neither an IP address nor a DNS name"
+    )]
+    Name {
+        /// The name.
+        name: String,
+    },
+    /// The CA or the certificate could not be generated.
     #[error("cannot generate the webhook certificate: {0}")]
-    Generate(String),
-    /// The rustls configuration failed.
-    #[error("cannot configure TLS for the webhooks: {0}")]
-    Config(String),
+    Generate(#[from] rcgen::Error),
+    /// The rustls configuration could not be built.
+    #[error("cannot configure TLS for the webhook server: {0}")]
+    Config(#[source] rustls::Error),
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// The files of [`CertSource::Files`], for [`TlsError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// The certificate (chain).
+    Cert,
+    /// The private key.
+    Key,
+    /// The CA bundle.
+    Ca,
 }
 
-#[derive(Debug)]
-struct Resolver(RwLock<Arc<CertifiedKey>>);
+impl FileKind {
+    fn noun(self) -> &'static str {
+        match self {
+            FileKind::Cert => "certificate",
+            FileKind::Key => "key",
+            FileKind::Ca => "CA bundle",
+        }
+    }
 
-impl ResolvesServerCert for Resolver {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.0.read().ok().map(|k| k.clone())
+    fn hint(self) -> &'static str {
+        match self {
+            FileKind::Cert => {
+                "set --webhook-cert to a PEM file, or omit it for a self-signed certificate"
+            }
+            FileKind::Key => "set --webhook-key to the PEM private key of --webhook-cert",
+            FileKind::Ca => {
+                "set --webhook-ca to a PEM file of CA certificates, or omit it to use the certificate file"
+            }
+        }
     }
 }
 
-/// The loaded certificate: a rustls configuration whose certificate is swapped when the
-/// files change, and the CA bundle for the webhook configurations.
+/// The loaded TLS state: a rustls [`ServerConfig`] whose certificate can be swapped, and
+/// the CA bundle. Clones share it; with [`CertSource::Files`], the files are watched
+/// until the last clone is dropped.
 #[derive(Clone)]
 pub struct Tls {
-    config: Arc<rustls::ServerConfig>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<ServerConfig>,
     resolver: Arc<Resolver>,
-    ca: Arc<watch::Sender<Vec<u8>>>,
-    watcher: Option<Arc<WatcherGuard>>,
+    ca: watch::Sender<Vec<u8>>,
+    reloader: Option<Arc<Reloader>>,
+    watcher: Option<tokio::task::AbortHandle>,
 }
 
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls").finish_non_exhaustive()
-    }
-}
-
-/// Ends the file watcher when the last `Tls` clone is dropped.
-struct WatcherGuard(tokio::task::JoinHandle<()>);
-
-impl Drop for WatcherGuard {
+impl Drop for Inner {
     fn drop(&mut self) {
-        self.0.abort();
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
     }
 }
 
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("files", &self.inner.reloader.as_ref().map(|r| &r.paths))
+            .field("watching", &self.inner.watcher.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// Reads the certificate files or generates a CA and a certificate, and builds the
+    /// server configuration. With [`CertSource::Files`] and a non-zero check interval,
+    /// called within a Tokio runtime, it also starts watching the files (logged, and
+    /// not watched, outside a runtime).
+    pub fn load(settings: &TlsSettings) -> Result<Tls, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (key, ca, paths) = match &settings.source {
+            CertSource::SelfSigned { sans } => {
+                let (key, ca) = generate(sans, &provider)?;
+                (key, ca, None)
+            }
+            CertSource::Files { cert, key, ca } => {
+                let paths = Paths {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    ca: ca.clone(),
+                };
+                let contents = paths.read()?;
+                let loaded = paths.parse(&contents, &provider)?;
+                (loaded.key, loaded.ca, Some((paths, contents)))
+            }
+        };
+        let resolver = Arc::new(Resolver {
+            current: RwLock::new(key),
+        });
+        let mut config = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(TlsError::Config)?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver.clone());
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let (ca_tx, _) = watch::channel(ca);
+        let reloader = paths.map(|(paths, contents)| {
+            Arc::new(Reloader {
+                paths,
+                provider,
+                resolver: resolver.clone(),
+                ca: ca_tx.clone(),
+                state: Mutex::new(State {
+                    good: contents,
+                    bad: None,
+                }),
+            })
+        });
+        let watcher = match &reloader {
+            Some(r) if !settings.check_interval.is_zero() => {
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => Some(
+                        rt.spawn(watch_files(r.clone(), settings.check_interval))
+                            .abort_handle(),
+                    ),
+                    Err(_) => {
+                        tracing::warn!(
+                            "The webhook certificate {} will not be reloaded when it changes: \
+                             it was loaded outside a Tokio runtime.",
+                            r.paths.cert.display()
+                        );
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        Ok(Tls {
+            inner: Arc::new(Inner {
+                config: Arc::new(config),
+                resolver,
+                ca: ca_tx,
+                reloader,
+                watcher,
+            }),
+        })
+    }
+
+    /// The server configuration: its certificate is always the current one.
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.inner.config.clone()
+    }
+
+    /// The PEM bundle of the CA certificates clients must trust (for the `caBundle` of the
+    /// webhook configurations, base64-encoded): the generated CA, the `ca` file, or else
+    /// the certificate file itself (as Kopf does). The current value: it changes when the
+    /// files are reloaded.
+    pub fn ca_bundle(&self) -> Vec<u8> {
+        self.inner.ca.borrow().clone()
+    }
+
+    /// Tells of CA bundle changes (only when the bundle's bytes change); the receiver
+    /// holds the current bundle, seen.
+    pub fn subscribe(&self) -> watch::Receiver<Vec<u8>> {
+        self.inner.ca.subscribe()
+    }
+
+    /// The certificate chain served now (the server's certificate first).
+    pub fn certificate_chain(&self) -> Vec<CertificateDer<'static>> {
+        self.inner.resolver.current().cert.clone()
+    }
+
+    /// Reads the certificate files now, and swaps in the pair if it changed: `Ok(true)`
+    /// if it did, `Ok(false)` if the files did not change (or the certificate was
+    /// generated), an error (the previous pair kept) if they cannot be used. Blocking
+    /// file I/O; the watcher does the same every check interval.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        match &self.inner.reloader {
+            None => Ok(false),
+            Some(r) => match r.check() {
+                Check::Unchanged { .. } => Ok(false),
+                Check::Reloaded => Ok(true),
+                Check::Failed { error, .. } => Err(error),
+            },
+        }
+    }
+}
+
+/// The certificate resolver of the server configuration: the current pair, swapped on
+/// reloads.
+#[derive(Debug)]
+struct Resolver {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl Resolver {
+    fn current(&self) -> Arc<CertifiedKey> {
+        match self.current.read() {
+            Ok(k) => k.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set(&self, key: Arc<CertifiedKey>) {
+        match self.current.write() {
+            Ok(mut k) => *k = key,
+            Err(poisoned) => *poisoned.into_inner() = key,
+        }
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// The paths of [`CertSource::Files`].
+#[derive(Debug)]
+struct Paths {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: Option<PathBuf>,
+}
+
+/// The bytes of the files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Contents {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    ca: Option<Vec<u8>>,
+}
+
+/// A usable pair and its CA bundle.
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    ca: Vec<u8>,
+}
+
+fn read_file(file: FileKind, path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
-        what,
-        path: path.to_path_buf(),
+        file,
+        path: path.to_owned(),
         source,
     })
 }
 
-fn certs(
-    what: &'static str,
+fn pem_problem(e: &pem::Error, what: &str) -> String {
+    match e {
+        pem::Error::NoItemsFound => format!("holds no PEM {what}"),
+        other => format!("is not valid PEM ({other})"),
+    }
+}
+
+impl Paths {
+    fn read(&self) -> Result<Contents, TlsError> {
+        Ok(Contents {
+            cert: read_file(FileKind::Cert, &self.cert)?,
+            key: read_file(FileKind::Key, &self.key)?,
+            ca: match &self.ca {
+                Some(ca) => Some(read_file(FileKind::Ca, ca)?),
+                None => None,
+            },
+        })
+    }
+
+    /// Parses the certificates, checks that the key is the first certificate's.
+    fn parse(&self, contents: &Contents, provider: &CryptoProvider) -> Result<Loaded, TlsError> {
+        let chain = certificates(FileKind::Cert, &self.cert, &contents.cert)?;
+        let key = PrivateKeyDer::from_pem_slice(&contents.key).map_err(|e| TlsError::Pem {
+            file: FileKind::Key,
+            path: self.key.clone(),
+            problem: pem_problem(&e, "private key (PKCS#8, PKCS#1 or SEC1)"),
+        })?;
+        let signing = provider
+            .key_provider
+            .load_private_key(key)
+            .map_err(|source| TlsError::Key {
+                path: self.key.clone(),
+                source,
+            })?;
+        let key = CertifiedKey::new(chain, signing);
+        match key.keys_match() {
+            // A key that cannot tell its public key is checked by the handshakes.
+            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+            Err(rustls::Error::InconsistentKeys(_)) => {
+                return Err(TlsError::Mismatch {
+                    cert: self.cert.clone(),
+                    key: self.key.clone(),
+                });
+            }
+            Err(source) => {
+                return Err(TlsError::Certificate {
+                    file: FileKind::Cert,
+                    path: self.cert.clone(),
+                    source,
+                });
+            }
+        }
+        let ca = match (&self.ca, &contents.ca) {
+            (Some(path), Some(ca)) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in certificates(FileKind::Ca, path, ca)? {
+                    roots.add(cert).map_err(|source| TlsError::Certificate {
+                        file: FileKind::Ca,
+                        path: path.clone(),
+                        source,
+                    })?;
+                }
+                ca.clone()
+            }
+            _ => contents.cert.clone(),
+        };
+        Ok(Loaded {
+            key: Arc::new(key),
+            ca,
+        })
+    }
+}
+
+/// The certificates of a PEM file: at least one.
+fn certificates(
+    file: FileKind,
     path: &Path,
     pem: &[u8],
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| TlsError::Pem {
-            what,
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::Pem {
-            what,
-            path: path.to_path_buf(),
-            reason: "no CERTIFICATE block found".into(),
-        });
+    let bad = |problem: String| TlsError::Pem {
+        file,
+        path: path.to_owned(),
+        problem,
+    };
+    let chain = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(pem_problem(&e, "certificate")))?;
+    if chain.is_empty() {
+        return Err(bad("holds no PEM certificate (BEGIN CERTIFICATE)".into()));
     }
-    Ok(certs)
+    Ok(chain)
 }
 
-/// Reads a certificate/key pair and the CA bundle from files.
-fn load_files(
-    cert: &Path,
-    key: &Path,
-    ca: Option<&Path>,
-) -> Result<(CertifiedKey, Vec<u8>), TlsError> {
-    let cert_pem = read("certificate", cert)?;
-    let chain = certs("certificate", cert, &cert_pem)?;
-    let key_pem = read("key", key)?;
-    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
-        what: "key",
-        path: key.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let certified =
-        CertifiedKey::from_der(chain, private, &provider()).map_err(|e| TlsError::Mismatch {
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    let bundle = match ca {
-        Some(ca) => {
-            let pem = read("CA bundle", ca)?;
-            certs("CA bundle", ca, &pem)?;
-            pem
+/// What the files were last time.
+struct State {
+    /// The pair served.
+    good: Contents,
+    /// The last failure, if the files changed since `good` and cannot be used: the
+    /// contents, or the read error's message.
+    bad: Option<Result<Contents, String>>,
+}
+
+/// Re-reads [`CertSource::Files`] and swaps the pair in.
+struct Reloader {
+    paths: Paths,
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<Resolver>,
+    ca: watch::Sender<Vec<u8>>,
+    state: Mutex<State>,
+}
+
+/// What [`Reloader::check`] found.
+enum Check {
+    /// The files are those served (`recovered`: after a failure).
+    Unchanged { recovered: bool },
+    /// A new pair is served.
+    Reloaded,
+    /// The files cannot be used (`repeated`: the same failure as last time).
+    Failed { error: TlsError, repeated: bool },
+}
+
+impl Reloader {
+    fn check(&self) -> Check {
+        let mut state = match self.state.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let contents = match self.paths.read() {
+            Ok(c) => c,
+            Err(error) => {
+                let failure = Err(error.to_string());
+                let repeated = state.bad.as_ref() == Some(&failure);
+                state.bad = Some(failure);
+                return Check::Failed { error, repeated };
+            }
+        };
+        if contents == state.good {
+            let recovered = state.bad.take().is_some();
+            return Check::Unchanged { recovered };
         }
-        None => cert_pem,
-    };
-    Ok((certified, bundle))
+        match self.paths.parse(&contents, &self.provider) {
+            Ok(loaded) => {
+                self.resolver.set(loaded.key);
+                self.ca.send_if_modified(|ca| {
+                    let changed = *ca != loaded.ca;
+                    if changed {
+                        *ca = loaded.ca;
+                    }
+                    changed
+                });
+                state.good = contents;
+                state.bad = None;
+                Check::Reloaded
+            }
+            Err(error) => {
+                let failure = Ok(contents);
+                let repeated = state.bad.as_ref() == Some(&failure);
+                state.bad = Some(failure);
+                Check::Failed { error, repeated }
+            }
+        }
+    }
 }
 
-fn generate(sans: &[String]) -> Result<(CertifiedKey, Vec<u8>), TlsError> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose, SanType,
-    };
-    let err = |e: rcgen::Error| TlsError::Generate(e.to_string());
-    let ca_key = KeyPair::generate().map_err(err)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // A distinct name per generated CA: a client trusting another one reports an
-    // unknown issuer rather than a bad signature.
-    let stamp = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
+/// Checks the files every `interval`, logging reloads and (once each) failures.
+async fn watch_files(reloader: Arc<Reloader>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await; // The first tick is now: the files were just read.
+    loop {
+        ticks.tick().await;
+        let r = reloader.clone();
+        let check = match tokio::task::spawn_blocking(move || r.check()).await {
+            Ok(check) => check,
+            Err(e) => {
+                tracing::error!("Checking the webhook certificate files failed: {e}");
+                continue;
+            }
+        };
+        let cert = reloader.paths.cert.display();
+        match check {
+            Check::Unchanged { recovered: false } => {}
+            Check::Unchanged { recovered: true } => {
+                tracing::info!(
+                    "The webhook certificate {cert} is back to the one served; serving it."
+                );
+            }
+            Check::Reloaded => {
+                tracing::info!("Reloaded the webhook certificate {cert}: new connections use it.");
+            }
+            Check::Failed { repeated: true, .. } => {}
+            Check::Failed {
+                error,
+                repeated: false,
+            } => {
+                tracing::error!("{error}; still serving the previous certificate.");
+            }
+        }
+    }
+}
+
+/// The names of a generated certificate: [`ALWAYS_SANS`], then `requested`, normalised
+/// (see the module docs).
+fn subject_alt_names(requested: &[String]) -> Result<Vec<SanType>, TlsError> {
+    let mut sans: Vec<SanType> = Vec::new();
+    for name in ALWAYS_SANS
+        .iter()
+        .copied()
+        .chain(requested.iter().map(String::as_str))
+    {
+        let trimmed = name.trim();
+        let unbracketed = trimmed
+            .strip_prefix('[')
+            .and_then(|n| n.strip_suffix(']'))
+            .unwrap_or(trimmed);
+        let san = if unbracketed.is_empty() {
+            continue;
+        } else if let Ok(ip) = unbracketed.parse::<IpAddr>() {
+            let ip = ip.to_canonical();
+            if ip.is_unspecified() {
+                continue;
+            }
+            SanType::IpAddress(ip)
+        } else {
+            let dns = trimmed.trim_end_matches('.').to_ascii_lowercase();
+            let base = dns.strip_prefix("*.").unwrap_or(&dns);
+            if DnsName::try_from(base).is_err() {
+                return Err(TlsError::Name { name: name.into() });
+            }
+            SanType::DnsName(
+                dns.try_into()
+                    .map_err(|_| TlsError::Name { name: name.into() })?,
+            )
+        };
+        if !sans.contains(&san) {
+            sans.push(san);
+        }
+    }
+    Ok(sans)
+}
+
+/// Generates a CA and a server certificate signed by it: the served pair (chain server +
+/// CA) and the CA's PEM.
+fn generate(
+    requested: &[String],
+    provider: &CryptoProvider,
+) -> Result<(Arc<CertifiedKey>, Vec<u8>), TlsError> {
+    let sans = subject_alt_names(requested)?;
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("kopf-rs webhook CA {stamp:x}"));
-    ca_params.key_usages = vec![
+    let not_before = rcgen::date_time_ymd(1970, 1, 1) + since_epoch - Duration::from_secs(3600);
+    let not_after = not_before + GENERATED_VALIDITY;
+
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut ca = CertificateParams::default();
+    // A name of its own per generated CA (from its key): a client trusting another one
+    // then reports an unknown issuer, not a bad signature.
+    let id: String = ca
+        .key_identifier(&ca_key)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    ca.distinguished_name = DistinguishedName::new();
+    ca.distinguished_name
+        .push(DnType::OrganizationName, "kopf-rs");
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("kopf-rs webhook CA {id}"));
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
-    let issuer = Issuer::new(ca_params, ca_key);
+    ca.not_before = not_before;
+    ca.not_after = not_after;
+    let ca = CertifiedIssuer::self_signed(ca, ca_key)?;
 
-    let mut names: Vec<SanType> = Vec::new();
-    for san in sans {
-        let san = san.trim_matches(|c| c == '[' || c == ']');
-        let entry = match san.parse::<IpAddr>() {
-            Ok(ip) if ip.is_unspecified() => continue,
-            Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName(san.to_string().try_into().map_err(err)?),
-        };
-        if !names.contains(&entry) {
-            names.push(entry);
-        }
-    }
-    let leaf_key = KeyPair::generate().map_err(err)?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-    params.subject_alt_names = names;
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.distinguished_name.push(
-        DnType::CommonName,
-        sans.first()
-            .cloned()
-            .unwrap_or_else(|| "kopf-rs webhooks".into()),
-    );
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let leaf = params.signed_by(&leaf_key, &issuer).map_err(err)?;
-    let private = PrivateKeyDer::try_from(leaf_key.serialize_der())
-        .map_err(|e| TlsError::Generate(e.to_string()))?;
-    let chain = vec![leaf.der().clone(), ca_cert.der().clone()];
-    let certified = CertifiedKey::from_der(chain, private, &provider())
-        .map_err(|e| TlsError::Generate(e.to_string()))?;
-    Ok((certified, ca_cert.pem().into_bytes()))
-}
-
-fn modified(paths: &[&Path]) -> Vec<Option<SystemTime>> {
-    paths
+    let common_name = sans
         .iter()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
-}
-
-impl Tls {
-    /// Loads the files or generates the certificate. For files, a task (on the current
-    /// tokio runtime, if any) checks them every `check_interval` and swaps a changed pair
-    /// in for new handshakes; a broken pair is logged and the old one kept.
-    pub fn load(settings: &TlsSettings) -> Result<Tls, TlsError> {
-        let (certified, bundle) = match &settings.source {
-            CertSource::Files { cert, key, ca } => load_files(cert, key, ca.as_deref())?,
-            CertSource::SelfSigned { sans } => generate(sans)?,
-        };
-        let resolver = Arc::new(Resolver(RwLock::new(Arc::new(certified))));
-        let mut config = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Config(e.to_string()))?
-            .with_no_client_auth()
-            .with_cert_resolver(resolver.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let (ca, _) = watch::channel(bundle);
-        let mut tls = Tls {
-            config: Arc::new(config),
-            resolver,
-            ca: Arc::new(ca),
-            watcher: None,
-        };
-        if let CertSource::Files { cert, key, ca } = &settings.source
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let (cert, key, ca) = (cert.clone(), key.clone(), ca.clone());
-            let (resolver, sender) = (tls.resolver.clone(), tls.ca.clone());
-            let interval = settings.check_interval.max(Duration::from_millis(10));
-            let task = runtime.spawn(async move {
-                let paths = |c: &PathBuf, k: &PathBuf, a: &Option<PathBuf>| {
-                    let mut v = vec![c.clone(), k.clone()];
-                    v.extend(a.clone());
-                    v
-                };
-                let all = paths(&cert, &key, &ca);
-                let refs: Vec<&Path> = all.iter().map(PathBuf::as_path).collect();
-                let mut seen = modified(&refs);
-                loop {
-                    tokio::time::sleep(interval).await;
-                    let now = modified(&refs);
-                    if now == seen {
-                        continue;
-                    }
-                    seen = now;
-                    match load_files(&cert, &key, ca.as_deref()) {
-                        Ok((certified, bundle)) => {
-                            if let Ok(mut current) = resolver.0.write() {
-                                *current = Arc::new(certified);
-                            }
-                            tracing::info!("Reloaded the webhook certificate {}.", cert.display());
-                            sender.send_if_modified(|b| {
-                                let changed = *b != bundle;
-                                *b = bundle;
-                                changed
-                            });
-                        }
-                        Err(e) => tracing::error!("{e}; still serving the previous certificate"),
-                    }
-                }
-            });
-            tls.watcher = Some(Arc::new(WatcherGuard(task)));
-        }
-        Ok(tls)
-    }
-
-    /// The rustls configuration (its certificate follows the reloads).
-    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
-        self.config.clone()
-    }
-
-    /// The CA bundle (PEM) the API server must trust: the generated CA, the `ca` file, or
-    /// the certificate file itself.
-    pub fn ca_bundle(&self) -> Vec<u8> {
-        self.ca.borrow().clone()
-    }
-
-    /// Changes of the CA bundle (after a reload of the files).
-    pub fn subscribe(&self) -> watch::Receiver<Vec<u8>> {
-        self.ca.subscribe()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_generated_pair_is_a_ca_and_a_leaf_with_the_sans() {
-        let tls = Tls::load(&TlsSettings {
-            source: CertSource::SelfSigned {
-                sans: vec!["localhost".into(), "0.0.0.0".into(), "127.0.0.1".into()],
-            },
-            check_interval: Duration::from_secs(60),
+        .find_map(|san| match san {
+            SanType::DnsName(dns) if !ALWAYS_SANS.contains(&dns.as_str()) => {
+                Some(dns.as_str().to_owned())
+            }
+            _ => None,
         })
-        .expect("generated");
-        let bundle = tls.ca_bundle();
-        let pem = String::from_utf8_lossy(&bundle);
-        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
-        assert_eq!(pem.matches("BEGIN CERTIFICATE").count(), 1);
-    }
+        .unwrap_or_else(|| "localhost".into());
+    let mut leaf = CertificateParams::default();
+    leaf.distinguished_name = DistinguishedName::new();
+    leaf.distinguished_name
+        .push(DnType::OrganizationName, "kopf-rs");
+    leaf.distinguished_name
+        .push(DnType::CommonName, common_name);
+    leaf.subject_alt_names = sans;
+    leaf.is_ca = IsCa::ExplicitNoCa;
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    leaf.not_before = not_before;
+    leaf.not_after = not_after;
+    let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let leaf = leaf.signed_by(&leaf_key, &ca)?;
 
-    #[test]
-    fn file_errors_name_the_file_and_what_to_do() {
-        let dir = tempfile::tempdir().expect("dir");
-        let cert = dir.path().join("tls.crt");
-        let key = dir.path().join("tls.key");
-        let load = || {
-            Tls::load(&TlsSettings {
-                source: CertSource::Files {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                    ca: None,
-                },
-                check_interval: Duration::from_secs(60),
-            })
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-        };
-        let missing = load().expect_err("missing");
-        assert!(
-            missing.contains("tls.crt") && missing.contains("--webhook-cert"),
-            "{missing}"
-        );
-        std::fs::write(&cert, "garbage").expect("write");
-        let garbage = load().expect_err("garbage");
-        assert!(garbage.contains("no CERTIFICATE"), "{garbage}");
-        // A key that does not belong to the certificate.
-        let a = rcgen::generate_simple_self_signed(vec!["a".to_string()]).expect("a");
-        let b = rcgen::generate_simple_self_signed(vec!["b".to_string()]).expect("b");
-        std::fs::write(&cert, a.cert.pem()).expect("write");
-        std::fs::write(&key, b.signing_key.serialize_pem()).expect("write");
-        let mismatch = load().expect_err("mismatch");
-        assert!(mismatch.contains("does not fit"), "{mismatch}");
-        std::fs::write(&key, a.signing_key.serialize_pem()).expect("write");
-        load().expect("a matching pair");
-    }
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let key = CertifiedKey::from_der(vec![leaf.der().clone(), ca.der().clone()], key, provider)
+        .map_err(TlsError::Config)?;
+    Ok((Arc::new(key), ca.pem().into_bytes()))
 }
