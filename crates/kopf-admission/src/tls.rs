@@ -748,3 +748,288 @@ fn generate(
         .map_err(TlsError::Config)?;
     Ok((Arc::new(key), ca.pem().into_bytes()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use super::*;
+
+    fn names(sans: &[&str]) -> Result<Vec<SanType>, TlsError> {
+        subject_alt_names(&sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    fn dns(name: &str) -> SanType {
+        SanType::DnsName(name.try_into().expect("a DNS name"))
+    }
+
+    #[test]
+    fn sans_are_normalised_with_the_local_names_first() {
+        let sans = names(&[
+            "0.0.0.0",
+            "::",
+            " [::1] ",
+            "Operator.Example.SVC.",
+            "10.0.0.1",
+            "::ffff:10.0.0.1",
+            "*.webhooks.svc",
+            "LOCALHOST",
+            "fd00::2",
+            "",
+        ])
+        .expect("valid names");
+        assert_eq!(
+            sans,
+            vec![
+                dns("localhost"),
+                SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+                dns("operator.example.svc"),
+                SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))),
+                dns("*.webhooks.svc"),
+                SanType::IpAddress("fd00::2".parse().expect("an IP")),
+            ]
+        );
+    }
+
+    #[test]
+    fn names_that_are_neither_ips_nor_dns_names_are_refused() {
+        for bad in [
+            "host:8443",
+            "under score!",
+            "a..b",
+            "-leading.example",
+            "ünï.example",
+        ] {
+            let e = names(&[bad]).expect_err(bad);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{bad:?} cannot be a name of the webhook certificate: it is neither an IP \
+                     address nor a DNS name"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn the_generated_chain_is_a_leaf_then_its_ca_and_the_bundle_is_the_ca() {
+        let tls = Tls::load(&TlsSettings::self_signed(["webhooks.example"])).expect("generated");
+        let chain = tls.certificate_chain();
+        assert_eq!(chain.len(), 2);
+        let bundle = tls.ca_bundle();
+        let cas = CertificateDer::pem_slice_iter(&bundle)
+            .collect::<Result<Vec<_>, _>>()
+            .expect("PEM");
+        assert_eq!(cas, vec![chain[1].clone()]);
+        assert_ne!(chain[0], chain[1]);
+        assert_eq!(tls.reload().expect("nothing to reload"), false);
+        // Another load, another CA.
+        let other = Tls::load(&TlsSettings::self_signed(["webhooks.example"])).expect("generated");
+        assert_ne!(other.ca_bundle(), bundle);
+    }
+
+    struct Pair {
+        cert: String,
+        key: String,
+    }
+
+    fn pair(name: &str) -> Pair {
+        let p = rcgen::generate_simple_self_signed(vec![name.to_string()]).expect("a pair");
+        Pair {
+            cert: p.cert.pem(),
+            key: p.signing_key.serialize_pem(),
+        }
+    }
+
+    struct Dir {
+        dir: tempfile::TempDir,
+    }
+
+    impl Dir {
+        fn new() -> Self {
+            Dir {
+                dir: tempfile::tempdir().expect("a temporary directory"),
+            }
+        }
+        fn path(&self, name: &str) -> PathBuf {
+            self.dir.path().join(name)
+        }
+        fn write(&self, name: &str, content: impl AsRef<[u8]>) {
+            std::fs::write(self.path(name), content).expect("written");
+        }
+        fn settings(&self, ca: bool) -> TlsSettings {
+            let mut s = TlsSettings::files(
+                self.path("tls.crt"),
+                self.path("tls.key"),
+                ca.then(|| self.path("ca.crt")),
+            );
+            s.check_interval = Duration::ZERO;
+            s
+        }
+        fn error(&self, ca: bool) -> String {
+            let e = Tls::load(&self.settings(ca)).expect_err("an unusable pair");
+            // The messages quote the paths; compare them without the directory.
+            e.to_string()
+                .replace(&format!("{}/", self.dir.path().display()), "")
+        }
+    }
+
+    #[test]
+    fn file_errors_name_the_file_and_what_to_do() {
+        let d = Dir::new();
+        let a = pair("a.example");
+        let b = pair("b.example");
+        assert!(d.error(false).starts_with(
+            "cannot read the webhook certificate tls.crt: No such file or directory (os error 2); \
+             set --webhook-cert to a PEM file, or omit it for a self-signed certificate"
+        ));
+        d.write("tls.crt", &a.cert);
+        assert_eq!(
+            d.error(false),
+            "cannot read the webhook key tls.key: No such file or directory (os error 2); set \
+             --webhook-key to the PEM private key of --webhook-cert"
+        );
+        d.write("tls.key", &a.key);
+        assert_eq!(
+            d.error(true),
+            "cannot read the webhook CA bundle ca.crt: No such file or directory (os error 2); \
+             set --webhook-ca to a PEM file of CA certificates, or omit it to use the \
+             certificate file"
+        );
+
+        d.write("tls.crt", "garbage");
+        assert_eq!(
+            d.error(false),
+            "the webhook certificate tls.crt holds no PEM certificate (BEGIN CERTIFICATE); set \
+             --webhook-cert to a PEM file, or omit it for a self-signed certificate"
+        );
+        d.write("tls.crt", &a.key);
+        assert!(d.error(false).contains("holds no PEM certificate"));
+        d.write(
+            "tls.crt",
+            "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
+        );
+        let e = d.error(false);
+        assert!(
+            e.starts_with("the webhook certificate tls.crt is not valid PEM (base64 decode error"),
+            "{e}"
+        );
+        d.write(
+            "tls.crt",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        );
+        let e = d.error(false);
+        assert!(
+            e.starts_with("the webhook certificate tls.crt holds an invalid certificate: "),
+            "{e}"
+        );
+        assert!(
+            e.ends_with(
+                "; set --webhook-cert to a PEM file, or omit it for a self-signed certificate"
+            ),
+            "{e}"
+        );
+
+        d.write("tls.crt", &a.cert);
+        d.write("tls.key", &a.cert);
+        assert_eq!(
+            d.error(false),
+            "the webhook key tls.key holds no PEM private key (PKCS#8, PKCS#1 or SEC1); set \
+             --webhook-key to the PEM private key of --webhook-cert"
+        );
+        d.write("tls.key", &b.key);
+        assert_eq!(
+            d.error(false),
+            "the webhook key tls.key does not match the certificate tls.crt; give the key the \
+             certificate was issued for (--webhook-key)"
+        );
+
+        d.write("tls.key", &a.key);
+        d.write("ca.crt", "not a CA");
+        assert_eq!(
+            d.error(true),
+            "the webhook CA bundle ca.crt holds no PEM certificate (BEGIN CERTIFICATE); set \
+             --webhook-ca to a PEM file of CA certificates, or omit it to use the certificate \
+             file"
+        );
+        d.write("ca.crt", &b.cert);
+        let tls = Tls::load(&d.settings(true)).expect("a usable pair");
+        assert_eq!(tls.ca_bundle(), b.cert.as_bytes());
+        let tls = Tls::load(&d.settings(false)).expect("a usable pair");
+        assert_eq!(tls.ca_bundle(), a.cert.as_bytes());
+    }
+
+    #[test]
+    fn reloads_swap_usable_pairs_and_keep_the_previous_one_otherwise() {
+        let d = Dir::new();
+        let (a, b) = (pair("a.example"), pair("b.example"));
+        d.write("tls.crt", &a.cert);
+        d.write("tls.key", &a.key);
+        let tls = Tls::load(&d.settings(false)).expect("loaded");
+        let mut changes = tls.subscribe();
+        let served_a = tls.certificate_chain();
+        assert_eq!(tls.reload().expect("unchanged"), false);
+
+        // Half-way through a rewrite: the new certificate, the old key.
+        d.write("tls.crt", &b.cert);
+        let e = tls.reload().expect_err("mismatched");
+        assert!(matches!(e, TlsError::Mismatch { .. }), "{e}");
+        assert_eq!(tls.certificate_chain(), served_a);
+        assert!(!changes.has_changed().expect("open"));
+        assert!(tls.reload().is_err(), "still mismatched");
+
+        d.write("tls.key", &b.key);
+        assert_eq!(tls.reload().expect("reloaded"), true);
+        assert_ne!(tls.certificate_chain(), served_a);
+        assert!(changes.has_changed().expect("open"));
+        assert_eq!(*changes.borrow_and_update(), b.cert.as_bytes());
+        assert_eq!(tls.ca_bundle(), b.cert.as_bytes());
+
+        // Gone, then back: the same pair, no change announced.
+        let served_b = tls.certificate_chain();
+        std::fs::remove_file(d.path("tls.key")).expect("removed");
+        assert!(matches!(
+            tls.reload(),
+            Err(TlsError::Read {
+                file: FileKind::Key,
+                ..
+            })
+        ));
+        d.write("tls.key", &b.key);
+        assert_eq!(tls.reload().expect("unchanged"), false);
+        assert_eq!(tls.certificate_chain(), served_b);
+        assert!(!changes.has_changed().expect("open"));
+    }
+
+    #[test]
+    fn failures_are_reported_once_until_the_files_change() {
+        let d = Dir::new();
+        let a = pair("a.example");
+        d.write("tls.crt", &a.cert);
+        d.write("tls.key", &a.key);
+        let tls = Tls::load(&d.settings(false)).expect("loaded");
+        let reloader = tls.inner.reloader.clone().expect("files");
+        let repeated = |check: Check| match check {
+            Check::Failed { repeated, .. } => Some(repeated),
+            _ => None,
+        };
+        d.write("tls.key", "garbage");
+        assert_eq!(repeated(reloader.check()), Some(false));
+        assert_eq!(repeated(reloader.check()), Some(true));
+        d.write("tls.key", "other garbage");
+        assert_eq!(repeated(reloader.check()), Some(false));
+        std::fs::remove_file(d.path("tls.key")).expect("removed");
+        assert_eq!(repeated(reloader.check()), Some(false));
+        assert_eq!(repeated(reloader.check()), Some(true));
+        d.write("tls.key", &a.key);
+        assert!(matches!(
+            reloader.check(),
+            Check::Unchanged { recovered: true }
+        ));
+        assert!(matches!(
+            reloader.check(),
+            Check::Unchanged { recovered: false }
+        ));
+    }
+}
