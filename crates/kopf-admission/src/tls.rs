@@ -2,7 +2,7 @@
 //! certificate signed by it generated at start.
 //!
 //! [`Tls::load`] reads or generates the certificate and builds a rustls
-//! [`ServerConfig`](rustls::ServerConfig) (ring provider, TLS 1.2 and 1.3, ALPN
+//! [`ServerConfig`] (ring provider, TLS 1.2 and 1.3, ALPN
 //! `http/1.1`) whose certificate resolver can be swapped: new handshakes pick up a
 //! reloaded pair while the listener and the connections already open go on.
 //!
@@ -823,7 +823,7 @@ mod tests {
             .expect("PEM");
         assert_eq!(cas, vec![chain[1].clone()]);
         assert_ne!(chain[0], chain[1]);
-        assert_eq!(tls.reload().expect("nothing to reload"), false);
+        assert!(!tls.reload().expect("nothing to reload"));
         // Another load, another CA.
         let other = Tls::load(&TlsSettings::self_signed(["webhooks.example"])).expect("generated");
         assert_ne!(other.ca_bundle(), bundle);
@@ -969,7 +969,7 @@ mod tests {
         let tls = Tls::load(&d.settings(false)).expect("loaded");
         let mut changes = tls.subscribe();
         let served_a = tls.certificate_chain();
-        assert_eq!(tls.reload().expect("unchanged"), false);
+        assert!(!tls.reload().expect("unchanged"));
 
         // Half-way through a rewrite: the new certificate, the old key.
         d.write("tls.crt", &b.cert);
@@ -980,7 +980,7 @@ mod tests {
         assert!(tls.reload().is_err(), "still mismatched");
 
         d.write("tls.key", &b.key);
-        assert_eq!(tls.reload().expect("reloaded"), true);
+        assert!(tls.reload().expect("reloaded"));
         assert_ne!(tls.certificate_chain(), served_a);
         assert!(changes.has_changed().expect("open"));
         assert_eq!(*changes.borrow_and_update(), b.cert.as_bytes());
@@ -997,7 +997,7 @@ mod tests {
             })
         ));
         d.write("tls.key", &b.key);
-        assert_eq!(tls.reload().expect("unchanged"), false);
+        assert!(!tls.reload().expect("unchanged"));
         assert_eq!(tls.certificate_chain(), served_b);
         assert!(!changes.has_changed().expect("open"));
     }
