@@ -1,10 +1,10 @@
 //! The webhook server's certificate: PEM files reloaded when they change, or a CA and a
 //! certificate signed by it generated at start.
 //!
-//! [`Tls::load`] reads or generates the certificate and builds a rustls
-//! [`ServerConfig`] (ring provider, TLS 1.2 and 1.3, ALPN
-//! `http/1.1`) whose certificate resolver can be swapped: new handshakes pick up a
-//! reloaded pair while the listener and the connections already open go on.
+//! [`Tls::load`] reads or generates the certificate and builds a rustls [`ServerConfig`]
+//! (ring provider, TLS 1.2 and 1.3, ALPN `http/1.1`) whose certificate resolver can be
+//! swapped: new handshakes pick up a reloaded pair while the listener and the connections
+//! already open go on.
 //!
 //! [`Tls::ca_bundle`] is the PEM the API server must trust (the `caBundle` of the webhook
 //! configurations, base64-encoded by the caller), and [`Tls::subscribe`] tells when it
