@@ -837,7 +837,7 @@ impl<'a> Admission<'a> {
     }
 
     /// Converts the body of a committed write back to the request's version.
-    async fn from_storage(&self, mut w: Written) -> Result<Written, Rejected> {
+    async fn answer_from_storage(&self, mut w: Written) -> Result<Written, Rejected> {
         if self.plan.converts_writes(self.def)
             && w.body.get("kind").and_then(Value::as_str) == Some(self.def.kind.as_str())
         {
@@ -951,7 +951,7 @@ pub(crate) async fn create(
     let w = lock(&shared.state)
         .create_commit(&commit_def, namespace, stored, warnings, opts.dry_run)
         .map_err(|e| adm.reject(e))?;
-    adm.from_storage(w).await
+    adm.answer_from_storage(w).await
 }
 
 /// The body of a PUT or PATCH.
@@ -1127,7 +1127,7 @@ pub(crate) async fn update(
                 .over_commit(&commit_def, &old_raw, stored, warnings, write_opts.dry_run)
                 .map_err(|e| adm.reject(e))?
         };
-        return adm.from_storage(w).await;
+        return adm.answer_from_storage(w).await;
     }
 }
 
@@ -1195,7 +1195,10 @@ async fn delete_one(
                 .delete(&commit_def, namespace, name, opts)
                 .map_err(|e| adm.reject(e))?
         };
-        return adm.from_storage(w).await.map(|w| (w, Some(old_view)));
+        return adm
+            .answer_from_storage(w)
+            .await
+            .map(|w| (w, Some(old_view)));
     }
 }
 

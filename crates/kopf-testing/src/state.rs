@@ -754,10 +754,8 @@ impl State {
                     });
                 }
             }
-            ("" | "events.k8s.io", "events") if old.is_none() => {
-                if validate {
-                    validate_event(obj, def.group == "events.k8s.io")?;
-                }
+            ("" | "events.k8s.io", "events") if old.is_none() && validate => {
+                validate_event(obj, def.group == "events.k8s.io")?;
             }
             (
                 "admissionregistration.k8s.io",

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod webhook;
+
 use kopf_testing::FakeApiServer;
 use serde_json::{Value, json};
 
