@@ -24,6 +24,7 @@ struct Cli {
     command: Command,
 }
 
+#[allow(clippy::large_enum_variant)] // parsed once per process
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run an operator binary built with kopf-rs until SIGINT/SIGTERM.
