@@ -1140,7 +1140,7 @@ pub(crate) async fn delete(
     name: &str,
     opts: &DeleteOptions,
 ) -> Result<Written, Rejected> {
-    delete_one(shared, def, namespace, name, opts)
+    delete_one(shared, def, namespace, name, opts, false)
         .await
         .map(|(w, _)| w)
 }
@@ -1151,6 +1151,7 @@ async fn delete_one(
     namespace: Option<&str>,
     name: &str,
     opts: &DeleteOptions,
+    want_old: bool,
 ) -> Result<(Written, Option<Value>), Rejected> {
     let mut attempt = 0;
     loop {
@@ -1160,7 +1161,9 @@ async fn delete_one(
             let existing = state.get_stored(def, namespace, name).ok();
             let plan = Plan::new(&state, def, None, Operation::Delete, namespace);
             if !staged(&plan, def, existing.as_deref()) {
-                let old = existing.map(|o| State::present(def, &o));
+                let old = existing
+                    .filter(|_| want_old)
+                    .map(|o| State::present(def, &o));
                 return state
                     .delete(def, namespace, name, opts)
                     .map(|w| (w, old))
@@ -1209,13 +1212,14 @@ pub(crate) async fn delete_collection(
     namespace: Option<&str>,
     matching: &(dyn Fn(&Value) -> bool + Sync),
     opts: &DeleteOptions,
-) -> Result<Value, Rejected> {
+) -> Result<(Value, Vec<String>), Rejected> {
     let targets: Vec<(String, String)> = {
         let mut state = lock(&shared.state);
         let plan = Plan::new(&state, def, None, Operation::Delete, namespace);
         if !plan.has_hooks() && plan.webhook_conversion().is_none() {
             return state
                 .delete_collection(def, namespace, matching, opts)
+                .map(|list| (list, Vec::new()))
                 .map_err(Into::into);
         }
         let scope = if def.namespaced { namespace } else { None };
@@ -1231,7 +1235,7 @@ pub(crate) async fn delete_collection(
     let mut warnings = Vec::new();
     for (ns, name) in targets {
         let ns = (!ns.is_empty()).then_some(ns.as_str());
-        match delete_one(shared, def, ns, &name, opts).await {
+        match delete_one(shared, def, ns, &name, opts, true).await {
             Ok((w, old)) => {
                 warnings.extend(w.warnings);
                 if w.body.get("kind") == Some(&json!("Status")) {
@@ -1253,18 +1257,13 @@ pub(crate) async fn delete_collection(
         }
     }
     let rv = lock(&shared.state).store.rv();
-    if !warnings.is_empty() {
-        tracing::debug!(
-            count = warnings.len(),
-            "webhook warnings of a deletecollection"
-        );
-    }
-    Ok(json!({
+    let list = json!({
         "kind": format!("{}List", def.kind),
         "apiVersion": def.api_version(),
         "metadata": {"resourceVersion": rv.to_string()},
         "items": items,
-    }))
+    });
+    Ok((list, warnings))
 }
 
 // ---------------------------------------------------------------------------------------------

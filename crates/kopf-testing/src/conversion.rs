@@ -90,7 +90,12 @@ impl CrdConversion {
                 .and_then(Value::as_str)
                 .unwrap_or(&def.version)
                 .to_string(),
-            storage_schema: storage.and_then(|v| v.pointer("/schema/openAPIV3Schema").cloned()),
+            // Only conversions by webhook store through the storage version's definition.
+            storage_schema: if webhook.is_some() {
+                storage.and_then(|v| v.pointer("/schema/openAPIV3Schema").cloned())
+            } else {
+                None
+            },
             webhook,
         })
     }

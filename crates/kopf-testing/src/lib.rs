@@ -13,6 +13,31 @@
 //! collection by ownerReferences, and the four patch types. It logs and counts every
 //! request and can inject faults.
 //!
+//! It calls admission webhooks (`MutatingWebhookConfiguration`,
+//! `ValidatingWebhookConfiguration`) and CRD conversion webhooks over HTTPS, verified
+//! against their `caBundle`, as kube-apiserver does — see the `admission` and `conversion`
+//! notes below and [`webhook`]. Every call is recorded ([`FakeApiServer::webhook_calls`]).
+//! Webhooks given as `clientConfig.service` are reached through
+//! [`FakeApiServerBuilder::webhook_service`].
+//!
+//! **Admission.** On create, update, patch and delete (subresources included) the webhooks
+//! whose rules, `matchPolicy`, `namespaceSelector` and `objectSelector` match are called:
+//! mutating ones in order (by configuration name, then list order) with their JSON patches
+//! applied, then schema defaulting and validation, then validating ones in parallel, then
+//! storage; nothing is stored when one rejects. Denials and failures (`failurePolicy`) answer
+//! as kube-apiserver does; webhook warnings become `Warning` headers; dry runs send
+//! `dryRun: true`. The state is not locked while webhooks run; a write that finds the object
+//! changed afterwards starts over (PATCH) or gets 409 (PUT with a resourceVersion). Not
+//! implemented: `reinvocationPolicy: IfNeeded`, `matchConditions` (CEL), CONNECT, the
+//! `/scale` subresource, and deletions the server makes itself (garbage collection,
+//! namespace/CRD cleanup) or writes through [`FakeApiServer::apply_object`], which bypass
+//! admission.
+//!
+//! **Conversion.** CRDs with `spec.conversion.strategy: Webhook` store objects in the
+//! storage version and convert them by webhook (`ConversionReview` v1) for reads (get, list
+//! and watch, one review per list), for writes through other versions and for admission
+//! webhooks that match another version; `strategy: None` only rewrites `apiVersion`.
+//!
 //! ```no_run
 //! use kopf_testing::FakeApiServer;
 //! use kube::api::{Api, PostParams};

@@ -1069,7 +1069,7 @@ async fn serve_resource(
             let opts = delete_options(query, body)?;
             let matching = |o: &Value| sel.matches(o);
             match admission::delete_collection(shared, &def, ns, &matching, &opts).await {
-                Ok(list) => Ok(json_response(200, &list, &[])),
+                Ok((list, warnings)) => Ok(json_response(200, &list, &warnings)),
                 Err(r) => Ok(rejected_response(&r)),
             }
         }

@@ -6,75 +6,14 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::webhook::{TestWebhook, admission_response, configuration, rule, webhook};
+use common::webhook::{
+    TestWebhook, configuration, conversion_crd, conversion_handler, rule, webhook,
+};
 use futures::StreamExt;
 use kopf_testing::{FakeApiServer, WebhookOutcome};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-
-/// The conversion: v1 `spec.field` ⇄ v2 `spec.value`; labels pass unchanged.
-fn convert(obj: &Value, desired: &str) -> Value {
-    let mut out = obj.clone();
-    let spec = obj.get("spec").cloned().unwrap_or(json!({}));
-    let (from, to) = if desired == "kopf.dev/v2" {
-        ("field", "value")
-    } else {
-        ("value", "field")
-    };
-    let mut new_spec = json!({});
-    if let Some(v) = spec.get(from) {
-        new_spec[to] = v.clone();
-    }
-    out["spec"] = new_spec;
-    out["apiVersion"] = json!(desired);
-    out
-}
-
-fn conversion_handler(fail: Arc<AtomicBool>) -> common::webhook::Handler {
-    Arc::new(move |path: &str, review: &Value| {
-        if path.starts_with("/admit") {
-            return admission_response(review, true, json!({})).into();
-        }
-        let req = &review["request"];
-        let desired = req["desiredAPIVersion"].as_str().unwrap_or("");
-        let result = if fail.load(Ordering::SeqCst) {
-            json!({"status": "Failure", "message": "the converter is broken"})
-        } else {
-            json!({"status": "Success"})
-        };
-        let objects: Vec<Value> = req["objects"]
-            .as_array()
-            .map(|a| a.iter().map(|o| convert(o, desired)).collect())
-            .unwrap_or_default();
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-            "response": {"uid": req["uid"], "result": result, "convertedObjects": objects}})
-        .into()
-    })
-}
-
-fn crd(hook: &TestWebhook) -> Value {
-    let schema = |prop: &str| {
-        json!({"openAPIV3Schema": {"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {prop: {"type": "string"}}}}}})
-    };
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "kopfexamples.kopf.dev"},
-        "spec": {
-            "group": "kopf.dev", "scope": "Namespaced",
-            "names": {"kind": "KopfExample", "plural": "kopfexamples", "singular": "kopfexample"},
-            "versions": [
-                {"name": "v1", "served": true, "storage": true, "schema": schema("field")},
-                {"name": "v2", "served": true, "storage": false, "schema": schema("value")},
-            ],
-            "conversion": {"strategy": "Webhook", "webhook": {
-                "clientConfig": hook.client_config("/convert"),
-                "conversionReviewVersions": ["v1"]}},
-        },
-    })
-}
 
 fn api(client: kube::Client, version: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -105,7 +44,7 @@ async fn objects_are_stored_in_the_storage_version_and_served_in_any() {
     let fail = Arc::new(AtomicBool::new(false));
     let hook = TestWebhook::start(conversion_handler(fail.clone())).await;
     let server = FakeApiServer::start().await.expect("start");
-    server.apply_object(crd(&hook)).expect("CRD");
+    server.apply_object(conversion_crd(&hook)).expect("CRD");
     let v1 = api(server.client(), "v1");
     let v2 = api(server.client(), "v2");
 
@@ -209,7 +148,7 @@ async fn objects_are_stored_in_the_storage_version_and_served_in_any() {
 async fn watches_deliver_converted_objects() {
     let hook = TestWebhook::start(conversion_handler(Arc::default())).await;
     let server = FakeApiServer::start().await.expect("start");
-    server.apply_object(crd(&hook)).expect("CRD");
+    server.apply_object(conversion_crd(&hook)).expect("CRD");
     let v1 = api(server.client(), "v1");
     let v2 = api(server.client(), "v2");
     v1.create(
@@ -250,7 +189,7 @@ async fn watches_deliver_converted_objects() {
 async fn equivalent_admission_webhooks_see_their_version() {
     let hook = TestWebhook::start(conversion_handler(Arc::default())).await;
     let server = FakeApiServer::start().await.expect("start");
-    server.apply_object(crd(&hook)).expect("CRD");
+    server.apply_object(conversion_crd(&hook)).expect("CRD");
     server
         .apply_object(configuration(
             false,

@@ -473,3 +473,149 @@ async fn kubectl_1_32_typed_commands_send_protobuf() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("not apps/v1 Deployment"), "{stderr}");
 }
+
+/// Admission webhooks as kubectl users see them: denials on stderr, warnings printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_webhook_denials_and_warnings() {
+    use common::webhook::{TestWebhook, admission_response, configuration, rule, webhook};
+    let hook = TestWebhook::start(std::sync::Arc::new(|_, review: &Value| {
+        let tier = review
+            .pointer("/request/object/metadata/labels/tier")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if tier == "bad" {
+            admission_response(
+                review,
+                false,
+                serde_json::json!({"status": {"code": 422, "reason": "Invalid",
+                    "message": "tier \"bad\" is not allowed"}}),
+            )
+            .into()
+        } else {
+            admission_response(
+                review,
+                true,
+                serde_json::json!({"warnings": ["the tier label is deprecated", "use the \"level\" label"]}),
+            )
+            .into()
+        }
+    }))
+    .await;
+    let server = FakeApiServer::start().await.expect("start");
+    server
+        .apply_object(configuration(
+            false,
+            "tiers",
+            vec![webhook(
+                "tier.kopf.dev",
+                hook.client_config("/validate"),
+                rule(&["CREATE", "UPDATE"], "", "v1", &["configmaps"]),
+                serde_json::json!({}),
+            )],
+        ))
+        .expect("configuration");
+    let Some(k) = kubectl_for(&server, None) else {
+        return;
+    };
+    let manifest = |name: &str, tier: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels:\n    tier: {tier}\ndata:\n  k: v\n"
+        )
+    };
+    let denied = k
+        .try_run(&["apply", "-f", "-"], Some(&manifest("bad1", "bad")))
+        .await;
+    assert!(!denied.status.success());
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        stderr.contains(
+            "admission webhook \"tier.kopf.dev\" denied the request: tier \"bad\" is not allowed"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        k.try_run(&["get", "cm", "bad1"], None)
+            .await
+            .stderr
+            .starts_with(b"Error from server (NotFound)")
+    );
+    let created = k
+        .try_run(&["apply", "-f", "-"], Some(&manifest("good1", "gold")))
+        .await;
+    let stderr = String::from_utf8_lossy(&created.stderr);
+    assert!(created.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.contains(&"Warning: the tier label is deprecated"),
+        "{stderr}"
+    );
+    assert!(
+        lines.contains(&"Warning: use the \"level\" label"),
+        "{stderr}"
+    );
+    // Updates are reviewed too: kubectl label goes through the webhook.
+    let relabel = k
+        .try_run(&["label", "cm", "good1", "tier=bad", "--overwrite"], None)
+        .await;
+    assert!(!relabel.status.success());
+    assert!(String::from_utf8_lossy(&relabel.stderr).contains("tier \"bad\" is not allowed"));
+}
+
+/// `kubectl get <plural>.<version>.<group>` reads objects converted by a conversion webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_objects_converted_to_another_version() {
+    use common::webhook::{TestWebhook, conversion_crd, conversion_handler};
+    let hook = TestWebhook::start(conversion_handler(Default::default())).await;
+    let server = FakeApiServer::start().await.expect("start");
+    server.apply_object(conversion_crd(&hook)).expect("CRD");
+    server
+        .apply_object(
+            serde_json::json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "stored-v1", "namespace": "default"}, "spec": {"field": "one"}}),
+        )
+        .expect("object");
+    let Some(k) = kubectl_for(&server, None) else {
+        return;
+    };
+    let got = k
+        .json(&["get", "kopfexamples.v2.kopf.dev", "stored-v1"])
+        .await;
+    assert_eq!(got["apiVersion"], "kopf.dev/v2");
+    assert_eq!(got["spec"], serde_json::json!({"value": "one"}));
+    // Written through v2 with kubectl, stored in v1.
+    k.run_in(
+        &["apply", "-f", "-"],
+        Some("apiVersion: kopf.dev/v2\nkind: KopfExample\nmetadata:\n  name: written-v2\nspec:\n  value: two\n"),
+    )
+    .await;
+    let stored = server
+        .objects()
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "written-v2")
+        .expect("stored");
+    assert_eq!(stored["apiVersion"], "kopf.dev/v1");
+    assert_eq!(stored["spec"], serde_json::json!({"field": "two"}));
+    let list = k.json(&["get", "kopfexamples.v2.kopf.dev"]).await;
+    let items: Vec<(&str, &Value)> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| (i["apiVersion"].as_str().unwrap_or(""), &i["spec"]))
+        .collect();
+    assert_eq!(
+        items,
+        [
+            ("kopf.dev/v2", &serde_json::json!({"value": "one"})),
+            ("kopf.dev/v2", &serde_json::json!({"value": "two"}))
+        ]
+    );
+    let table = k.run(&["get", "kopfexamples.v2.kopf.dev"]).await;
+    assert!(
+        table.contains("stored-v1") && table.contains("written-v2"),
+        "{table}"
+    );
+    let v1 = k
+        .json(&["get", "kopfexamples.v1.kopf.dev", "written-v2"])
+        .await;
+    assert_eq!(v1["spec"], serde_json::json!({"field": "two"}));
+}

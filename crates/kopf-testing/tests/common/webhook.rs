@@ -2,6 +2,7 @@
 //! (SAN 127.0.0.1 and a service name), hyper over tokio-rustls, and a handler per test.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -246,4 +247,71 @@ pub fn webhook(name: &str, client_config: Value, rules: Value, extra: Value) -> 
 /// A rule for operations on resources of a group/version.
 pub fn rule(ops: &[&str], group: &str, version: &str, resources: &[&str]) -> Value {
     json!([{"operations": ops, "apiGroups": [group], "apiVersions": [version], "resources": resources}])
+}
+
+// ---------------------------------------------------------------------------------------------
+// A conversion webhook for a KopfExample CRD with v1 (storage, `spec.field`) and v2
+// (`spec.value`).
+
+/// The conversion: v1 `spec.field` ⇄ v2 `spec.value`; labels pass unchanged.
+pub fn convert(obj: &Value, desired: &str) -> Value {
+    let mut out = obj.clone();
+    let spec = obj.get("spec").cloned().unwrap_or(json!({}));
+    let (from, to) = if desired == "kopf.dev/v2" {
+        ("field", "value")
+    } else {
+        ("value", "field")
+    };
+    let mut new_spec = json!({});
+    if let Some(v) = spec.get(from) {
+        new_spec[to] = v.clone();
+    }
+    out["spec"] = new_spec;
+    out["apiVersion"] = json!(desired);
+    out
+}
+
+pub fn conversion_handler(fail: Arc<AtomicBool>) -> Handler {
+    Arc::new(move |path: &str, review: &Value| {
+        if path.starts_with("/admit") {
+            return admission_response(review, true, json!({})).into();
+        }
+        let req = &review["request"];
+        let desired = req["desiredAPIVersion"].as_str().unwrap_or("");
+        let result = if fail.load(Ordering::SeqCst) {
+            json!({"status": "Failure", "message": "the converter is broken"})
+        } else {
+            json!({"status": "Success"})
+        };
+        let objects: Vec<Value> = req["objects"]
+            .as_array()
+            .map(|a| a.iter().map(|o| convert(o, desired)).collect())
+            .unwrap_or_default();
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "response": {"uid": req["uid"], "result": result, "convertedObjects": objects}})
+        .into()
+    })
+}
+
+pub fn conversion_crd(hook: &TestWebhook) -> Value {
+    let schema = |prop: &str| {
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {prop: {"type": "string"}}}}}})
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "kopfexamples.kopf.dev"},
+        "spec": {
+            "group": "kopf.dev", "scope": "Namespaced",
+            "names": {"kind": "KopfExample", "plural": "kopfexamples", "singular": "kopfexample"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true, "schema": schema("field")},
+                {"name": "v2", "served": true, "storage": false, "schema": schema("value")},
+            ],
+            "conversion": {"strategy": "Webhook", "webhook": {
+                "clientConfig": hook.client_config("/convert"),
+                "conversionReviewVersions": ["v1"]}},
+        },
+    })
 }
