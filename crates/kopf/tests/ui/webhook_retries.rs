@@ -1,0 +1,6 @@
+#[kopf::on::validate("kopfexamples", operations = ["CREATE"], retries = 3)]
+async fn check() -> Result<(), kopf::AdmissionError> {
+    Ok(())
+}
+
+fn main() {}
