@@ -127,8 +127,9 @@ pub struct WebhookCall {
     pub uid: String,
     /// What came of it.
     pub outcome: WebhookOutcome,
-    /// How long the call took (connection, request and response).
-    #[serde(serialize_with = "millis")]
+    /// How long the call took (connection, request and response); serialised as
+    /// `durationMillis`.
+    #[serde(rename = "durationMillis", serialize_with = "millis")]
     pub duration: Duration,
 }
 

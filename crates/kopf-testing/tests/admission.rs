@@ -699,6 +699,15 @@ async fn dry_runs_call_webhooks_with_dry_run_set() {
     assert_eq!(req["dryRun"], true);
     assert_eq!(req["options"]["dryRun"], json!(["All"]));
     assert!(server.webhook_calls()[0].dry_run);
+    // The calls are also served to non-Rust clients.
+    let raw = Raw::new(&server);
+    let calls = raw.get("/__kopf/webhook-calls").await.json();
+    assert_eq!(calls[0]["webhook"], "dry.kopf.dev");
+    assert_eq!(calls[0]["outcome"], json!({"type": "allowed"}));
+    assert_eq!(calls[0]["dryRun"], true);
+    assert!(calls[0]["durationMillis"].as_f64().is_some());
+    raw.send("DELETE", "/__kopf/webhook-calls", None, b"").await;
+    assert!(server.webhook_calls().is_empty());
 }
 
 #[tokio::test]
