@@ -361,22 +361,19 @@ impl Operator {
     /// `persistent`, `side_effects`, `ignore_failures`.
     #[cfg(feature = "admission")]
     pub fn on_validate_with<Args>(
-        mut self,
+        self,
         resource: impl Into<Selector>,
         id: &str,
         handler: impl IntoHandler<Args>,
         options: WebhookOptions,
     ) -> Self {
-        self.admission
-            .handlers
-            .push(kopf_admission::WebhookHandler::new(
-                kopf_admission::WebhookKind::Validating,
-                resource,
-                id,
-                handler.into_handler(),
-                options,
-            ));
-        self
+        self.webhook(
+            kopf_admission::WebhookKind::Validating,
+            resource,
+            id,
+            handler,
+            options,
+        )
     }
 
     /// A mutating admission handler (Kopf's `@kopf.on.mutate`): what it merges into the
@@ -396,7 +393,25 @@ impl Operator {
     /// [`on_mutate`](Self::on_mutate) with options.
     #[cfg(feature = "admission")]
     pub fn on_mutate_with<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+        options: WebhookOptions,
+    ) -> Self {
+        self.webhook(
+            kopf_admission::WebhookKind::Mutating,
+            resource,
+            id,
+            handler,
+            options,
+        )
+    }
+
+    #[cfg(feature = "admission")]
+    fn webhook<Args>(
         mut self,
+        kind: kopf_admission::WebhookKind,
         resource: impl Into<Selector>,
         id: &str,
         handler: impl IntoHandler<Args>,
@@ -405,7 +420,7 @@ impl Operator {
         self.admission
             .handlers
             .push(kopf_admission::WebhookHandler::new(
-                kopf_admission::WebhookKind::Mutating,
+                kind,
                 resource,
                 id,
                 handler.into_handler(),
