@@ -404,8 +404,10 @@ impl Engine {
             shared.on_event(&uid, &body, kind, known).await;
             let observed = Observed { body, event: kind };
             if known && let Some(w) = workers.get(&uid) {
-                w.tx.send_replace(Some(observed));
+                // Counted before it is sent: the worker (maybe on another thread) may pick it
+                // at once, and its `picked` must see the flag, or the gauge stays up forever.
                 shared.queued(&w.pending);
+                w.tx.send_replace(Some(observed));
             } else {
                 let (tx, rx) = watch::channel(Some(observed));
                 let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
