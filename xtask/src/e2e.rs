@@ -15,6 +15,13 @@
 //!
 //! The expectations per example are the table `SCENARIOS`. `KOPF_E2E_ECHO=1` echoes the
 //! operators' output.
+//!
+//! Some examples need more around them (`Setup`): the admission example gets its two-version
+//! CRD (restored to `examples/crd.yaml` afterwards), a free port for its webhook server, and
+//! a host the API server reaches: `localhost` for the fake API server, the gateway of kind's
+//! container network for kind, `KOPF_E2E_WEBHOOK_HOST` for the current context (or to
+//! override the others). Its checks send server-side dry runs, which admission webhooks see
+//! but nothing stores.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -34,6 +41,10 @@ const POLL: Duration = Duration::from_millis(200);
 const NAMESPACE: &str = "default";
 const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
 const DIFFBASE: &str = "kopf.zalando.org/last-handled-configuration";
+/// The objects, in their stored version: with a second version served (the admission
+/// example), the preferred one is v2, which needs the conversion webhook, and there is none
+/// while the operator is stopped.
+const RESOURCE: &str = "kopfexamples.v1.kopf.dev";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClusterArg {
@@ -94,13 +105,45 @@ enum Check {
     ChildGone,
     /// The object is gone.
     Gone,
+    /// This merge patch, sent as a server-side dry run, is refused with a message containing
+    /// this text (an admission webhook's denial).
+    Denied(&'static str, &'static str),
+    /// This merge patch, sent as a server-side dry run, is admitted and kubectl prints a
+    /// warning containing this text.
+    Warned(&'static str, &'static str),
+    /// Read in this API version (`kopfexamples.<version>.kopf.dev`), the JSON at this
+    /// pointer equals this JSON text (a conversion webhook's work).
+    Served(&'static str, &'static str, &'static str),
 }
 
 use Check::*;
 
+/// What an example needs around it, beyond `examples/crd.yaml` and the operator alone.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    /// A CRD file applied before the scenario (instead of `examples/crd.yaml`, which is
+    /// restored afterwards).
+    crd: Option<&'static str>,
+    /// The operator serves admission webhooks and manages the webhook configurations of
+    /// this name: it gets a free port and a host the API server can reach, the
+    /// configurations are deleted afterwards.
+    webhooks: Option<&'static str>,
+    /// A log line each operator process shows once it is ready (before the object is
+    /// created, and before the restarted process is checked).
+    ready: Option<&'static str>,
+}
+
+/// Nothing special: `examples/crd.yaml` and the operator.
+const PLAIN: Setup = Setup {
+    crd: None,
+    webhooks: None,
+    ready: None,
+};
+
 /// One example's scenario: what each step must lead to.
 struct Scenario {
     example: &'static str,
+    setup: Setup,
     /// Text replacements in `examples/obj.yaml` (each must match once) for this example.
     edits: &'static [(&'static str, &'static str)],
     /// After the creation (first operator process; it is stopped right after, so these
@@ -128,6 +171,7 @@ const FIELD_CHANGED: &str = r#"{"spec":{"field":"changed"}}"#;
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         example: "minimal",
+        setup: PLAIN,
         edits: &[],
         created: &[
             Eq("/status/create_fn", r#"{"message":"hello world"}"#),
@@ -148,6 +192,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "handlers",
+        setup: PLAIN,
         edits: &[],
         created: &[
             Eq("/status/create_fn", r#"{"message":"created"}"#),
@@ -172,6 +217,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "errors",
+        setup: PLAIN,
         edits: &[],
         // Stopped while `eventually_fn` waits for its second attempt: the next process
         // goes on from the recorded retry count.
@@ -189,6 +235,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "filters",
+        setup: PLAIN,
         edits: &[],
         created: &[
             Eq("/status/label_value_fn", r#""matched""#),
@@ -215,6 +262,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "events",
+        setup: PLAIN,
         edits: &[],
         created: &[Event("Greeting"), Handled],
         stopped: &[],
@@ -226,6 +274,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "subhandlers",
+        setup: PLAIN,
         edits: &[],
         created: &[Eq("/status/create_fn~1item1", r#"{"created":"item1"}"#)],
         stopped: &[],
@@ -250,6 +299,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "decorated",
+        setup: PLAIN,
         edits: &[],
         created: &[
             Eq("/status/create_fn", r#"{"message":"hello world"}"#),
@@ -265,6 +315,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "timers",
+        setup: PLAIN,
         edits: &[],
         created: &[AtLeast("/status/tick/count", 2), Finalizer(true)],
         stopped: &[Finalizer(true)],
@@ -276,6 +327,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "daemons",
+        setup: PLAIN,
         edits: &[],
         created: &[AtLeast("/status/monitor/beats", 2), Finalizer(true)],
         stopped: &[
@@ -291,6 +343,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "indexes",
+        setup: PLAIN,
         edits: &[],
         created: &[Eq("/status/create_fn/peers", "[]"), Handled],
         stopped: &[],
@@ -302,6 +355,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "graceful",
+        setup: PLAIN,
         // Stopped while the handler works: it finishes within the grace period, and the
         // next process does not run it again.
         edits: &[("duration: 1m", "duration: 3s")],
@@ -318,6 +372,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         example: "children",
+        setup: PLAIN,
         edits: &[],
         created: &[OwnedConfigMap("/status/create_fn/child"), Handled],
         stopped: &[],
@@ -326,6 +381,39 @@ const SCENARIOS: &[Scenario] = &[
         updated: &[Handled],
         deleted: &[ChildGone],
         never_after_restart: &["Handler 'create_fn'"],
+    },
+    Scenario {
+        example: "admission",
+        // The CRD with v1 and v2; the operator points its conversion at itself.
+        setup: Setup {
+            crd: Some("examples/admission-crd.yaml"),
+            webhooks: Some("kopf.dev"),
+            ready: Some("converts through this operator"),
+        },
+        // Without a duration: the mutating webhook sets the default.
+        edits: &[("duration: 1m", "")],
+        created: &[
+            Eq("/metadata/labels/kopf.dev~1checked", r#""yes""#),
+            Eq("/spec/duration", r#""1m""#),
+            Served(
+                "v2",
+                "/spec/items",
+                r#"[{"name":"item1"},{"name":"item2"}]"#,
+            ),
+            Denied(r#"{"spec":{"field":null}}"#, "spec.field is required"),
+        ],
+        // The transient webhooks are unregistered on exit (the API server would otherwise
+        // refuse every write while no operator runs).
+        stopped: &[Log("Removed the non-persistent webhooks")],
+        resumed: &[Denied(r#"{"spec":{"field":""}}"#, "spec.field is required")],
+        update: FIELD_CHANGED,
+        updated: &[
+            Eq("/spec/field", r#""changed""#),
+            Log("Mutating on UPDATE (dry run: false)"),
+            Warned(r#"{"spec":{"items":[]}}"#, "spec.items is empty"),
+        ],
+        deleted: &[],
+        never_after_restart: &[],
     },
 ];
 
@@ -443,15 +531,26 @@ async fn run_all(
                     binary: paths.examples.join(example),
                     child: None,
                     step: "setup",
+                    run_args: Vec::new(),
                 };
                 // The operators are killed when `run` returns.
-                let r = e2e
-                    .run(&template)
-                    .await
-                    .with_context(|| format!("step {}", e2e.step));
+                let mut r = match prepare(cluster, paths, &scenario.setup).await {
+                    Ok(run_args) => {
+                        e2e.run_args = run_args;
+                        e2e.run(&template)
+                            .await
+                            .with_context(|| format!("step {}", e2e.step))
+                    }
+                    Err(e) => Err(e.context("step setup")),
+                };
                 // Leave nothing behind for the next example, even after a failure.
                 if r.is_err() {
                     force_delete(cluster, &name).await;
+                }
+                if let Err(e) = restore(cluster, paths, &scenario.setup).await
+                    && r.is_ok()
+                {
+                    r = Err(e.context("restoring the cluster"));
                 }
                 r
             }
@@ -487,6 +586,8 @@ struct E2e<'a> {
     child: Option<String>,
     /// The step under way (or the last one).
     step: &'static str,
+    /// More arguments for `run` (the webhook server's port and host).
+    run_args: Vec<String>,
 }
 
 impl E2e<'_> {
@@ -497,6 +598,7 @@ impl E2e<'_> {
 
         let t = self.begin("create");
         let mut first = self.start_operator(1)?;
+        self.wait_ready(&mut first).await?;
         self.cluster
             .kubectl_with_input(["apply", "-n", NAMESPACE, "-f", "-"], &object)
             .await?;
@@ -527,6 +629,7 @@ impl E2e<'_> {
             }
         }
         let mut second = self.start_operator(2)?;
+        self.wait_ready(&mut second).await?;
         self.wait(&mut second, sc.resumed, true).await?;
         self.done(t);
 
@@ -563,6 +666,14 @@ impl E2e<'_> {
         Ok(())
     }
 
+    /// Waits for the scenario's readiness line, if it has one.
+    async fn wait_ready(&mut self, op: &mut OperatorRunner) -> Result<()> {
+        match self.scenario.setup.ready {
+            Some(line) => self.wait(op, &[Log(line)], true).await,
+            None => Ok(()),
+        }
+    }
+
     fn begin(&mut self, step: &'static str) -> Instant {
         self.step = step;
         Instant::now()
@@ -579,6 +690,7 @@ impl E2e<'_> {
     fn start_operator(&self, run: u32) -> Result<OperatorRunner> {
         OperatorRunner::command(&self.binary)
             .args(["run", "-A", "--standalone"])
+            .args(&self.run_args)
             .env("KUBECONFIG", self.cluster.kubeconfig())
             // Settings from the caller's environment that would change what is checked.
             .env_remove("KOPF_RUN_NAMESPACE")
@@ -589,7 +701,7 @@ impl E2e<'_> {
     }
 
     async fn kubectl_object(&self, args: &[&str]) -> Result<String> {
-        let mut all = vec![args[0], "kopfexamples", &self.name, "-n", NAMESPACE];
+        let mut all = vec![args[0], RESOURCE, &self.name, "-n", NAMESPACE];
         all.extend_from_slice(&args[1..]);
         Ok(self.cluster.kubectl(all).await?)
     }
@@ -767,7 +879,154 @@ impl E2e<'_> {
                 .is_none()
                 .then_some(())
                 .ok_or_else(|| "the object is still there".to_string()),
+            Denied(patch, text) => match self.dry_run_patch(patch).await? {
+                (false, stderr) if stderr.contains(text) => Ok(()),
+                (false, stderr) => Err(format!(
+                    "the dry-run patch {patch} was refused, but not with {text:?}: {stderr}"
+                )),
+                (true, _) => Err(format!(
+                    "the dry-run patch {patch} was admitted (expected a denial with {text:?})"
+                )),
+            },
+            Warned(patch, text) => match self.dry_run_patch(patch).await? {
+                (true, stderr) if stderr.contains("Warning:") && stderr.contains(text) => Ok(()),
+                (true, stderr) => Err(format!(
+                    "the dry-run patch {patch} was admitted without a warning with {text:?} (kubectl printed {stderr:?})"
+                )),
+                (false, stderr) => Err(format!("the dry-run patch {patch} was refused: {stderr}")),
+            },
+            Served(version, pointer, json) => {
+                let want: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+                let resource = format!("kopfexamples.{version}.kopf.dev");
+                let out = self
+                    .cluster
+                    .kubectl(["get", &resource, &self.name, "-n", NAMESPACE, "-o", "json"])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let served: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+                let got = served.pointer(pointer).cloned().unwrap_or(Value::Null);
+                (got == want)
+                    .then_some(())
+                    .ok_or_else(|| format!("in {version}, {pointer} is {got}, expected {want}"))
+            }
         }
+    }
+
+    /// `kubectl patch --dry-run=server` of the object with a merge patch: admitted or not,
+    /// and what kubectl printed on stderr (denials, warnings).
+    async fn dry_run_patch(&self, patch: &str) -> Result<(bool, String), String> {
+        let args = [
+            "patch",
+            RESOURCE,
+            &self.name,
+            "-n",
+            NAMESPACE,
+            "--type",
+            "merge",
+            "--dry-run=server",
+            "-p",
+            patch,
+        ];
+        let mut cmd = self.cluster.kubectl_command(args);
+        cmd.kill_on_drop(true);
+        let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
+            .await
+            .map_err(|_| format!("kubectl patch --dry-run=server took over {STEP_TIMEOUT:?}"))?
+            .map_err(|e| format!("running kubectl: {e}"))?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
+    }
+}
+
+/// Sets up what the scenario needs beyond `examples/crd.yaml`; returns the operator's extra
+/// `run` arguments.
+async fn prepare(cluster: &Cluster, paths: &Paths, setup: &Setup) -> Result<Vec<String>> {
+    if let Some(crd) = setup.crd {
+        cluster.apply_file(paths.root.join(crd)).await?;
+    }
+    let Some(_) = setup.webhooks else {
+        return Ok(Vec::new());
+    };
+    // A free port (0): two scenarios, or another program, may want 9443.
+    let mut args = vec!["--webhook-port".to_string(), "0".to_string()];
+    if let Some(host) = webhook_host(cluster).await? {
+        args.extend(["--webhook-host".to_string(), host]);
+    }
+    Ok(args)
+}
+
+/// Undoes `prepare`: the plain CRD again (no conversion, v1 only), and no webhook
+/// configurations.
+async fn restore(cluster: &Cluster, paths: &Paths, setup: &Setup) -> Result<()> {
+    if let Some(name) = setup.webhooks {
+        for kind in [
+            "validatingwebhookconfigurations",
+            "mutatingwebhookconfigurations",
+        ] {
+            cluster
+                .kubectl(["delete", kind, name, "--ignore-not-found"])
+                .await?;
+        }
+    }
+    if setup.crd.is_some() {
+        // `apply` keeps fields it did not set: the operator's conversion stanza goes first.
+        cluster
+            .kubectl([
+                "patch",
+                "crd",
+                "kopfexamples.kopf.dev",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"conversion":{"strategy":"None","webhook":null}}}"#,
+            ])
+            .await?;
+        cluster
+            .apply_file(paths.root.join("examples/crd.yaml"))
+            .await?;
+    }
+    Ok(())
+}
+
+/// The host name in the webhook URLs, as the cluster's API server reaches this machine:
+/// `KOPF_E2E_WEBHOOK_HOST` if set; the default (`localhost`) for the fake API server, a
+/// process here; the gateway of kind's container network for kind.
+async fn webhook_host(cluster: &Cluster) -> Result<Option<String>> {
+    if let Ok(host) = std::env::var("KOPF_E2E_WEBHOOK_HOST") {
+        return Ok(Some(host));
+    }
+    match cluster.kind() {
+        ClusterKind::Fake => Ok(None),
+        ClusterKind::Kind => {
+            for engine in ["docker", "podman"] {
+                let out = tokio::process::Command::new(engine)
+                    .args([
+                        "network",
+                        "inspect",
+                        "kind",
+                        "--format",
+                        "{{range .IPAM.Config}}{{.Gateway}} {{end}}",
+                    ])
+                    .output()
+                    .await;
+                if let Ok(out) = out
+                    && out.status.success()
+                {
+                    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                    if let Some(ip) = text.split_whitespace().find(|a| !a.contains(':')) {
+                        return Ok(Some(ip.to_string()));
+                    }
+                }
+            }
+            bail!(
+                "cannot find the gateway of kind's container network (`docker network inspect kind`); set KOPF_E2E_WEBHOOK_HOST to an address of this machine that the kind nodes reach"
+            )
+        }
+        ClusterKind::Current => bail!(
+            "the webhooks need an address of this machine that the cluster's API server reaches: set KOPF_E2E_WEBHOOK_HOST (or skip this example: --example NAME for the others)"
+        ),
     }
 }
 
@@ -799,7 +1058,7 @@ fn object_yaml(template: &str, name: &str, edits: &[(&str, &str)]) -> Result<Str
 
 /// Removes the object even if no operator releases its finalizer (after a failure).
 async fn force_delete(cluster: &Cluster, name: &str) {
-    let object = ["kopfexamples", name, "-n", NAMESPACE];
+    let object = [RESOURCE, name, "-n", NAMESPACE];
     let _ = cluster
         .kubectl(
             ["delete"]

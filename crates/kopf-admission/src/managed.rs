@@ -313,11 +313,19 @@ pub async fn patch(
                     }
                 }
             })?;
-        tracing::debug!(
-            "Patched the {} {managed:?} with {} webhook(s).",
-            kind.configuration_kind(),
-            hooks.len()
-        );
+        if persistent_only {
+            tracing::debug!(
+                "Kept {} persistent webhook(s) in the {} {managed:?}.",
+                hooks.len(),
+                kind.configuration_kind()
+            );
+        } else {
+            tracing::info!(
+                "Registered {} webhook(s) in the {} {managed:?}.",
+                hooks.len(),
+                kind.configuration_kind()
+            );
+        }
     }
     Ok(())
 }
