@@ -943,16 +943,17 @@ impl E2e<'_> {
 /// Sets up what the scenario needs beyond `examples/crd.yaml`; returns the operator's extra
 /// `run` arguments.
 async fn prepare(cluster: &Cluster, paths: &Paths, setup: &Setup) -> Result<Vec<String>> {
+    let mut args = Vec::new();
+    if setup.webhooks.is_some() {
+        // A free port (0): two scenarios, or another program, may want 9443.
+        args.extend(["--webhook-port".to_string(), "0".to_string()]);
+        // Found before anything changes in the cluster: the missing host is the likely error.
+        if let Some(host) = webhook_host(cluster).await? {
+            args.extend(["--webhook-host".to_string(), host]);
+        }
+    }
     if let Some(crd) = setup.crd {
         cluster.apply_file(paths.root.join(crd)).await?;
-    }
-    let Some(_) = setup.webhooks else {
-        return Ok(Vec::new());
-    };
-    // A free port (0): two scenarios, or another program, may want 9443.
-    let mut args = vec!["--webhook-port".to_string(), "0".to_string()];
-    if let Some(host) = webhook_host(cluster).await? {
-        args.extend(["--webhook-host".to_string(), host]);
     }
     Ok(args)
 }
