@@ -327,23 +327,70 @@ impl Parse for Args {
     }
 }
 
-fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
-    let args = match syn::parse::<Args>(attr) {
-        Ok(a) => a,
-        Err(e) => return e.to_compile_error().into(),
-    };
-    let func = match syn::parse::<ItemFn>(item) {
-        Ok(f) => f,
-        Err(e) => {
-            return syn::Error::new(e.span(), "kopf handler attributes go on functions")
-                .to_compile_error()
-                .into();
-        }
-    };
-    let Some(resource) = args.resource else {
-        return syn::Error::new(Span::call_site(), "the resource is missing")
+/// What every handler attribute starts with: its arguments, the function, the resource and
+/// the handler's id; or the compile error (an option given that is one of `misplaced`, whose
+/// message says why).
+struct Parsed {
+    args: Args,
+    func: ItemFn,
+    resource: LitStr,
+    id: String,
+}
+
+fn parse_handler(
+    attr: TokenStream,
+    item: TokenStream,
+    misplaced: &[&str],
+    why: impl Fn(&Ident) -> String,
+) -> Result<Parsed, TokenStream> {
+    let args = syn::parse::<Args>(attr).map_err(|e| TokenStream::from(e.to_compile_error()))?;
+    if let Some(key) = args
+        .keys
+        .iter()
+        .find(|k| misplaced.contains(&k.to_string().as_str()))
+    {
+        return Err(syn::Error::new_spanned(key, why(key))
             .to_compile_error()
-            .into();
+            .into());
+    }
+    let func = syn::parse::<ItemFn>(item).map_err(|e| {
+        TokenStream::from(
+            syn::Error::new(e.span(), "kopf handler attributes go on functions").to_compile_error(),
+        )
+    })?;
+    let Some(resource) = args.resource.clone() else {
+        return Err(
+            syn::Error::new(Span::call_site(), "the resource is missing")
+                .to_compile_error()
+                .into(),
+        );
+    };
+    let id = args
+        .id
+        .as_ref()
+        .map(|i| i.value())
+        .unwrap_or_else(|| func.sig.ident.to_string());
+    Ok(Parsed {
+        args,
+        func,
+        resource,
+        id,
+    })
+}
+
+fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
+    let Parsed {
+        args,
+        func,
+        resource,
+        id,
+    } = match parse_handler(attr, item, WEBHOOK_ONLY, |key| {
+        format!(
+            "`{key}` is an option of admission handlers (#[kopf::on::validate], #[kopf::on::mutate])"
+        )
+    }) {
+        Ok(p) => p,
+        Err(e) => return e,
     };
     if reason == "field" && args.field.is_none() {
         return syn::Error::new(
@@ -353,23 +400,7 @@ fn expand(attr: TokenStream, item: TokenStream, reason: &str) -> TokenStream {
         .to_compile_error()
         .into();
     }
-    if let Some(key) = args
-        .keys
-        .iter()
-        .find(|k| WEBHOOK_ONLY.contains(&k.to_string().as_str()))
-    {
-        return syn::Error::new_spanned(
-            key,
-            format!("`{key}` is an option of admission handlers (#[kopf::on::validate], #[kopf::on::mutate])"),
-        )
-        .to_compile_error()
-        .into();
-    }
     let name = &func.sig.ident;
-    let id = args
-        .id
-        .map(|i| i.value())
-        .unwrap_or_else(|| name.to_string());
     let field = match &args.field {
         Some(f) => quote!(::core::option::Option::Some(#f)),
         None => quote!(::core::option::Option::None),
@@ -430,42 +461,20 @@ pub fn field(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn expand_webhook(attr: TokenStream, item: TokenStream, kind: &str) -> TokenStream {
-    let args = match syn::parse::<Args>(attr) {
-        Ok(a) => a,
-        Err(e) => return e.to_compile_error().into(),
-    };
-    if let Some(key) = args
-        .keys
-        .iter()
-        .find(|k| CHANGING_ONLY.contains(&k.to_string().as_str()))
-    {
-        return syn::Error::new_spanned(
-            key,
-            format!(
-                "admission handlers do not take `{key}`: they run once per request, with no retries"
-            ),
+    let Parsed {
+        args,
+        func,
+        resource,
+        id,
+    } = match parse_handler(attr, item, CHANGING_ONLY, |key| {
+        format!(
+            "admission handlers do not take `{key}`: they run once per request, with no retries"
         )
-        .to_compile_error()
-        .into();
-    }
-    let func = match syn::parse::<ItemFn>(item) {
-        Ok(f) => f,
-        Err(e) => {
-            return syn::Error::new(e.span(), "kopf handler attributes go on functions")
-                .to_compile_error()
-                .into();
-        }
-    };
-    let Some(resource) = args.resource else {
-        return syn::Error::new(Span::call_site(), "the resource is missing")
-            .to_compile_error()
-            .into();
+    }) {
+        Ok(p) => p,
+        Err(e) => return e,
     };
     let name = &func.sig.ident;
-    let id = args
-        .id
-        .map(|i| i.value())
-        .unwrap_or_else(|| name.to_string());
     let mut options = args.options;
     if let Some(f) = &args.field {
         options.push(quote!(.field(#f)));
