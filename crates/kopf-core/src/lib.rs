@@ -33,4 +33,5 @@ pub mod metrics;
 pub mod plan;
 pub mod processing;
 pub mod progress;
+pub mod text;
 pub mod throttle;

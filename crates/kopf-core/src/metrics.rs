@@ -50,6 +50,8 @@ struct Inner {
     queue_depth: Family<Labels, Gauge>,
     objects: Family<Labels, Gauge>,
     api_requests: Family<Labels, Counter>,
+    api_retries: Family<Labels, Counter>,
+    write_failures: Family<Labels, Counter>,
     watch_restarts: Family<Labels, Counter>,
     watches: Mutex<HashMap<String, WatchHealth>>,
     dead_window: Duration,
@@ -100,6 +102,8 @@ impl Metrics {
         let queue_depth = Family::<Labels, Gauge>::default();
         let objects = Family::<Labels, Gauge>::default();
         let api_requests = Family::<Labels, Counter>::default();
+        let api_retries = Family::<Labels, Counter>::default();
+        let write_failures = Family::<Labels, Counter>::default();
         let watch_restarts = Family::<Labels, Counter>::default();
         registry.register(
             "handler_calls",
@@ -132,6 +136,16 @@ impl Metrics {
             api_requests.clone(),
         );
         registry.register(
+            "api_retries",
+            "Requests to the Kubernetes API sent again after a transient failure, by verb and the failure's HTTP status code (0: no answer)",
+            api_retries.clone(),
+        );
+        registry.register(
+            "write_failures",
+            "Writes of the operator's state (object, status) that failed for good, by endpoint and HTTP status code (0: no answer)",
+            write_failures.clone(),
+        );
+        registry.register(
             "watch_restarts",
             "Failures of watch streams (each is followed by a reconnection)",
             watch_restarts.clone(),
@@ -144,6 +158,8 @@ impl Metrics {
             queue_depth,
             objects,
             api_requests,
+            api_retries,
+            write_failures,
             watch_restarts,
             watches: Mutex::default(),
             dead_window,
@@ -189,6 +205,22 @@ impl Metrics {
     pub fn api_request(&self, verb: &str, code: u16) {
         let labels = vec![("verb", verb.to_string()), ("code", code.to_string())];
         self.0.api_requests.get_or_create(&labels).inc();
+    }
+
+    /// A request failed transiently and is sent again (`code` 0: no answer).
+    pub fn api_retry(&self, verb: &str, code: u16) {
+        let labels = vec![("verb", verb.to_string()), ("code", code.to_string())];
+        self.0.api_retries.get_or_create(&labels).inc();
+    }
+
+    /// A write of the operator's state failed for good: `endpoint` is `object` or `status`
+    /// (`code` 0: no answer).
+    pub fn write_failure(&self, endpoint: &str, code: u16) {
+        let labels = vec![
+            ("endpoint", endpoint.to_string()),
+            ("code", code.to_string()),
+        ];
+        self.0.write_failures.get_or_create(&labels).inc();
     }
 
     /// The number of objects waiting for a worker of `resource` changed by `delta`.
