@@ -111,7 +111,9 @@ pub fn detect(
     initial: bool,
 ) -> ChangingCause {
     let new = essence::essence(body, settings);
-    let (old, corrupt) = match essence::stored(body, settings) {
+    let (old, corrupt) = match essence::stored(body, settings)
+        .map(|r| r.and_then(|v| essence::check_shape(&v, &new).map(|()| v)))
+    {
         None => (None, None),
         Some(Ok(v)) => (Some(v), None),
         Some(Err(e)) => (None, Some(e.to_string())),
@@ -219,5 +221,41 @@ mod tests {
             c.corrupt_diffbase
                 .is_some_and(|m| m.contains("not valid JSON"))
         );
+    }
+
+    #[test]
+    fn a_diffbase_of_the_wrong_shape_is_a_creation() {
+        for bad in [
+            "42",
+            "null",
+            "[1,2]",
+            "\"s\"",
+            "{\"spec\":\"x\"}",
+            "{\"metadata\":5}",
+            "{\"metadata\":{\"labels\":[1]}}",
+            "{\"metadata\":{\"annotations\":{\"a\":1}}}",
+        ] {
+            let c = detect_for(with_base(json!({"a": 1}), bad), EventKind::Modified, false);
+            assert_eq!(c.reason, Reason::Create, "{bad}");
+            assert!(c.old.is_none(), "{bad}");
+            assert!(
+                c.corrupt_diffbase
+                    .as_deref()
+                    .is_some_and(|m| m.contains("not an essence")),
+                "{bad}: {:?}",
+                c.corrupt_diffbase
+            );
+        }
+        // What Kopf writes is fine, whatever the fields.
+        for good in [
+            "{}",
+            "{\"spec\":{\"a\":0}}",
+            "{\"spec\":{\"a\":1},\"metadata\":{\"labels\":{\"l\":\"v\"}}}",
+            "{\"data\":{\"k\":\"v\"}}",
+        ] {
+            let c = detect_for(with_base(json!({"a": 1}), good), EventKind::Modified, false);
+            assert!(c.corrupt_diffbase.is_none(), "{good}");
+            assert_ne!(c.reason, Reason::Create, "{good}");
+        }
     }
 }

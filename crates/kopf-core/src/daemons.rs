@@ -41,7 +41,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -319,10 +319,24 @@ pub struct Delivery {
     pub plan: PatchPlan,
     /// Events to post.
     pub events: Vec<EventSpec>,
+    /// What the handler put into the status, as `(handler id, {"status": ...})` fragments
+    /// (see [`CycleOutcome::delivered`](crate::processing::CycleOutcome::delivered)).
+    pub delivered: Vec<(String, Value)>,
+}
+
+/// What became of a [`Delivery`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    /// Stored, or nothing to store, or a failure the writer has reported (the next call
+    /// delivers anew).
+    Done,
+    /// The API server refused to store the handler's result (the server's message): the
+    /// attempt counts as a failure of the handler, by its errors mode.
+    Rejected(String),
 }
 
 /// Applies deliveries (the engine sends them as PATCH requests).
-pub type Deliver = Arc<dyn Fn(Delivery) -> BoxFuture<()> + Send + Sync>;
+pub type Deliver = Arc<dyn Fn(Delivery) -> BoxFuture<Delivered> + Send + Sync>;
 
 /// What the daemons and timers of an object share.
 #[derive(Clone)]
@@ -584,30 +598,52 @@ async fn call_once(
     cause.memo = ctx.memo.clone();
     cause.extensions = ctx.extensions.clone();
     cause.stopped = Some(stopped.clone());
-    let attempt = ctx
-        .stack
-        .call(HandlerCall {
-            spec: spec.clone(),
-            cause,
-            record: record.clone(),
-            now: Timestamp::now(),
-        })
-        .await;
+    let call = HandlerCall {
+        spec: spec.clone(),
+        cause,
+        record: record.clone(),
+        now: Timestamp::now(),
+    };
+    let attempt = ctx.stack.call(call.clone()).await;
     if let Attempt::Done { outcome, .. } = &attempt {
         let mut plan = PatchPlan::new();
+        let mut delivered = Vec::new();
         if let Ok(Some(result)) = &outcome.result {
+            delivered.push((spec.id.clone(), json!({"status": {&spec.id: result}})));
             plan.status_result(&spec.id, result.clone());
+        }
+        if let Some(status) = outcome.patch.get("status").filter(|s| s.is_object()) {
+            delivered.push((spec.id.clone(), json!({"status": status})));
         }
         plan.merge(&outcome.patch);
         if !plan.is_empty() || !outcome.events.is_empty() {
             // The latest state: the object may have changed during a long call.
             let body = live.borrow().body.clone();
-            (ctx.deliver)(Delivery {
-                body,
+            let stored = (ctx.deliver)(Delivery {
+                body: body.clone(),
                 plan,
                 events: outcome.events.clone(),
+                delivered,
             })
             .await;
+            if let Delivered::Rejected(message) = stored
+                && outcome.result.is_ok()
+            {
+                // The server refused the result: that is how this attempt ended.
+                let rejected = ctx.stack.reject(call, message).await;
+                if let Attempt::Done { outcome, .. } = &rejected
+                    && !outcome.events.is_empty()
+                {
+                    (ctx.deliver)(Delivery {
+                        body,
+                        plan: PatchPlan::new(),
+                        events: outcome.events.clone(),
+                        delivered: Vec::new(),
+                    })
+                    .await;
+                }
+                return rejected;
+            }
         }
     }
     attempt
@@ -786,7 +822,7 @@ mod tests {
                 let log = log.clone();
                 Box::pin(async move {
                     if d.plan.is_empty() {
-                        return; // only events (warnings about failures)
+                        return Delivered::Done; // only events (warnings about failures)
                     }
                     let name = d.body["metadata"]["name"]
                         .as_str()
@@ -797,6 +833,7 @@ mod tests {
                         Instant::now(),
                         d.plan.merge_patch().clone(),
                     ));
+                    Delivered::Done
                 })
             }),
             span: tracing::Span::none(),

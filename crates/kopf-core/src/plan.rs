@@ -1,12 +1,38 @@
 //! The patch plan of one processing cycle: everything the handlers and the framework want to
 //! change on an object, folded into at most one request per endpoint.
 //!
-//! Merge-patch content for the object and for `/status`, plus JSON-patch operations (the
-//! finalizer) which are sent separately and guarded by a `resourceVersion` test. When the
-//! resource has no status subresource, status goes with the object's merge patch.
+//! Merge-patch content for the object and for `/status`, plus a change of the operator's
+//! finalizer, which travels as JSON-patch operations guarded by a `resourceVersion` test (so
+//! other controllers' finalizers are never clobbered). When the resource has no status
+//! subresource, status goes with the object's merge patch.
+//!
+//! The order of the requests is part of the guarantee that no handler's outcome is lost:
+//! the `/status` PATCH (the handlers' results) goes first, the object's PATCH (progress
+//! records, the diff-base that marks the cause as handled, the finalizer) second. If the
+//! second write fails, the cause is not marked handled and the handlers run again; the
+//! diff-base never claims a cause whose results are not stored.
+//!
+//! ```
+//! use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
+//! use serde_json::json;
+//!
+//! let body = json!({"metadata": {"name": "x", "resourceVersion": "7"}});
+//! let mut plan = PatchPlan::new();
+//! plan.status_result("create_fn", json!({"message": "hello"}));
+//! plan.merge(&json!({"metadata": {"annotations": {"kopf.zalando.org/last-handled-configuration": "{}"}}}));
+//! let requests = plan.requests(&body, true);
+//! assert!(matches!(&requests[0], PatchRequest::MergeStatus(_)), "results first");
+//! assert!(matches!(&requests[1], PatchRequest::MergeObject(_)), "the diff-base last");
+//!
+//! let mut finalizer = PatchPlan::new();
+//! finalizer.finalizer(FinalizerEdit::Add("kopf.zalando.org/KopfFinalizerMarker".into()));
+//! assert!(matches!(&finalizer.requests(&body, true)[0], PatchRequest::JsonObject(_)));
+//! ```
 
 use kopf_diff::{apply_merge_patch, is_noop};
 use serde_json::{Map, Value, json};
+
+use crate::finalizers;
 
 /// One request the plan turns into.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,11 +45,41 @@ pub enum PatchRequest {
     JsonObject(Vec<Value>),
 }
 
+impl PatchRequest {
+    /// Which endpoint it goes to: `status` or `object`.
+    pub fn endpoint(&self) -> &'static str {
+        match self {
+            PatchRequest::MergeStatus(_) => "status",
+            PatchRequest::MergeObject(_) | PatchRequest::JsonObject(_) => "object",
+        }
+    }
+}
+
+/// A change of the operator's finalizer (its name), sent as guarded JSON-patch operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinalizerEdit {
+    /// Add it (if absent).
+    Add(String),
+    /// Remove it (if present).
+    Remove(String),
+}
+
+impl FinalizerEdit {
+    /// The JSON-patch operations against `base` (its resourceVersion test first); empty when
+    /// `base` is already as wanted.
+    pub fn ops(&self, base: &Value) -> Vec<Value> {
+        match self {
+            FinalizerEdit::Add(name) => finalizers::add_ops(base, name),
+            FinalizerEdit::Remove(name) => finalizers::remove_ops(base, name),
+        }
+    }
+}
+
 /// Everything to write at the end of a cycle.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PatchPlan {
     merge: Value,
-    json_ops: Vec<Value>,
+    finalizer: Option<FinalizerEdit>,
 }
 
 impl PatchPlan {
@@ -31,7 +87,7 @@ impl PatchPlan {
     pub fn new() -> Self {
         PatchPlan {
             merge: json!({}),
-            json_ops: Vec::new(),
+            finalizer: None,
         }
     }
 
@@ -57,15 +113,14 @@ impl PatchPlan {
         &mut self.merge
     }
 
-    /// Adds JSON-patch operations (a leading `test` of the resourceVersion is kept once).
-    pub fn json_ops(&mut self, ops: Vec<Value>) {
-        for op in ops {
-            let is_test = op.get("op") == Some(&json!("test"));
-            if is_test && self.json_ops.iter().any(|o| o == &op) {
-                continue;
-            }
-            self.json_ops.push(op);
-        }
+    /// Adds or removes the operator's finalizer with this plan's object request.
+    pub fn finalizer(&mut self, edit: FinalizerEdit) {
+        self.finalizer = Some(edit);
+    }
+
+    /// The finalizer change of this plan, if any.
+    pub fn finalizer_edit(&self) -> Option<&FinalizerEdit> {
+        self.finalizer.as_ref()
     }
 
     /// Sets a handler's result under `status.<id>` (Kopf's result delivery).
@@ -75,16 +130,16 @@ impl PatchPlan {
 
     /// Whether nothing would be sent.
     pub fn is_empty(&self) -> bool {
-        is_noop(&self.merge) && self.json_ops.is_empty()
+        is_noop(&self.merge) && self.finalizer.is_none()
     }
 
     /// Whether applying the plan to `body` would change nothing.
     pub fn is_noop_for(&self, body: &Value) -> bool {
         is_noop(&self.effective(body))
             && self
-                .json_ops
-                .iter()
-                .all(|o| o.get("op") == Some(&json!("test")))
+                .finalizer
+                .as_ref()
+                .is_none_or(|edit| edit.ops(body).is_empty())
     }
 
     /// The merge patch minus what the body already has (so a cycle that changes nothing sends
@@ -93,49 +148,55 @@ impl PatchPlan {
         effective(&self.merge, body)
     }
 
-    /// The requests, at most one per endpoint: the object's changes (a merge patch, or one
-    /// JSON patch guarded by the resourceVersion test when the finalizer changes too), and the
-    /// status merge patch (only with a status subresource).
+    /// The requests, at most one per endpoint, in the order they must be sent: the status
+    /// merge patch first (only with a status subresource), then the object's changes (a merge
+    /// patch, or one JSON patch guarded by the resourceVersion test when the finalizer changes
+    /// too).
     pub fn requests(&self, body: &Value, status_subresource: bool) -> Vec<PatchRequest> {
-        let (object, status) = self.split(body, status_subresource);
         let mut out = Vec::new();
-        let has_json = self
-            .json_ops
-            .iter()
-            .any(|o| o.get("op") != Some(&json!("test")));
-        if has_json {
-            let mut ops = self.json_ops.clone();
-            if let Some(m) = &object {
-                ops.extend(merge_to_json_ops(m, body));
-            }
-            out.push(PatchRequest::JsonObject(ops));
-        } else if let Some(m) = object {
-            out.push(PatchRequest::MergeObject(m));
+        if let Some(status) = self.status_request(body, status_subresource) {
+            out.push(status);
         }
-        if let Some(s) = status {
-            out.push(PatchRequest::MergeStatus(s));
+        if let Some(object) = self.object_request(body, status_subresource) {
+            out.push(object);
         }
         out
     }
 
-    /// The fallback when the guarded JSON patch meets a concurrent change (422): the object's
-    /// merge-patch part alone, so handler outcomes are not lost; the finalizer change waits
-    /// for the next cycle.
-    pub fn merge_only_requests(&self, body: &Value, status_subresource: bool) -> Vec<PatchRequest> {
-        let (object, _) = self.split(body, status_subresource);
-        object.into_iter().map(PatchRequest::MergeObject).collect()
+    /// The `/status` merge patch (None without a status subresource or when status does
+    /// not change).
+    pub fn status_request(&self, body: &Value, status_subresource: bool) -> Option<PatchRequest> {
+        if !status_subresource {
+            return None;
+        }
+        let status = self.merge.get("status")?;
+        let effective = effective(status, body.get("status").unwrap_or(&Value::Null));
+        (!is_noop(&effective) && effective.is_object())
+            .then(|| PatchRequest::MergeStatus(json!({"status": effective})))
     }
 
-    fn split(&self, body: &Value, status_subresource: bool) -> (Option<Value>, Option<Value>) {
-        let mut merge = self.effective(body);
-        let status = if status_subresource {
-            merge.as_object_mut().and_then(|m| m.remove("status"))
-        } else {
-            None
-        };
-        let object = (!is_noop(&merge) && merge.is_object()).then_some(merge);
-        let status = status.filter(|s| !is_noop(s)).map(|s| json!({"status": s}));
-        (object, status)
+    /// The object's request against `base`: the body the plan was made for, or the object as
+    /// the status write returned it (then the resourceVersion test is that write's, which
+    /// is our own). None when the object does not change.
+    pub fn object_request(&self, base: &Value, status_subresource: bool) -> Option<PatchRequest> {
+        let mut merge = self.effective(base);
+        if status_subresource && let Some(m) = merge.as_object_mut() {
+            m.remove("status");
+        }
+        let merge = (!is_noop(&merge) && merge.is_object()).then_some(merge);
+        let finalizer_ops = self
+            .finalizer
+            .as_ref()
+            .map(|edit| edit.ops(base))
+            .unwrap_or_default();
+        if finalizer_ops.is_empty() {
+            return merge.map(PatchRequest::MergeObject);
+        }
+        let mut ops = finalizer_ops;
+        if let Some(m) = &merge {
+            ops.extend(merge_to_json_ops(m, base));
+        }
+        Some(PatchRequest::JsonObject(ops))
     }
 
     /// The body as it will be after the plan's merge patch.
@@ -244,41 +305,64 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_request_per_endpoint_and_nothing_when_unchanged() {
-        let body = json!({"metadata": {"annotations": {"a": "1"}}, "status": {"create_fn": {"message": "hi"}}});
+    fn one_request_per_endpoint_status_first_and_nothing_when_unchanged() {
+        let body = json!({"metadata": {"resourceVersion": "3", "annotations": {"a": "1"}}, "status": {"create_fn": {"message": "hi"}}});
         let mut plan = PatchPlan::new();
         plan.merge(&json!({"metadata": {"annotations": {"a": "1"}}}));
         plan.status_result("create_fn", json!({"message": "hi"}));
         assert!(plan.requests(&body, true).is_empty(), "nothing changes");
+        assert!(plan.is_noop_for(&body));
         plan.merge(&json!({"metadata": {"annotations": {"b": "2", "gone": null}}}));
         plan.status_result("other_fn", json!(1));
         let reqs = plan.requests(&body, true);
         assert_eq!(
             reqs,
             vec![
-                PatchRequest::MergeObject(json!({"metadata": {"annotations": {"b": "2"}}})),
                 PatchRequest::MergeStatus(json!({"status": {"other_fn": 1}})),
+                PatchRequest::MergeObject(json!({"metadata": {"annotations": {"b": "2"}}})),
             ]
         );
         // Without a status subresource, status goes with the object.
         assert_eq!(plan.requests(&body, false).len(), 1);
-        plan.json_ops(crate::finalizers::add_ops(
-            &json!({"metadata": {"resourceVersion": "3"}}),
-            "f",
-        ));
+        plan.finalizer(FinalizerEdit::Add("f".into()));
         // With a finalizer change, the object's changes travel in one guarded JSON patch.
         let reqs = plan.requests(&body, true);
         assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0].endpoint(), "status");
         assert_eq!(
-            reqs[0],
+            reqs[1],
             PatchRequest::JsonObject(vec![
                 json!({"op": "test", "path": "/metadata/resourceVersion", "value": "3"}),
                 json!({"op": "add", "path": "/metadata/finalizers", "value": ["f"]}),
                 json!({"op": "add", "path": "/metadata/annotations/b", "value": "2"}),
             ])
         );
-        assert_eq!(plan.merge_only_requests(&body, true).len(), 1);
+        // Against the object as the status write returned it: that write's resourceVersion.
+        let mut after_status = body.clone();
+        after_status["metadata"]["resourceVersion"] = json!("4");
+        let Some(PatchRequest::JsonObject(ops)) = plan.object_request(&after_status, true) else {
+            panic!("a JSON patch");
+        };
+        assert_eq!(ops[0]["value"], "4");
         assert_eq!(plan.preview(&body)["status"]["other_fn"], 1);
+    }
+
+    #[test]
+    fn a_finalizer_already_as_wanted_sends_nothing() {
+        let body = json!({"metadata": {"resourceVersion": "3", "finalizers": ["f"]}});
+        let mut plan = PatchPlan::new();
+        plan.finalizer(FinalizerEdit::Add("f".into()));
+        assert!(plan.is_noop_for(&body));
+        assert!(plan.requests(&body, true).is_empty());
+        plan.finalizer(FinalizerEdit::Remove("f".into()));
+        assert!(!plan.is_noop_for(&body));
+        assert_eq!(
+            plan.requests(&body, true),
+            vec![PatchRequest::JsonObject(vec![
+                json!({"op": "test", "path": "/metadata/resourceVersion", "value": "3"}),
+                json!({"op": "remove", "path": "/metadata/finalizers"}),
+            ])]
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@
 //! # }
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -139,6 +139,13 @@ pub struct CycleOutcome {
     pub counts: (usize, usize),
     /// Kopf's note on records of another cause that this one supersedes (they are purged).
     pub superseded: Option<String>,
+    /// What each handler put into the object's status this cycle (its result under
+    /// `status.<id>`, and the status part of its own patch), as merge-patch fragments
+    /// `{"status": ...}`: the writer checks them against what the API server stored, and
+    /// blames the right handler when the server rejects them.
+    pub delivered: Vec<(String, Value)>,
+    /// Progress records that could not be read (each is treated as absent), as messages.
+    pub corrupt_records: Vec<String>,
 }
 
 impl CycleOutcome {
@@ -155,6 +162,8 @@ impl CycleOutcome {
             events: Vec::new(),
             counts: (0, 0),
             superseded: None,
+            delivered: Vec::new(),
+            corrupt_records: Vec::new(),
         }
     }
 }
@@ -177,6 +186,10 @@ pub struct CycleCall {
     pub cause: ChangingCause,
     /// The object's memo.
     pub memo: Memos,
+    /// Handlers whose results the API server rejected in an earlier cycle (id → the
+    /// server's message): this cycle records that outcome as their failed attempt, by
+    /// their errors mode, instead of calling them.
+    pub rejected: Arc<HashMap<String, String>>,
 }
 
 /// Runs the changing handlers of a resource on objects, one cycle at a time.
@@ -249,6 +262,22 @@ impl Processor {
         initial: bool,
         memo: &Memos,
     ) -> CycleOutcome {
+        self.process_with(event, body, initial, memo, Arc::default())
+            .await
+    }
+
+    /// Like [`process`](Self::process), with the handlers whose results the API server
+    /// rejected in the previous cycle (id → the server's message): their attempt counts as
+    /// failed with that message (retried, failed or ignored by their errors mode), and they
+    /// are not called again in this cycle.
+    pub async fn process_with(
+        &self,
+        event: EventKind,
+        body: &Value,
+        initial: bool,
+        memo: &Memos,
+        rejected: Arc<HashMap<String, String>>,
+    ) -> CycleOutcome {
         let persistence = &self.inner.persistence;
         let cause = detect(
             event,
@@ -271,6 +300,7 @@ impl Processor {
             body: body.clone(),
             cause,
             memo: memo.clone(),
+            rejected,
         };
         let mut out = match svc.oneshot(call).await {
             Ok(out) => out,
@@ -407,6 +437,8 @@ struct Exec<'a> {
     /// Records of handlers that ran, and first records of those that did not run yet:
     /// written only if the cause stays unfinished.
     records: Vec<(String, ProgressRecord)>,
+    /// Handlers whose results the API server rejected (see [`CycleCall::rejected`]).
+    rejected: Arc<HashMap<String, String>>,
 }
 
 async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
@@ -440,6 +472,7 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
         memo: call.memo,
         out: CycleOutcome::new(cause.reason),
         records: Vec::new(),
+        rejected: call.rejected,
     };
     exec.supersede();
     let level = exec.run_level(top, &base).await;
@@ -563,16 +596,21 @@ impl Exec<'_> {
         let now = self.now;
         // Records of another cause were purged as superseded: they start over.
         let purpose = self.reason.purpose();
-        let stored: Vec<Option<ProgressRecord>> = handlers
-            .iter()
-            .map(|h| {
-                persistence
-                    .progress
-                    .fetch(&h.id, self.body)
-                    .and_then(Result::ok)
-                    .filter(|r| r.purpose.as_deref().is_none_or(|p| p == purpose))
-            })
-            .collect();
+        let mut stored: Vec<Option<ProgressRecord>> = Vec::with_capacity(handlers.len());
+        for h in &handlers {
+            let record = match persistence.progress.fetch(&h.id, self.body) {
+                Some(Ok(record)) => Some(record),
+                Some(Err(e)) => {
+                    self.out.corrupt_records.push(format!(
+                        "The progress record of handler '{}' is not readable ({}: {}); it is treated as absent.",
+                        h.id, e.key, e.source
+                    ));
+                    None
+                }
+                None => None,
+            };
+            stored.push(record.filter(|r| r.purpose.as_deref().is_none_or(|p| p == purpose)));
+        }
         // With a one-per-cycle lifecycle, only the picked ready handler runs now.
         let ready = stored.iter().enumerate().filter_map(|(i, r)| {
             let r = r.clone().unwrap_or_default();
@@ -630,11 +668,16 @@ impl Exec<'_> {
                 record: record.clone(),
                 now,
             };
+            let attempt = match self.rejected.get(&h.id) {
+                // Its last result was rejected by the API server: that was its attempt.
+                Some(message) => self.inner.stack.reject(call, message.clone()).await,
+                None => self.inner.stack.call(call).await,
+            };
             let Attempt::Done {
                 mut outcome,
                 record: next,
                 retry_in,
-            } = self.inner.stack.call(call).await
+            } = attempt
             else {
                 continue;
             };
@@ -643,6 +686,11 @@ impl Exec<'_> {
             let result = match (outcome.result, retry_in) {
                 (Ok(value), _) => {
                     self.out.plan.merge(&outcome.patch);
+                    if let Some(status) = outcome.patch.get("status").filter(|s| s.is_object()) {
+                        self.out
+                            .delivered
+                            .push((h.id.clone(), json!({"status": status})));
+                    }
                     let subs = std::mem::take(&mut outcome.subhandlers);
                     let waiting = if subs.is_empty() {
                         None
@@ -660,6 +708,9 @@ impl Exec<'_> {
                         }
                         None => {
                             if let Some(v) = value {
+                                self.out
+                                    .delivered
+                                    .push((h.id.clone(), json!({"status": {&h.id: &v}})));
                                 self.out.plan.status_result(&h.id, v);
                             }
                             level.succeeded += 1;
@@ -743,7 +794,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn creation_writes_result_and_diffbase_in_one_patch_per_endpoint() {
+    async fn creation_writes_result_then_diffbase_one_patch_per_endpoint() {
         let out = process(
             EventKind::Added,
             &kex(),
@@ -756,14 +807,19 @@ mod tests {
         assert!(out.done);
         let reqs = out.plan.requests(&kex(), true);
         assert_eq!(reqs.len(), 2, "{reqs:?}");
+        // The result first: the diff-base may only claim the creation handled once it is stored.
         assert_eq!(
             reqs[0],
+            PatchRequest::MergeStatus(json!({"status": {"create_fn": {"message": "hello world"}}}))
+        );
+        assert_eq!(
+            reqs[1],
             PatchRequest::MergeObject(json!({"metadata": {"annotations": {
                 "kopf.zalando.org/last-handled-configuration": "{\"spec\":{\"field\":\"value\"},\"metadata\":{\"labels\":{\"a\":\"b\"}}}\n"}}}))
         );
         assert_eq!(
-            reqs[1],
-            PatchRequest::MergeStatus(json!({"status": {"create_fn": {"message": "hello world"}}}))
+            out.delivered,
+            vec![("create_fn".to_string(), json!({"status": {"create_fn": {"message": "hello world"}}}))]
         );
     }
 
@@ -835,12 +891,30 @@ mod tests {
             &Persistence::default(),
         )
         .await;
-        // The finalizer and the diff-base go together in one guarded JSON patch.
+        // The finalizer first, alone: no handler runs before it is on the object.
         let reqs = out.plan.requests(&kex(), true);
         assert!(
             matches!(reqs.as_slice(), [PatchRequest::JsonObject(ops)]
-                if ops[1]["path"] == "/metadata/finalizers" && ops[2]["path"] == "/metadata/annotations"),
+                if ops.len() == 2 && ops[1]["path"] == "/metadata/finalizers"),
             "{reqs:?}"
+        );
+        assert!(!out.done && out.ran.is_empty());
+        let mut with_finalizer = kex();
+        with_finalizer["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);
+        let out = process(
+            EventKind::Modified,
+            &with_finalizer,
+            false,
+            std::slice::from_ref(&del),
+            &Persistence::default(),
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(out.finalizer, None);
+        assert!(
+            matches!(out.plan.requests(&with_finalizer, true).as_slice(), [PatchRequest::MergeObject(m)]
+                if m["metadata"]["annotations"]["kopf.zalando.org/last-handled-configuration"].is_string()),
+            "then the creation (no handlers) writes its diff-base"
         );
         let mut deleting = kex();
         deleting["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);
@@ -1241,8 +1315,23 @@ mod tests {
             &Persistence::default(),
         )
         .await;
-        assert_eq!(out.ran.len(), 1);
         assert_eq!(out.finalizer, Some(FinalizerChange::Added));
+        assert!(out.ran.is_empty(), "the finalizer comes first, alone");
+        let mut body = kex();
+        body["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);
+        let twice = HandlerSpec::new("same", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(1)))
+        });
+        let del = HandlerSpec::new("del", Some(Reason::Delete), |_c: Cause| async { Ok(None) });
+        let out = process(
+            EventKind::Added,
+            &body,
+            false,
+            &[twice.clone(), twice, del],
+            &Persistence::default(),
+        )
+        .await;
+        assert_eq!(out.ran.len(), 1);
     }
 
     #[tokio::test]
@@ -1272,16 +1361,17 @@ mod tests {
             Ok(None)
         });
         let handlers = [flaky, del];
+        let mut created = kex();
+        created["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);
         let first = process(
             EventKind::Added,
-            &kex(),
+            &created,
             false,
             &handlers,
             &Persistence::default(),
         )
         .await;
-        let mut deleting = first.plan.preview(&kex());
-        deleting["metadata"]["finalizers"] = json!([finalizers::DEFAULT_FINALIZER]);
+        let mut deleting = first.plan.preview(&created);
         deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         let out = process(
             EventKind::Modified,

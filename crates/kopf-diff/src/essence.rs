@@ -221,15 +221,21 @@ fn encode_metadata(meta: &Value) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum EssenceError {
     /// The annotation is not JSON.
-    #[error("the diff-base annotation is not valid JSON ({source}); it will be treated as absent")]
+    #[error("the diff-base annotation is not valid JSON ({source})")]
     NotJson {
         /// The cause.
         #[from]
         source: serde_json::Error,
     },
+    /// The annotation is JSON, but not of the shape of an essence.
+    #[error("the diff-base annotation is not an essence of the object: {what}")]
+    WrongShape {
+        /// What is wrong with it.
+        what: String,
+    },
 }
 
-/// Decodes a stored essence.
+/// Decodes a stored essence (trailing newline tolerated).
 pub fn decode(stored: &str) -> Result<Value, EssenceError> {
     Ok(serde_json::from_str(stored.trim_end())?)
 }
@@ -240,6 +246,70 @@ pub fn stored(body: &Value, settings: &EssenceSettings) -> Option<Result<Value, 
         .get(settings.annotation())?
         .as_str()
         .map(decode)
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Checks that a decoded stored essence has the shape of an essence of the current object
+/// (`current` = its essence now): a JSON object; `metadata`, if present, an object whose
+/// `labels` and `annotations` are objects of strings; and every top-level field that is an
+/// object now stored as an object too. Anything else was not written by Kopf or kopf-rs
+/// (`42`, `null`, `[1,2]`, `"s"`, `{"spec":"x"}`, `{"metadata":5}`) and must not be taken for
+/// the object's last handled state.
+///
+/// ```
+/// use kopf_diff::essence::check_shape;
+/// use serde_json::json;
+///
+/// let now = json!({"spec": {"field": "value"}});
+/// assert!(check_shape(&json!({"spec": {"field": "old"}}), &now).is_ok());
+/// assert!(check_shape(&json!({"spec": "x"}), &now).is_err());
+/// assert!(check_shape(&json!(42), &now).is_err());
+/// ```
+pub fn check_shape(stored: &Value, current: &Value) -> Result<(), EssenceError> {
+    let wrong = |what: String| Err(EssenceError::WrongShape { what });
+    let Some(fields) = stored.as_object() else {
+        return wrong(format!("{} instead of an object", json_type(stored)));
+    };
+    if let Some(meta) = fields.get("metadata") {
+        let Some(meta) = meta.as_object() else {
+            return wrong(format!("metadata is {}", json_type(meta)));
+        };
+        for key in ["labels", "annotations"] {
+            match meta.get(key) {
+                None => {}
+                Some(Value::Object(m)) => {
+                    if let Some((k, v)) = m.iter().find(|(_, v)| !v.is_string()) {
+                        return wrong(format!("metadata.{key}.{k} is {}", json_type(v)));
+                    }
+                }
+                Some(other) => {
+                    return wrong(format!("metadata.{key} is {}", json_type(other)));
+                }
+            }
+        }
+    }
+    if let Some(now) = current.as_object() {
+        for (key, value) in fields {
+            if key != "metadata" && now.get(key).is_some_and(Value::is_object) && !value.is_object()
+            {
+                return wrong(format!(
+                    "{key} is {} but is an object in the object",
+                    json_type(value)
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

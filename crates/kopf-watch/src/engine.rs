@@ -10,19 +10,19 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kopf_core::causes::{EventKind, Reason};
-use kopf_core::daemons::{Deliver, Delivery, ObjectDaemons, SpawnContext, StopReason};
+use kopf_core::daemons::{Deliver, Delivered, Delivery, ObjectDaemons, SpawnContext, StopReason};
 use kopf_core::events::{EventSpec, RateLimiter, Reporter, aggregate, event_body, failure_message};
 use kopf_core::handler::{Cause, ErrorsMode, Extensions, HandlerError, HandlerKind, HandlerSpec};
 use kopf_core::index::Indexes;
 use kopf_core::layers::{HandlerCall, Invoke, Stack};
 use kopf_core::memo::{MemoSeed, Memos};
 use kopf_core::metrics::Metrics;
-use kopf_core::plan::{PatchPlan, PatchRequest};
+use kopf_core::plan::PatchPlan;
 use kopf_core::processing::{
     CycleOutcome, FinalizerChange, HandlerOutcome, Persistence, Processor,
 };
 use kopf_core::throttle::{KOPF_ERROR_DELAYS, Throttler};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use crate::apply::{Applied, Pruned, Writer};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
 /// How resources are watched and objects processed; the same for every resource of an
@@ -145,6 +146,13 @@ struct Slot {
 
 /// The longest a worker sleeps before looking at its object again (Kopf's keep-alive).
 const MAX_SLEEP: Duration = Duration::from_secs(600);
+
+/// After a write met a concurrent change and no newer state came, the object is processed
+/// again after this long.
+const CONFLICT_RECHECK: Duration = Duration::from_secs(1);
+
+/// Conflicts in a row on one object after which they are worth a warning.
+const CONFLICTS_WORTH_A_WARNING: u32 = 3;
 
 /// Per-resource processing.
 pub struct Engine {
@@ -282,6 +290,7 @@ impl Engine {
                 self.settings.event_interval,
                 self.settings.event_burst,
             )),
+            pruned: Mutex::default(),
             settings: self.settings.clone(),
         });
         tracing::info!(resource = %plural, namespaces = self.namespace.as_deref().unwrap_or("*"), "watching");
@@ -453,19 +462,14 @@ struct WorkerShared {
     handled_once: Mutex<HashSet<String>>,
     limit: Option<Arc<tokio::sync::Semaphore>>,
     events: Mutex<RateLimiter>,
+    /// Fields of results the API server dropped, already reported.
+    pruned: Mutex<HashSet<Pruned>>,
     settings: Settings,
 }
 
 fn rv(body: &Value) -> Option<u64> {
     body.pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
-}
-
-fn written_rv(obj: &DynamicObject) -> Option<u64> {
-    obj.metadata
-        .resource_version
-        .as_deref()
         .and_then(|s| s.parse().ok())
 }
 
@@ -486,8 +490,13 @@ enum CycleEnd {
     },
     /// The object is gone: the worker ends.
     Gone,
-    /// A framework error (not a handler's): the object is throttled.
+    /// A framework error (not a handler's), e.g. a failed write: the object is throttled.
     Failed(String),
+    /// The object changed while it was written: its newer state is processed next.
+    Conflict(String),
+    /// The API server refused handlers' results (id → message): the next cycle, at once,
+    /// records that as their failure.
+    Rejected(HashMap<String, String>),
 }
 
 impl WorkerShared {
@@ -622,10 +631,24 @@ impl WorkerShared {
             let shared = shared.clone();
             let uid = uid.clone();
             Box::pin(async move {
+                let mut stored = Delivered::Done;
                 if !d.plan.is_noop_for(&d.body) {
-                    shared.apply(&d.body, &d.plan, None).await;
+                    match shared.apply(&d.body, &d.plan, &d.delivered, None).await {
+                        CycleEnd::Rejected(rejected) => {
+                            if let Some(message) = rejected.into_values().next() {
+                                stored = Delivered::Rejected(message);
+                            }
+                        }
+                        CycleEnd::Failed(error) | CycleEnd::Conflict(error) => {
+                            tracing::error!(
+                                "Writing a daemon's or timer's outcome failed: {error}"
+                            );
+                        }
+                        CycleEnd::Next { .. } | CycleEnd::Gone => {}
+                    }
                 }
                 shared.post_events(&uid, &d.body, d.events).await;
+                stored
             })
         });
         SpawnContext {
@@ -718,6 +741,7 @@ impl WorkerShared {
         let span = object_span(body);
         let mut plan = PatchPlan::new();
         let mut events = Vec::new();
+        let mut delivered = Vec::new();
         for h in &self.watchers {
             if !h.matches(body) {
                 continue;
@@ -726,7 +750,13 @@ impl WorkerShared {
             cause.event = event.map(str::to_string);
             let outcome = self.invoke(h, cause).instrument(span.clone()).await;
             match outcome.result {
-                Ok(Some(result)) => plan.status_result(&h.id, result),
+                Ok(Some(result)) => {
+                    delivered.push((
+                        h.id.clone(),
+                        serde_json::json!({"status": {&h.id: &result}}),
+                    ));
+                    plan.status_result(&h.id, result);
+                }
                 Ok(None) => {}
                 Err(e) => span.in_scope(|| {
                     tracing::error!(
@@ -739,7 +769,15 @@ impl WorkerShared {
             events.extend(outcome.events);
         }
         if kind != EventKind::Deleted && !plan.is_noop_for(body) {
-            self.apply(body, &plan, None).instrument(span).await;
+            let end = self
+                .apply(body, &plan, &delivered, None)
+                .instrument(span.clone())
+                .await;
+            if let CycleEnd::Failed(error) | CycleEnd::Conflict(error) = end {
+                span.in_scope(|| {
+                    tracing::error!("Writing the outcome of raw event handlers failed: {error}")
+                });
+            }
         }
         self.post_events(uid, body, events).await;
     }
@@ -762,6 +800,10 @@ impl WorkerShared {
         let mut retry_at: Option<Instant> = None;
         // The retry delay ended with no new event: process (or touch) now.
         let mut woken = false;
+        // Handlers whose results the API server refused in the last cycle.
+        let mut rejected: Arc<HashMap<String, String>> = Arc::default();
+        // Writes in a row that met a concurrent change.
+        let mut conflicts: u32 = 0;
         loop {
             let observed = rx.borrow_and_update().clone();
             let Some(observed) = observed else { return };
@@ -785,8 +827,12 @@ impl WorkerShared {
                 } else {
                     // Boxed: an idle worker (most of them, most of the time) then holds a
                     // small state, not room for a whole cycle.
-                    Box::pin(self.cycle(&uid, &observed, initial, memo)).await
+                    let rejected = std::mem::take(&mut rejected);
+                    Box::pin(self.cycle(&uid, &observed, initial, memo, rejected)).await
                 };
+                if !matches!(end, CycleEnd::Conflict(_)) {
+                    conflicts = 0;
+                }
                 drop(permit);
                 match end {
                     CycleEnd::Gone => return,
@@ -818,6 +864,32 @@ impl WorkerShared {
                         rx.mark_changed();
                         retry_at = None;
                         continue;
+                    }
+                    CycleEnd::Rejected(refused) => {
+                        // Processed again at once: the refused handlers' attempts are
+                        // recorded as failures (nothing of this cycle was marked handled).
+                        rejected = Arc::new(refused);
+                        rx.mark_changed();
+                        retry_at = None;
+                        continue;
+                    }
+                    CycleEnd::Conflict(message) => {
+                        conflicts += 1;
+                        object_span(&observed.body).in_scope(|| {
+                            if conflicts >= CONFLICTS_WORTH_A_WARNING {
+                                tracing::warn!(
+                                    "The object keeps changing while it is written ({conflicts} times in a row): {message}"
+                                )
+                            } else {
+                                tracing::debug!(
+                                    "The object changed while it was written ({message}); its newer state is processed next."
+                                )
+                            }
+                        });
+                        // The newer state comes through the watch; if it does not, the
+                        // latest known state is processed again a little later.
+                        retry_at = Some(Instant::now() + CONFLICT_RECHECK);
+                        expected_rv = None;
                     }
                 }
             }
@@ -859,14 +931,21 @@ impl WorkerShared {
                 .progress
                 .touch_patch(jiff::Timestamp::now()),
         );
-        self.apply(body, &plan, None).await
+        self.apply(body, &plan, &[], None).await
     }
 
     /// One cycle in the object's log span.
-    async fn cycle(&self, uid: &str, observed: &Observed, initial: bool, memo: &Memos) -> CycleEnd {
+    async fn cycle(
+        &self,
+        uid: &str,
+        observed: &Observed,
+        initial: bool,
+        memo: &Memos,
+        rejected: Arc<HashMap<String, String>>,
+    ) -> CycleEnd {
         use tracing::Instrument;
         let span = object_span(&observed.body);
-        self.cycle_in_span(uid, observed, initial, memo)
+        self.cycle_in_span(uid, observed, initial, memo, rejected)
             .instrument(span)
             .await
     }
@@ -877,11 +956,12 @@ impl WorkerShared {
         observed: &Observed,
         initial: bool,
         memo: &Memos,
+        rejected: Arc<HashMap<String, String>>,
     ) -> CycleEnd {
         let body = &observed.body;
         let outcome = self
             .processor
-            .process(observed.event, body, initial, memo)
+            .process_with(observed.event, body, initial, memo, rejected)
             .await;
         log_outcome(&outcome, body);
         if outcome.reason == Reason::Gone {
@@ -894,73 +974,94 @@ impl WorkerShared {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(uid.to_string());
         }
-        let end = self.apply(body, &outcome.plan, outcome.delay).await;
+        let end = self
+            .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
+            .await;
         self.post_events(uid, body, outcome.events).await;
         end
     }
 
-    /// Sends a plan's requests (at most one per endpoint); `delay` is the cycle's retry delay.
-    async fn apply(&self, body: &Value, plan: &PatchPlan, delay: Option<Duration>) -> CycleEnd {
-        let name = body
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let api = self.api_for(body);
-        let params = patch_params();
-        let subresource = self.resource.status_subresource;
-        let mut last_rv = None;
-        for request in plan.requests(body, subresource) {
-            let result = match &request {
-                PatchRequest::MergeObject(p) => api.patch(name, &params, &Patch::Merge(p)).await,
-                PatchRequest::MergeStatus(p) => {
-                    api.patch_status(name, &params, &Patch::Merge(p)).await
-                }
-                PatchRequest::JsonObject(ops) => {
-                    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops.clone())) {
-                        Ok(jp) => api.patch(name, &params, &Patch::Json::<()>(jp)).await,
-                        Err(e) => {
-                            return CycleEnd::Failed(format!(
-                                "an internal JSON patch is malformed: {e}"
-                            ));
-                        }
-                    }
-                }
-            };
-            match result {
-                Ok(obj) => last_rv = written_rv(&obj),
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    tracing::debug!("the object does not exist anymore");
-                    return CycleEnd::Next {
-                        delay: None,
-                        rv: None,
-                    };
-                }
-                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => {
-                    tracing::debug!(
-                        "the object changed meanwhile ({}); a new event will follow",
-                        s.message
-                    );
-                    if matches!(request, PatchRequest::JsonObject(_)) {
-                        // Keep the handlers' outcomes: send the object's merge part alone; the
-                        // finalizer change waits for the next cycle.
-                        for fallback in plan.merge_only_requests(body, subresource) {
-                            if let PatchRequest::MergeObject(p) = fallback {
-                                match api.patch(name, &params, &Patch::Merge(&p)).await {
-                                    Ok(obj) => last_rv = written_rv(&obj),
-                                    Err(e) => {
-                                        return CycleEnd::Failed(format!(
-                                            "patching after a conflict failed: {e}"
-                                        ));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                Err(e) => return CycleEnd::Failed(format!("patching failed: {e}")),
+    /// Sends a plan's requests (at most one per endpoint, results first; see [`crate::apply`]);
+    /// `delay` is the cycle's retry delay, `delivered` what handlers put into the status.
+    async fn apply(
+        &self,
+        body: &Value,
+        plan: &PatchPlan,
+        delivered: &[(String, Value)],
+        delay: Option<Duration>,
+    ) -> CycleEnd {
+        let writer = Writer {
+            api: self.api_for(body),
+            status_subresource: self.resource.status_subresource,
+            metrics: self.settings.metrics.as_ref(),
+        };
+        match writer.apply(body, plan, delivered).await {
+            Applied::Written { rv, pruned } => {
+                self.report_pruned(pruned);
+                CycleEnd::Next { delay, rv }
             }
+            Applied::Gone => CycleEnd::Next {
+                delay: None,
+                rv: None,
+            },
+            Applied::Conflict(message) => CycleEnd::Conflict(message),
+            Applied::Rejected { endpoint, handlers } => {
+                let mut rejected = HashMap::new();
+                for r in handlers {
+                    tracing::error!(
+                        "Handler '{}' returned a result the API server refuses to store (422 on the PATCH of the object{}): {}{}. This counts as a failure of the handler. Make the CRD's schema accept it: declare {} with the right type, or set `x-kubernetes-preserve-unknown-fields: true` on it.",
+                        r.handler,
+                        if endpoint == "status" {
+                            "'s status"
+                        } else {
+                            ""
+                        },
+                        if r.fields.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{}: ", r.fields.join(", "))
+                        },
+                        r.message,
+                        r.fields
+                            .first()
+                            .map_or_else(|| format!("status.{}", r.handler), |f| f.clone()),
+                    );
+                    rejected.insert(
+                        r.handler,
+                        format!("the API server refused to store the result: {}", r.message),
+                    );
+                }
+                CycleEnd::Rejected(rejected)
+            }
+            Applied::Failed(failure) => CycleEnd::Failed(failure.to_string()),
         }
-        CycleEnd::Next { delay, rv: last_rv }
+    }
+
+    /// Warns once per handler and field of this resource about results the API server did
+    /// not store (pruned by the CRD's structural schema).
+    fn report_pruned(&self, pruned: Vec<Pruned>) {
+        if pruned.is_empty() {
+            return;
+        }
+        let ar = &self.resource.api_resource;
+        let mut reported = self.pruned.lock().unwrap_or_else(|e| e.into_inner());
+        for p in pruned {
+            if !reported.insert(p.clone()) {
+                continue;
+            }
+            tracing::warn!(
+                "Handler '{}': the API server dropped {} from its result, because the CRD of {}{} does not declare it in its schema. Declare the field, or set `x-kubernetes-preserve-unknown-fields: true` on status (or on status.{}). Reported once per field.",
+                p.handler,
+                p.path,
+                ar.plural,
+                if ar.group.is_empty() {
+                    String::new()
+                } else {
+                    format!(".{}", ar.group)
+                },
+                p.handler,
+            );
+        }
     }
 
     /// Posts events about an object, rate-limited per object; failures are only logged.
@@ -1015,13 +1116,6 @@ fn api_for(
     }
 }
 
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some("kopf-rs".into()),
-        ..Default::default()
-    }
-}
-
 /// The log span of an object: every line inside carries its namespace and name.
 fn object_span(body: &Value) -> tracing::Span {
     let field = |p: &str| body.pointer(p).and_then(Value::as_str).unwrap_or("");
@@ -1045,7 +1139,10 @@ fn log_outcome(outcome: &CycleOutcome, body: &Value) {
         reason => tracing::debug!("{} is in progress: {body}", reason.title()),
     }
     if let Some(why) = &outcome.corrupt_diffbase {
-        tracing::warn!("{why}, so the object is handled as newly created");
+        tracing::warn!("{why}; the object is handled as newly created.");
+    }
+    for why in &outcome.corrupt_records {
+        tracing::warn!("{why}");
     }
     if let Some(superseded) = &outcome.superseded {
         tracing::info!("{superseded}");

@@ -17,6 +17,7 @@
 //! # }
 //! ```
 
+mod apply;
 mod engine;
 mod namespaces;
 mod orchestrator;

@@ -70,10 +70,16 @@ async fn framework_errors_are_throttled_per_object() {
     api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
         .await
         .expect("create");
-    until_object(&api, "k", "the status after two failures", |o| {
-        status_of(o, "create_fn") == "created"
+    until_object(&api, "k", "the diff-base after two failures", |o| {
+        o.and_then(|o| o.metadata.annotations.as_ref())
+            .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
     })
     .await;
+    assert_eq!(
+        status_of(api.get_opt("k").await.expect("get").as_ref(), "create_fn"),
+        "created",
+        "the result is stored before the diff-base"
+    );
     let patches: Vec<u64> = operator_requests(&server)
         .iter()
         .filter(|r| r.method == "PATCH" && r.path.ends_with("/k"))
@@ -108,6 +114,8 @@ async fn touch_after_delays_when_asked() {
         .expect("create");
     until_object(&api, "k", "the retry", |o| {
         status_of(o, "create_fn") == "done"
+            && o.and_then(|o| o.metadata.annotations.as_ref())
+                .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
     })
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;

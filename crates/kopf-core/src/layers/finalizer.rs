@@ -1,9 +1,13 @@
 //! The operator's finalizer, around a whole processing cycle of one object: added when some
-//! handler that matches the object needs it (non-optional delete handlers; daemons and
-//! timers later), removed when none does any more, and removed once a deletion has been
-//! handled. Unlike Kopf, which spends a cycle (and a PATCH) on adding it, the change travels
-//! in the cycle's own object PATCH, as JSON-patch operations guarded by a resourceVersion
-//! test so that other controllers' finalizers are never clobbered.
+//! handler that matches the object needs it (non-optional delete handlers, daemons and
+//! timers), removed when none does any more, and removed once a deletion has been handled.
+//!
+//! As in Kopf, adding it is a cycle of its own, before any handler of the object runs: the
+//! object cannot go away unhandled once a handler has started (a create handler that
+//! provisioned something always has its delete handler run). The same goes for removing a
+//! finalizer no handler needs any more. Only resources with such handlers pay for it: one
+//! PATCH on an object's first cycle. The edits are JSON-patch operations guarded by a
+//! resourceVersion test, so that other controllers' finalizers are never clobbered.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use tower::{Layer, Service};
 use crate::causes::Reason;
 use crate::finalizers;
 use crate::handler::BoxFuture;
+use crate::plan::FinalizerEdit;
 use crate::processing::{CycleCall, CycleOutcome, FinalizerChange};
 
 /// Whether an object needs the finalizer (its handlers' "prematch").
@@ -91,30 +96,26 @@ where
         let finalizer = self.finalizer.clone();
         let required = (self.requires)(&call.body);
         Box::pin(async move {
-            let body = call.body.clone();
             let deleting = call.cause.reason == Reason::Delete;
-            let present = finalizers::has(&body, &finalizer);
-            let mut out = inner.call(call).await?;
-            let change = if deleting {
-                // Released only when every delete handler has finished.
-                (out.done && present).then_some(FinalizerChange::Removed)
-            } else if required && !present {
-                Some(FinalizerChange::Added)
-            } else if !required && present {
-                Some(FinalizerChange::Removed)
-            } else {
-                None
-            };
-            match change {
-                Some(FinalizerChange::Added) => {
-                    out.plan.json_ops(finalizers::add_ops(&body, &finalizer))
-                }
-                Some(FinalizerChange::Removed) => {
-                    out.plan.json_ops(finalizers::remove_ops(&body, &finalizer))
-                }
-                None => {}
+            let present = finalizers::has(&call.body, &finalizer);
+            if !deleting && required != present {
+                // A cycle of its own: no handler runs before the finalizer is right.
+                let mut out = CycleOutcome::new(call.cause.reason);
+                let (change, edit) = if required {
+                    (FinalizerChange::Added, FinalizerEdit::Add(finalizer))
+                } else {
+                    (FinalizerChange::Removed, FinalizerEdit::Remove(finalizer))
+                };
+                out.plan.finalizer(edit);
+                out.finalizer = Some(change);
+                return Ok(out);
             }
-            out.finalizer = change;
+            let mut out = inner.call(call).await?;
+            if deleting && out.done && present {
+                // Released only when every delete handler has finished.
+                out.plan.finalizer(FinalizerEdit::Remove(finalizer));
+                out.finalizer = Some(FinalizerChange::Removed);
+            }
             Ok(out)
         })
     }
@@ -126,6 +127,7 @@ mod tests {
     use crate::causes::{EventKind, detect};
     use crate::memo::Memos;
     use crate::plan::PatchPlan;
+    use crate::processing::HandlerOutcome;
     use kopf_diff::essence::EssenceSettings;
     use serde_json::json;
 
@@ -143,6 +145,7 @@ mod tests {
             body,
             cause,
             memo: Memos::default(),
+            rejected: Arc::default(),
         }
     }
 
@@ -150,6 +153,7 @@ mod tests {
         let inner = tower::service_fn(move |call: CycleCall| async move {
             let mut out = CycleOutcome::new(call.cause.reason);
             out.done = done;
+            out.ran.push(("h".into(), HandlerOutcome::Succeeded));
             Ok::<_, Infallible>(out)
         });
         let layer = FinalizerLayer::new(F, Arc::new(move |_b: &Value| required));
@@ -173,12 +177,20 @@ mod tests {
         let out = through(true, true, bare.clone()).await;
         assert_eq!(out.finalizer, Some(FinalizerChange::Added));
         assert_eq!(ops(&out.plan, &bare)[1]["op"], "add");
-        assert_eq!(through(false, true, bare).await.finalizer, None);
+        assert!(
+            out.ran.is_empty(),
+            "no handler runs before the finalizer is on"
+        );
+        assert!(!out.done);
+        let out = through(false, true, bare).await;
+        assert_eq!(out.finalizer, None);
+        assert_eq!(out.ran.len(), 1, "handlers run when no finalizer is needed");
 
         let held =
             json!({"metadata": {"name": "k", "resourceVersion": "4", "finalizers": ["other", F]}});
         let out = through(false, true, held.clone()).await;
         assert_eq!(out.finalizer, Some(FinalizerChange::Removed));
+        assert!(out.ran.is_empty(), "a cycle of its own");
         assert_eq!(
             ops(&out.plan, &held)[1],
             json!({"op": "remove", "path": "/metadata/finalizers/1"}),
@@ -192,7 +204,11 @@ mod tests {
             unfinished.finalizer, None,
             "kept while delete handlers retry"
         );
+        assert_eq!(unfinished.ran.len(), 1, "delete handlers run");
         let finished = through(true, true, deleting).await;
         assert_eq!(finished.finalizer, Some(FinalizerChange::Removed));
+        let with_it = through(true, true, held).await;
+        assert_eq!(with_it.finalizer, None);
+        assert_eq!(with_it.ran.len(), 1, "handlers run once it is on");
     }
 }

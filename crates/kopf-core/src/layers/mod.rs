@@ -228,6 +228,28 @@ impl Stack {
         self.success_events
     }
 
+    /// The attempt of a handler whose result the API server rejected (e.g. a CRD's status
+    /// schema refused it): the handler is not called again; its attempt fails with
+    /// `message` and is classified by its errors mode (retried after its backoff, failed for
+    /// good, or ignored), with its events and its next progress record, as if it had
+    /// returned that error. User layers are not involved: the handler did not run now.
+    pub async fn reject(&self, call: HandlerCall, message: String) -> Attempt {
+        let inner = tower::service_fn(move |_call: HandlerCall| {
+            let message = message.clone();
+            async move { Ok::<_, Infallible>(CallOutcome::of(Err(HandlerError::Other { message }))) }
+        });
+        let svc = tower::ServiceBuilder::new()
+            .layer(FilterLayer)
+            .layer(EventsLayer::new(self.success_events))
+            .layer(ProgressLayer)
+            .layer(RetryLayer)
+            .service(inner);
+        match svc.oneshot(call).await {
+            Ok(a) => a,
+            Err(never) => match never {},
+        }
+    }
+
     /// Runs one call through the whole stack.
     pub async fn call(&self, call: HandlerCall) -> Attempt {
         let mut inner: HandlerService =

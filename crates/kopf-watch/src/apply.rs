@@ -1,0 +1,561 @@
+//! The applier: a cycle's [`PatchPlan`] sent to the API server, in the order that never loses
+//! a handler's outcome, with every failure classified, logged and counted.
+//!
+//! * The `/status` PATCH (the handlers' results) goes first, the object's PATCH (progress
+//!   records, the diff-base, the finalizer) second: if anything fails in between (an error, a
+//!   kill), the cause is not marked handled and its handlers run again (at least once).
+//! * `404`: the object is gone; nothing more is sent.
+//! * `409` on a merge patch: a conflict inside the API server; the same patch is sent again.
+//! * `422` on a write that carries handlers' results: the server (a CRD's status schema)
+//!   rejects them; the handlers to blame are found from the fields the server names, and
+//!   their outcome becomes a failure of theirs (see [`Applied::Rejected`]).
+//! * `422`/`409` on the JSON patch guarded by a `resourceVersion` test: the object changed
+//!   meanwhile. A deletion's release is retried on the object as it is now (the decision
+//!   holds: the deletion was handled); other finalizer changes wait for the newer state.
+//! * Anything else (5xx after the client's own retries, no answer, other 4xx) fails the
+//!   cycle: the worker throttles the object and processes its latest state again.
+//!
+//! After a write that carries results, what the server stored is compared with what was
+//! sent: fields the server dropped (pruned by a CRD's structural schema) are reported.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use kopf_core::metrics::Metrics;
+use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
+use kopf_core::text::excerpt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::Value;
+
+/// Sends of one merge patch answered 409 before the cycle gives up.
+const CONFLICT_ATTEMPTS: u32 = 3;
+/// Re-reads and re-sends of a deletion's release after concurrent changes.
+const RELEASE_ATTEMPTS: u32 = 3;
+/// The longest part of an API message kept in failures and logs.
+const MESSAGE_EXCERPT: usize = 500;
+
+/// How a plan's writes went.
+#[derive(Debug)]
+pub(crate) enum Applied {
+    /// Everything was stored; `rv` is the resourceVersion of the last write (None: nothing
+    /// was sent). `pruned` lists the fields of handlers' results that the server dropped.
+    Written {
+        rv: Option<u64>,
+        pruned: Vec<Pruned>,
+    },
+    /// The object does not exist any more.
+    Gone,
+    /// The object changed since it was observed (a guarded JSON patch failed its test): the
+    /// newer state will come through the watch.
+    Conflict(String),
+    /// The API server rejected handlers' results (`422` on the write that carried them):
+    /// nothing after that write was sent, so nothing claims the cause handled.
+    Rejected {
+        /// The write's endpoint.
+        endpoint: &'static str,
+        /// The handlers to blame, with the fields the server named and its message.
+        handlers: Vec<Rejection>,
+    },
+    /// A write failed: nothing after it was sent.
+    Failed(WriteFailure),
+}
+
+/// A handler whose result the API server rejected.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Rejection {
+    /// The handler's id.
+    pub handler: String,
+    /// The fields the server named (dotted, e.g. `status.create_fn.message`).
+    pub fields: Vec<String>,
+    /// The server's message (cut to a sane length).
+    pub message: String,
+}
+
+/// A field of a handler's result that the API server did not store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Pruned {
+    /// The handler's id.
+    pub handler: String,
+    /// The dotted path, e.g. `status.create_fn.extra`.
+    pub path: String,
+}
+
+/// A write that failed for good.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteFailure {
+    /// `status` or `object`.
+    pub endpoint: &'static str,
+    /// The HTTP status code (0: no answer).
+    pub code: u16,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for WriteFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.endpoint {
+            "status" => "PATCH of the object's status",
+            _ => "PATCH of the object",
+        };
+        if self.code == 0 {
+            write!(f, "the {what} failed: {}", self.message)
+        } else {
+            write!(f, "the {what} failed with {}: {}", self.code, self.message)
+        }
+    }
+}
+
+/// Sends plans for the objects of one resource.
+pub(crate) struct Writer<'a> {
+    /// The object's API (its namespace).
+    pub api: Api<DynamicObject>,
+    /// Whether the resource has a `/status` subresource.
+    pub status_subresource: bool,
+    /// Where failures are counted.
+    pub metrics: Option<&'a Metrics>,
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some("kopf-rs".into()),
+        ..Default::default()
+    }
+}
+
+fn written_rv(obj: &DynamicObject) -> Option<u64> {
+    obj.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+}
+
+/// The HTTP code and message of a client error (code 0: no answer).
+fn code_and_message(error: &kube::Error) -> (u16, String) {
+    match error {
+        kube::Error::Api(s) => (s.code, excerpt(&s.message, MESSAGE_EXCERPT).into_owned()),
+        other => (0, excerpt(&other.to_string(), MESSAGE_EXCERPT).into_owned()),
+    }
+}
+
+impl Writer<'_> {
+    fn failure(&self, endpoint: &'static str, error: &kube::Error) -> WriteFailure {
+        let (code, message) = code_and_message(error);
+        if let Some(m) = self.metrics {
+            m.write_failure(endpoint, code);
+        }
+        WriteFailure {
+            endpoint,
+            code,
+            message,
+        }
+    }
+
+    /// Sends `plan` for the object `body` (as observed). `delivered` is what handlers put
+    /// into its status this cycle (see [`kopf_core::processing::CycleOutcome::delivered`]).
+    pub async fn apply(
+        &self,
+        body: &Value,
+        plan: &PatchPlan,
+        delivered: &[(String, Value)],
+    ) -> Applied {
+        let name = body
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut rv = None;
+        let mut pruned = Vec::new();
+        // The base of the object's request: the object as the status write returned it
+        // (its resourceVersion is our own write's), when a guarded JSON patch follows.
+        let mut base: Cow<'_, Value> = Cow::Borrowed(body);
+        if let Some(PatchRequest::MergeStatus(patch)) =
+            plan.status_request(body, self.status_subresource)
+        {
+            match self.merge(name, &patch, true).await {
+                Ok(obj) => {
+                    rv = written_rv(&obj);
+                    pruned = pruned_fields(delivered, &obj.data);
+                    if plan.finalizer_edit().is_some() {
+                        base = Cow::Owned(as_body(obj, body));
+                    }
+                }
+                Err(e) => return self.merge_failed("status", name, &e, delivered),
+            }
+        }
+        let Some(request) = plan.object_request(&base, self.status_subresource) else {
+            return Applied::Written { rv, pruned };
+        };
+        match request {
+            PatchRequest::MergeObject(patch) => match self.merge(name, &patch, false).await {
+                Ok(obj) => {
+                    if !self.status_subresource {
+                        pruned = pruned_fields(delivered, &obj.data);
+                    }
+                    Applied::Written {
+                        rv: written_rv(&obj),
+                        pruned,
+                    }
+                }
+                Err(e) => {
+                    let carries_results = !self.status_subresource;
+                    self.merge_failed(
+                        "object",
+                        name,
+                        &e,
+                        if carries_results { delivered } else { &[] },
+                    )
+                }
+            },
+            PatchRequest::JsonObject(ops) => match self.guarded(name, ops, plan, body).await {
+                Ok(written) => Applied::Written {
+                    rv: written.or(rv),
+                    pruned,
+                },
+                Err(applied) => applied,
+            },
+            // `object_request` never returns a status patch.
+            PatchRequest::MergeStatus(_) => Applied::Written { rv, pruned },
+        }
+    }
+
+    /// One merge patch; 409 answers are conflicts inside the API server: sent again.
+    async fn merge(
+        &self,
+        name: &str,
+        patch: &Value,
+        status: bool,
+    ) -> Result<DynamicObject, kube::Error> {
+        let params = patch_params();
+        let mut attempt = 1;
+        loop {
+            let result = if status {
+                self.api
+                    .patch_status(name, &params, &Patch::Merge(patch))
+                    .await
+            } else {
+                self.api.patch(name, &params, &Patch::Merge(patch)).await
+            };
+            match result {
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_ATTEMPTS => {
+                    tracing::debug!(
+                        "The PATCH of the object{} met a conflict ({}); sending it again.",
+                        if status { "'s status" } else { "" },
+                        s.message
+                    );
+                    attempt += 1;
+                    tokio::time::sleep(jitter(Duration::from_millis(100 * u64::from(attempt))))
+                        .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// What a failed merge patch means for the cycle.
+    fn merge_failed(
+        &self,
+        endpoint: &'static str,
+        name: &str,
+        error: &kube::Error,
+        delivered: &[(String, Value)],
+    ) -> Applied {
+        match error {
+            kube::Error::Api(s) if s.code == 404 => {
+                tracing::debug!("The object {name} does not exist anymore.");
+                Applied::Gone
+            }
+            kube::Error::Api(s) if s.code == 422 && !delivered.is_empty() => {
+                if let Some(m) = self.metrics {
+                    m.write_failure(endpoint, 422);
+                }
+                Applied::Rejected {
+                    endpoint,
+                    handlers: blame(delivered, s),
+                }
+            }
+            other => Applied::Failed(self.failure(endpoint, other)),
+        }
+    }
+
+    /// The guarded JSON patch (a finalizer change with the object's other changes). A failed
+    /// `resourceVersion` test means the object changed since it was read.
+    async fn guarded(
+        &self,
+        name: &str,
+        mut ops: Vec<Value>,
+        plan: &PatchPlan,
+        body: &Value,
+    ) -> Result<Option<u64>, Applied> {
+        let releasing = matches!(plan.finalizer_edit(), Some(FinalizerEdit::Remove(_)))
+            && kopf_core::finalizers::is_deleting(body);
+        let mut attempt = 1;
+        loop {
+            let patch = match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
+                Ok(p) => p,
+                Err(e) => {
+                    return Err(Applied::Failed(WriteFailure {
+                        endpoint: "object",
+                        code: 0,
+                        message: format!("an internal JSON patch is malformed: {e}"),
+                    }));
+                }
+            };
+            let error = match self
+                .api
+                .patch(name, &patch_params(), &Patch::Json::<()>(patch))
+                .await
+            {
+                Ok(obj) => return Ok(written_rv(&obj)),
+                Err(e) => e,
+            };
+            let conflict = match &error {
+                kube::Error::Api(s) if s.code == 404 => return Err(Applied::Gone),
+                kube::Error::Api(s) if s.code == 422 || s.code == 409 => s.message.clone(),
+                other => return Err(Applied::Failed(self.failure("object", other))),
+            };
+            if !releasing || attempt >= RELEASE_ATTEMPTS {
+                if releasing && let Some(m) = self.metrics {
+                    m.write_failure("object", 409);
+                }
+                return Err(Applied::Conflict(
+                    excerpt(&conflict, MESSAGE_EXCERPT).into_owned(),
+                ));
+            }
+            // The deletion was handled: release the object as it is now.
+            tracing::debug!(
+                "The object changed while its deletion was handled ({conflict}); releasing it as it is now."
+            );
+            attempt += 1;
+            let fresh = match self.api.get_opt(name).await {
+                Ok(Some(obj)) => as_body(obj, body),
+                Ok(None) => return Err(Applied::Gone),
+                Err(e) => return Err(Applied::Failed(self.failure("object", &e))),
+            };
+            match plan.object_request(&fresh, self.status_subresource) {
+                Some(PatchRequest::JsonObject(next)) => ops = next,
+                Some(PatchRequest::MergeObject(patch)) => {
+                    // Someone else removed our finalizer: only the rest is left to write.
+                    return match self.merge(name, &patch, false).await {
+                        Ok(obj) => Ok(written_rv(&obj)),
+                        Err(e) => Err(self.merge_failed("object", name, &e, &[])),
+                    };
+                }
+                _ => return Ok(None),
+            }
+        }
+    }
+}
+
+/// An object returned by the API server as a body (for the next request's base); the
+/// observed body if it cannot be converted.
+fn as_body(obj: DynamicObject, fallback: &Value) -> Value {
+    serde_json::to_value(obj).unwrap_or_else(|_| fallback.clone())
+}
+
+/// `d` times a random factor in [0.5, 1].
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
+}
+
+/// The dotted paths of the leaves (non-null scalars, lists, empty objects) of a fragment.
+fn leaves(value: &Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, v) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                leaves(v, &p, out);
+            }
+        }
+        Value::Null => {}
+        _ => out.push(path.to_string()),
+    }
+}
+
+/// Whether a dotted path exists in `data` (the object without its metadata).
+fn has_path(data: &Value, path: &str) -> bool {
+    let mut at = data;
+    for key in path.split('.') {
+        match at.get(key) {
+            Some(v) => at = v,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The fields of the delivered fragments that the stored object lacks.
+pub(crate) fn pruned_fields(delivered: &[(String, Value)], stored: &Value) -> Vec<Pruned> {
+    let mut out = Vec::new();
+    for (handler, fragment) in delivered {
+        let mut paths = Vec::new();
+        leaves(fragment, "", &mut paths);
+        for path in paths {
+            if !has_path(stored, &path) {
+                let p = Pruned {
+                    handler: handler.clone(),
+                    path,
+                };
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The dotted segments of a field as the API server names it (`status.a[0].b`).
+fn segments(field: &str) -> Vec<&str> {
+    field
+        .split(['.', '[', ']'])
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Whether one path is a prefix of the other (segment-wise).
+fn related(a: &[&str], b: &[&str]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// The fields a 422 names: its causes', else `status.…` words of its message.
+fn rejected_fields(status: &kube::core::Status) -> Vec<String> {
+    let mut fields: Vec<String> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .map(|c| c.field.clone())
+        .filter(|f| !f.is_empty())
+        .collect();
+    if fields.is_empty() {
+        fields = status
+            .message
+            .split(|c: char| c.is_whitespace() || c == ',' || c == ':' || c == '[')
+            .filter(|w| w.starts_with("status."))
+            .map(|w| w.trim_end_matches(['.', ']']).to_string())
+            .collect();
+    }
+    fields.sort();
+    fields.dedup();
+    fields
+}
+
+/// The handlers whose delivered fragments the rejected fields point at; all of them when
+/// the fields point at none (the server's message then says what is wrong).
+pub(crate) fn blame(delivered: &[(String, Value)], status: &kube::core::Status) -> Vec<Rejection> {
+    let fields = rejected_fields(status);
+    let message = excerpt(&status.message, MESSAGE_EXCERPT).into_owned();
+    let mut out: Vec<Rejection> = Vec::new();
+    for (handler, fragment) in delivered {
+        let mut paths = Vec::new();
+        leaves(fragment, "", &mut paths);
+        let hit: Vec<String> = fields
+            .iter()
+            .filter(|f| {
+                let fs = segments(f);
+                paths.iter().any(|p| related(&segments(p), &fs))
+            })
+            .cloned()
+            .collect();
+        if hit.is_empty() {
+            continue;
+        }
+        match out.iter_mut().find(|r| &r.handler == handler) {
+            Some(r) => {
+                r.fields.extend(hit);
+                r.fields.sort();
+                r.fields.dedup();
+            }
+            None => out.push(Rejection {
+                handler: handler.clone(),
+                fields: hit,
+                message: message.clone(),
+            }),
+        }
+    }
+    if out.is_empty() {
+        let mut seen = std::collections::HashSet::new();
+        out = delivered
+            .iter()
+            .filter(|(h, _)| seen.insert(h.clone()))
+            .map(|(handler, _)| Rejection {
+                handler: handler.clone(),
+                fields: fields.clone(),
+                message: message.clone(),
+            })
+            .collect();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status_422(message: &str, fields: &[&str]) -> kube::core::Status {
+        serde_json::from_value(json!({
+            "code": 422, "reason": "Invalid", "message": message,
+            "details": {"causes": fields.iter().map(|f| json!({"reason": "FieldValueInvalid", "field": f})).collect::<Vec<_>>()},
+        }))
+        .expect("a Status")
+    }
+
+    fn delivered() -> Vec<(String, Value)> {
+        vec![
+            (
+                "create_fn".into(),
+                json!({"status": {"create_fn": {"message": 1, "n": null}}}),
+            ),
+            ("other_fn".into(), json!({"status": {"other_fn": "ok"}})),
+            (
+                "patcher".into(),
+                json!({"status": {"shared": {"list": [1, 2]}}}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_fields_a_server_names_blame_their_handlers() {
+        let s = status_422("invalid", &["status.create_fn.message"]);
+        let r = blame(&delivered(), &s);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].handler, "create_fn");
+        assert_eq!(r[0].fields, vec!["status.create_fn.message"]);
+        // A whole result refused (its parent field named), and a list item.
+        let s = status_422("invalid", &["status.other_fn", "status.shared.list[1]"]);
+        let names: Vec<String> = blame(&delivered(), &s)
+            .into_iter()
+            .map(|r| r.handler)
+            .collect();
+        assert_eq!(names, vec!["other_fn", "patcher"]);
+        // No causes: the message's fields.
+        let s = status_422(
+            r#"KopfExample.kopf.dev "k" is invalid: status.other_fn: Invalid value: "string": status.other_fn in body must be of type object"#,
+            &[],
+        );
+        let r = blame(&delivered(), &s);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].handler, "other_fn");
+        // Nothing points at a handler: all are blamed, with the server's message.
+        let s = status_422("status is broken", &["status.unrelated"]);
+        assert_eq!(blame(&delivered(), &s).len(), 3);
+    }
+
+    #[test]
+    fn dropped_fields_are_found_per_handler() {
+        let stored =
+            json!({"status": {"create_fn": {}, "other_fn": "ok", "shared": {"list": [1, 2]}}});
+        assert_eq!(
+            pruned_fields(&delivered(), &stored),
+            vec![Pruned {
+                handler: "create_fn".into(),
+                path: "status.create_fn.message".into()
+            }],
+            "nulls are deletions, not results"
+        );
+        assert!(pruned_fields(&delivered(), &json!({"status": {"create_fn": {"message": 1}, "other_fn": "x", "shared": {"list": []}}})).is_empty());
+    }
+}
