@@ -778,7 +778,7 @@ impl Exec<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handler::HandlerError;
+    use crate::handler::{ErrorsMode, HandlerError};
     use crate::plan::PatchRequest;
 
     fn kex() -> Value {
@@ -819,7 +819,10 @@ mod tests {
         );
         assert_eq!(
             out.delivered,
-            vec![("create_fn".to_string(), json!({"status": {"create_fn": {"message": "hello world"}}}))]
+            vec![(
+                "create_fn".to_string(),
+                json!({"status": {"create_fn": {"message": "hello world"}}})
+            )]
         );
     }
 
@@ -1425,6 +1428,79 @@ mod tests {
             out.plan.effective(&body)["metadata"]["annotations"]["kopf.zalando.org/field_fn.spec.field"],
             Value::Null,
             "purged with the cause"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rejected_result_is_the_handlers_failed_attempt_by_its_errors_mode() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let calls = Arc::new(AtomicU32::new(0));
+        let c = calls.clone();
+        let mut create = HandlerSpec::new("create_fn", Some(Reason::Create), move |_c: Cause| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Some(json!({"message": 42}))) }
+        });
+        let other = HandlerSpec::new("other_fn", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!("fine")))
+        });
+        let rejected = Arc::new(HashMap::from([(
+            "create_fn".to_string(),
+            "the API server refused to store the result: status.create_fn.message: must be a string".to_string(),
+        )]));
+        let processor = Processor::new(vec![create.clone(), other.clone()], Persistence::default());
+        let out = processor
+            .process_with(
+                EventKind::Added,
+                &kex(),
+                false,
+                &Memos::default(),
+                rejected.clone(),
+            )
+            .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "not called again");
+        assert!(!out.done, "retried after its backoff (errors: temporary)");
+        assert!(
+            matches!(&out.ran[0], (id, HandlerOutcome::Retrying { message }) if id == "create_fn" && message.contains("refused"))
+        );
+        let rec = record(&out.plan.effective(&kex()), "kopf.zalando.org/create_fn");
+        assert_eq!(rec.retries, Some(1));
+        assert!(rec.delayed.is_some());
+        assert_eq!(out.delay, Some(Duration::from_secs(60)));
+        assert_eq!(
+            out.plan.preview(&kex())["status"],
+            json!({"other_fn": "fine"}),
+            "the others' results are delivered"
+        );
+        // Permanent: failed for good, the cause is done.
+        create.errors = ErrorsMode::Permanent;
+        let processor = Processor::new(vec![create, other], Persistence::default());
+        let out = processor
+            .process_with(EventKind::Added, &kex(), false, &Memos::default(), rejected)
+            .await;
+        assert!(out.done);
+        assert_eq!(out.counts, (1, 1));
+        assert!(matches!(&out.ran[0], (_, HandlerOutcome::Failed { .. })));
+    }
+
+    #[tokio::test]
+    async fn unreadable_progress_records_are_reported_and_treated_as_absent() {
+        let mut body = kex();
+        body["metadata"]["annotations"] = json!({"kopf.zalando.org/create_fn": "{not json"});
+        let out = process(
+            EventKind::Added,
+            &body,
+            false,
+            &[create_fn()],
+            &Persistence::default(),
+        )
+        .await;
+        assert!(out.done, "the handler ran as if it had no record");
+        assert_eq!(out.corrupt_records.len(), 1);
+        assert!(out.corrupt_records[0].contains("kopf.zalando.org/create_fn"));
+        assert_eq!(
+            out.plan.effective(&body)["metadata"]["annotations"].get("kopf.zalando.org/create_fn"),
+            Some(&Value::Null),
+            "purged"
         );
     }
 }

@@ -31,7 +31,9 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::apply::{Applied, Pruned, Writer};
+use crate::outage::{FailureLog, WatchBackoff};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
+use kopf_core::text::for_log;
 
 /// How resources are watched and objects processed; the same for every resource of an
 /// operator.
@@ -230,13 +232,14 @@ impl Engine {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WatchError> {
         // The watcher relists after 410 and resumes after disconnects (including the
         // client's read timeout on a silent connection); failures (the resource gone with its
-        // CRD, the API server down) are retried with a jittered backoff.
+        // CRD, the API server down) are retried with a short, capped, jittered backoff.
         let config = if self.settings.streaming_lists {
             watcher::Config::default().streaming_lists()
         } else {
             watcher::Config::default()
         };
-        let stream = watcher(self.api(), config).default_backoff();
+        let stream = watcher(self.api(), config).backoff(WatchBackoff::default());
+        let mut outage = FailureLog::default();
         let mut gone = false;
         let mut stream = std::pin::pin!(stream);
         let mut shutdown = std::pin::pin!(shutdown);
@@ -321,6 +324,9 @@ impl Engine {
                 }
                 _ => {}
             }
+            if item.is_ok() {
+                outage.alive(&plural);
+            }
             let (obj, kind) = match item {
                 Ok(watcher::Event::InitApply(o)) => (o, EventKind::Listed),
                 Ok(watcher::Event::Apply(o)) => (o, EventKind::Modified),
@@ -376,7 +382,7 @@ impl Engine {
                             "the resource is not served anymore (its CRD was deleted?); waiting for it to come back"
                         );
                     } else if !not_found {
-                        tracing::warn!(resource = %plural, error = %e, "the watch stream failed; it restarts with backoff");
+                        outage.failed(&plural, &e);
                     }
                     continue;
                 }
@@ -963,20 +969,24 @@ impl WorkerShared {
             .processor
             .process_with(observed.event, body, initial, memo, rejected)
             .await;
-        log_outcome(&outcome, body);
+        log_cause(&outcome, body);
         if outcome.reason == Reason::Gone {
             self.forget(uid);
             return CycleEnd::Gone;
         }
-        if outcome.done {
+        let end = self
+            .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
+            .await;
+        // Outcomes are reported once the writes went through: a result the API server
+        // refused is not a success, and a cause whose writes failed is not processed.
+        let stored = matches!(end, CycleEnd::Next { .. });
+        log_handlers(&outcome, &end);
+        if outcome.done && stored {
             self.handled_once
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(uid.to_string());
         }
-        let end = self
-            .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
-            .await;
         self.post_events(uid, body, outcome.events).await;
         end
     }
@@ -1128,15 +1138,16 @@ fn object_span(body: &Value) -> tracing::Span {
     )
 }
 
-/// Kopf's log lines for causes, handlers and finalizers.
-fn log_outcome(outcome: &CycleOutcome, body: &Value) {
+/// Kopf's log lines for the cause of a cycle, what it found on the object, and its
+/// finalizer change (before its writes).
+fn log_cause(outcome: &CycleOutcome, body: &Value) {
     match outcome.reason {
         Reason::Gone => tracing::debug!("Deleted, really deleted, and we are notified."),
         Reason::Free => tracing::debug!("Deletion, but we are done with it, and we do not care."),
         Reason::Noop => tracing::debug!(
             "Something has changed, but we are not interested (the essence is the same)."
         ),
-        reason => tracing::debug!("{} is in progress: {body}", reason.title()),
+        reason => tracing::debug!("{} is in progress: {}", reason.title(), for_log(body)),
     }
     if let Some(why) = &outcome.corrupt_diffbase {
         tracing::warn!("{why}; the object is handled as newly created.");
@@ -1147,7 +1158,32 @@ fn log_outcome(outcome: &CycleOutcome, body: &Value) {
     if let Some(superseded) = &outcome.superseded {
         tracing::info!("{superseded}");
     }
+    match outcome.finalizer {
+        Some(FinalizerChange::Added) => {
+            tracing::debug!("Adding the finalizer, thus preventing the actual deletion.")
+        }
+        Some(FinalizerChange::Removed) if outcome.reason == Reason::Delete => {
+            tracing::debug!("Removing the finalizer, thus allowing the actual deletion.")
+        }
+        Some(FinalizerChange::Removed) => {
+            tracing::debug!("Removing the finalizer, as there are no handlers requiring it.")
+        }
+        None => {}
+    }
+}
+
+/// Kopf's log lines for the handlers of a cycle, once its writes are done: handlers whose
+/// results the API server refused are reported by the writer (and fail in the next cycle),
+/// and a cause is processed only when its writes went through.
+fn log_handlers(outcome: &CycleOutcome, end: &CycleEnd) {
+    let refused = match end {
+        CycleEnd::Rejected(refused) => Some(refused),
+        _ => None,
+    };
     for (id, result) in &outcome.ran {
+        if refused.is_some_and(|r| r.contains_key(id)) {
+            continue;
+        }
         match result {
             HandlerOutcome::Succeeded => tracing::info!("Handler '{id}' succeeded."),
             HandlerOutcome::Waiting => {
@@ -1161,23 +1197,11 @@ fn log_outcome(outcome: &CycleOutcome, body: &Value) {
             }
         }
     }
-    if outcome.done && !outcome.ran.is_empty() {
+    if outcome.done && !outcome.ran.is_empty() && matches!(end, CycleEnd::Next { .. }) {
         let (succeeded, failed) = outcome.counts;
         tracing::info!(
             "{} is processed: {succeeded} succeeded; {failed} failed.",
             outcome.reason.title()
         );
-    }
-    match outcome.finalizer {
-        Some(FinalizerChange::Added) => {
-            tracing::debug!("Adding the finalizer, thus preventing the actual deletion.")
-        }
-        Some(FinalizerChange::Removed) if outcome.reason == Reason::Delete => {
-            tracing::debug!("Removing the finalizer, thus allowing the actual deletion.")
-        }
-        Some(FinalizerChange::Removed) => {
-            tracing::debug!("Removing the finalizer, as there are no handlers requiring it.")
-        }
-        None => {}
     }
 }

@@ -21,6 +21,7 @@ mod apply;
 mod engine;
 mod namespaces;
 mod orchestrator;
+mod outage;
 mod selector;
 
 pub use engine::{Engine, IndexGate, Settings};

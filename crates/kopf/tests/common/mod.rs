@@ -242,3 +242,52 @@ pub fn count(server: &FakeApiServer, method: &str, suffix: &str) -> usize {
         .filter(|r| r.method == method && r.path.ends_with(suffix))
         .count()
 }
+
+/// Log lines captured from the current thread (tests that read logs run on tokio's
+/// current-thread runtime, so the operator's tasks log on the test's thread).
+#[derive(Clone, Default)]
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Captures this thread's logs at INFO and above (the operator's default level) until
+    /// the guard is dropped.
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The captured lines.
+    pub fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    /// The captured lines of a level (`WARN`, `ERROR`) that contain `text`.
+    pub fn matching(&self, level: &str, text: &str) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l.contains(level) && l.contains(text))
+            .collect()
+    }
+}

@@ -1,0 +1,589 @@
+//! Kopf's contract under API faults and bad stored state: a handler's outcome is stored or
+//! the handler runs again, delete handlers always run before an object goes, failed and
+//! pruned writes are visible, outages are logged and bounded, and state the operator did not
+//! write is not trusted. Each test injects the fault through the fake API server.
+//!
+//! Tests that read logs run on tokio's current-thread runtime: the operator's tasks then log
+//! on the test's thread, where [`Logs::capture`] listens.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use kopf::{HandlerError, Metrics, Operator, Options, Reason, TimerOptions};
+use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use serde_json::{Value, json};
+
+use common::{Logs, Running, crd, eventually, kex_api, obj, operator_requests, until_object};
+
+const DIFF_BASE: &str = "kopf.zalando.org/last-handled-configuration";
+
+fn counter() -> Arc<AtomicU32> {
+    Arc::new(AtomicU32::new(0))
+}
+
+fn annotation(o: Option<&DynamicObject>, key: &str) -> Option<String> {
+    o.and_then(|o| o.metadata.annotations.as_ref())
+        .and_then(|a| a.get(key).cloned())
+}
+
+/// The status PATCHes of the object named `name`, as the codes the server answered.
+fn status_codes(server: &FakeApiServer, name: &str) -> Vec<u16> {
+    operator_requests(server)
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/{name}/status")))
+        .map(|r| r.status)
+        .collect()
+}
+
+/// The operator's successful writes never stored a diff-base before the result it stands
+/// for: every object PATCH carrying the diff-base comes after a stored `status.<id>`.
+fn assert_result_before_diffbase(server: &FakeApiServer, name: &str, id: &str) {
+    let mut stored = false;
+    for r in operator_requests(server) {
+        if r.method != "PATCH" || !(200..300).contains(&r.status) {
+            continue;
+        }
+        if r.path.ends_with(&format!("/{name}/status")) && r.body.contains(&format!("\"{id}\"")) {
+            stored = true;
+        } else if r.path.ends_with(&format!("/{name}")) && r.body.contains(DIFF_BASE) {
+            assert!(
+                stored,
+                "the diff-base was written before the result: {}",
+                r.body
+            );
+        }
+    }
+}
+
+/// A creating operator whose handler counts its calls.
+fn creating(calls: &Arc<AtomicU32>) -> Operator {
+    let calls = calls.clone();
+    Operator::new().on_create("kopfexamples", "create_fn", move || {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, HandlerError>(json!({"message": "hello"})) }
+    })
+}
+
+fn status_patches() -> RequestPattern {
+    RequestPattern::any()
+        .verb("patch")
+        .resource("kopfexamples")
+        .subresource("status")
+}
+
+fn object_patches() -> RequestPattern {
+    RequestPattern::any()
+        .verb("patch")
+        .resource("kopfexamples")
+        .subresource("")
+}
+
+#[tokio::test]
+async fn a_500_on_the_status_patch_of_a_creation_loses_no_result() {
+    let server = common::server().await;
+    let calls = counter();
+    let running = Running::start(&server, creating(&calls)).await;
+    server.inject_fault(FaultRule::new(status_patches(), 500, 1));
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the diff-base", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    let o = api.get("k").await.expect("get");
+    assert_eq!(o.data["status"]["create_fn"]["message"], "hello");
+    assert_eq!(status_codes(&server, "k"), vec![500, 200]);
+    assert_result_before_diffbase(&server, "k", "create_fn");
+    // Nothing of the failed cycle was stored: the handler ran again (at least once).
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_409_on_the_status_patch_is_sent_again() {
+    let server = common::server().await;
+    let calls = counter();
+    let running = Running::start(&server, creating(&calls)).await;
+    server.inject_fault(FaultRule::new(status_patches(), 409, 1));
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the diff-base", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    assert_eq!(
+        api.get("k").await.expect("get").data["status"]["create_fn"]["message"],
+        "hello"
+    );
+    assert_eq!(status_codes(&server, "k"), vec![409, 200]);
+    assert_result_before_diffbase(&server, "k", "create_fn");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "a conflict is retried as a write, not by running the handler again"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_500_on_the_diffbase_patch_runs_the_handler_again() {
+    let server = common::server().await;
+    let calls = counter();
+    let running = Running::start(&server, creating(&calls)).await;
+    server.inject_fault(FaultRule::new(object_patches(), 500, 1));
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the diff-base", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    assert_result_before_diffbase(&server, "k", "create_fn");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    running.stop().await;
+}
+
+/// The record of a handler, parsed.
+fn record(o: &DynamicObject, id: &str) -> Value {
+    let text = annotation(Some(o), &format!("kopf.zalando.org/{id}")).unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_422_on_the_status_patch_is_a_failure_of_the_handler() {
+    let (logs, _guard) = Logs::capture();
+    let server = common::server().await;
+    let calls = counter();
+    let running = Running::start(&server, creating(&calls)).await;
+    // As kube-apiserver words a schema violation (no causes: the message names the field).
+    let mut rule = FaultRule::new(status_patches(), 422, 1);
+    rule.message = Some(
+        r#"KopfExample.kopf.dev "k" is invalid: status.create_fn: Invalid value: "object": status.create_fn in body must be of type string: "object""#
+            .into(),
+    );
+    server.inject_fault(rule);
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the failure record", |o| {
+        o.is_some_and(|o| record(o, "create_fn")["retries"] == 1)
+    })
+    .await;
+    let o = api.get("k").await.expect("get");
+    let rec = record(&o, "create_fn");
+    assert!(
+        rec["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("refused to store") && m.contains("status.create_fn")),
+        "{rec}"
+    );
+    assert!(
+        rec["delayed"].is_string(),
+        "retried after its backoff: {rec}"
+    );
+    assert!(
+        annotation(Some(&o), DIFF_BASE).is_none(),
+        "never a diff-base without the result"
+    );
+    assert!(o.data["status"]["create_fn"].is_null());
+    let errors = logs.matching("ERROR", "Handler 'create_fn' returned a result");
+    assert_eq!(errors.len(), 1, "{:#?}", logs.lines());
+    assert!(errors[0].contains("status.create_fn"), "{}", errors[0]);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "not called again before its backoff"
+    );
+    running.stop().await;
+}
+
+/// The example CRD with a status schema of its own (no unknown fields kept).
+fn crd_with_status(status: Value) -> Value {
+    let mut crd = crd();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"] = status;
+    crd
+}
+
+async fn server_with_status_schema(status: Value) -> FakeApiServer {
+    let s = FakeApiServer::start().await.expect("start");
+    s.apply_object(crd_with_status(status)).expect("crd");
+    s
+}
+
+#[tokio::test]
+async fn a_status_schema_that_rejects_a_result_names_the_handler_and_the_field() {
+    let (logs, _guard) = Logs::capture();
+    let server = server_with_status_schema(json!({"type": "object", "properties": {
+        "create_fn": {"type": "object", "properties": {"message": {"type": "string"}}}}}))
+    .await;
+    let op = Operator::new().on_with(
+        Reason::Create,
+        "kopfexamples",
+        "create_fn",
+        || async { Ok::<_, HandlerError>(json!({"message": 42})) },
+        Options {
+            errors: Some(kopf::ErrorsMode::Permanent),
+            ..Options::default()
+        },
+    );
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    // Failed for good (its errors mode): the creation is handled, with the failure logged.
+    until_object(&api, "k", "the creation handled", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    let errors = logs.matching("ERROR", "Handler 'create_fn' returned a result");
+    assert_eq!(errors.len(), 1, "{:#?}", logs.lines());
+    assert!(
+        errors[0].contains("status.create_fn.message"),
+        "the field: {}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains("must be of type string"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        !logs
+            .lines()
+            .iter()
+            .any(|l| l.contains("Handler 'create_fn' succeeded")),
+        "a rejected result is not a success: {:#?}",
+        logs.lines()
+    );
+    assert!(
+        !logs
+            .matching("ERROR", "Handler 'create_fn' failed")
+            .is_empty(),
+        "the failure, as the handler's: {:#?}",
+        logs.lines()
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_status_schema_that_prunes_a_result_warns_once_per_handler_and_field() {
+    let (logs, _guard) = Logs::capture();
+    let server = server_with_status_schema(json!({"type": "object", "properties": {
+        "create_fn": {"type": "object", "properties": {"message": {"type": "string"}}}}}))
+    .await;
+    let op = Operator::new().on_create("kopfexamples", "create_fn", || async {
+        Ok::<_, HandlerError>(json!({"message": "hello", "extra": {"n": 1}}))
+    });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    for name in ["a", "b"] {
+        api.create(&PostParams::default(), &obj(name, json!({"field": name})))
+            .await
+            .expect("create");
+        until_object(&api, name, "the creation handled", |o| {
+            annotation(o, DIFF_BASE).is_some()
+        })
+        .await;
+    }
+    let o = api.get("a").await.expect("get");
+    assert_eq!(o.data["status"]["create_fn"], json!({"message": "hello"}));
+    let warnings = logs.matching("WARN", "dropped status.create_fn.extra.n");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "once for both objects: {:#?}",
+        logs.lines()
+    );
+    assert!(
+        warnings[0].contains("x-kubernetes-preserve-unknown-fields")
+            && warnings[0].contains("kopfexamples.kopf.dev"),
+        "how to fix it: {}",
+        warnings[0]
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_timer_whose_result_is_rejected_fails_visibly_and_backs_off() {
+    let (logs, _guard) = Logs::capture();
+    let server = server_with_status_schema(json!({"type": "object", "properties": {
+        "tick": {"type": "string"}}}))
+    .await;
+    let calls = counter();
+    let c = calls.clone();
+    let op = Operator::new()
+        .timer(
+            "kopfexamples",
+            "tick",
+            TimerOptions::every(Duration::from_millis(200)),
+            move || {
+                c.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, HandlerError>(json!({"not": "a string"})) }
+            },
+        )
+        .on_delete("kopfexamples", "delete_fn", || async {
+            Ok::<_, HandlerError>(())
+        });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    eventually("the rejection logged", async || {
+        !logs
+            .matching("ERROR", "Handler 'tick' returned a result")
+            .is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Without the backoff it would tick ten times in 2 s.
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "retried after its backoff (60 s)"
+    );
+    assert_eq!(status_codes(&server, "k"), vec![422]);
+    assert!(
+        !logs
+            .matching("ERROR", "Timer 'tick' failed temporarily")
+            .is_empty(),
+        "{:#?}",
+        logs.lines()
+    );
+    running.stop().await;
+}
+
+/// A deletion while the create handler runs, with slow object PATCHes: the finalizer is on
+/// the object before the handler starts, so the deletion waits for the delete handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_during_a_slow_create_handler_runs_the_delete_handler() {
+    let server = common::server().await;
+    let (created, deleted) = (counter(), counter());
+    let (c, d) = (created.clone(), deleted.clone());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let s = started.clone();
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            s.notify_one();
+            async { Ok::<_, HandlerError>("created") }
+        })
+        .on_delete("kopfexamples", "delete_fn", move || {
+            d.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, HandlerError>(()) }
+        });
+    let running = Running::start(&server, op).await;
+    server.add_latency(object_patches(), Duration::from_secs(3));
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    tokio::time::timeout(Duration::from_secs(20), started.notified())
+        .await
+        .expect("the create handler runs");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    api.delete("k", &DeleteParams::default())
+        .await
+        .expect("delete");
+    until_object(&api, "k", "the object to go", |o| o.is_none()).await;
+    assert_eq!(created.load(Ordering::SeqCst), 1);
+    assert_eq!(deleted.load(Ordering::SeqCst), 1, "the delete handler ran");
+    running.stop().await;
+}
+
+/// Objects deleted right after their creation: whatever a create handler provisioned, the
+/// delete handler cleans up (a create handler never runs without the finalizer on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_deleted_at_once_leak_nothing() {
+    let server = common::server().await;
+    let live = Arc::new(std::sync::Mutex::new(
+        std::collections::HashSet::<String>::new(),
+    ));
+    let (l1, l2) = (live.clone(), live.clone());
+    let op = Operator::new()
+        .on_create(
+            "kopfexamples",
+            "create_fn",
+            move |kopf::Name(name): kopf::Name| {
+                l1.lock().expect("lock").insert(name);
+                async { Ok::<_, HandlerError>("created") }
+            },
+        )
+        .on_delete(
+            "kopfexamples",
+            "delete_fn",
+            move |kopf::Name(name): kopf::Name| {
+                l2.lock().expect("lock").remove(&name);
+                async { Ok::<_, HandlerError>(()) }
+            },
+        );
+    let running = Running::start(&server, op).await;
+    server.add_latency(object_patches(), Duration::from_millis(200));
+    let api = kex_api(&server);
+    for i in 0..10 {
+        let name = format!("k{i}");
+        api.create(&PostParams::default(), &obj(&name, json!({"field": i})))
+            .await
+            .expect("create");
+        tokio::time::sleep(Duration::from_millis(50 * i)).await;
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    for i in 0..10 {
+        until_object(&api, &format!("k{i}"), "the object to go", |o| o.is_none()).await;
+    }
+    assert!(
+        live.lock().expect("lock").is_empty(),
+        "created but never cleaned up: {:?}",
+        live.lock().expect("lock")
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn diffbases_of_the_wrong_shape_are_warned_about_and_handled_as_creations() {
+    let (logs, _guard) = Logs::capture();
+    let server = common::server().await;
+    let api = kex_api(&server);
+    let bad = [
+        "42",
+        "null",
+        "[1,2]",
+        "\"s\"",
+        "{\"spec\":\"x\"}",
+        "{\"metadata\":5}",
+    ];
+    for (i, value) in bad.iter().enumerate() {
+        let mut o = obj(&format!("bad-{i}"), json!({"field": "a"}));
+        o.metadata.annotations = Some([(DIFF_BASE.to_string(), value.to_string())].into());
+        api.create(&PostParams::default(), &o)
+            .await
+            .expect("create");
+    }
+    let calls = counter();
+    let running = Running::start(&server, creating(&calls)).await;
+    for i in 0..bad.len() {
+        until_object(&api, &format!("bad-{i}"), "the creation", |o| {
+            o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello")
+                && annotation(o, DIFF_BASE).is_some_and(|d| d.starts_with("{\"spec\""))
+        })
+        .await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), bad.len() as u32);
+    for i in 0..bad.len() {
+        let warnings: Vec<String> = logs
+            .matching("WARN", "the object is handled as newly created")
+            .into_iter()
+            .filter(|l| l.contains(&format!("name=bad-{i} ")))
+            .collect();
+        assert_eq!(
+            warnings.len(),
+            1,
+            "bad-{i} ({}): {:#?}",
+            bad[i],
+            logs.lines()
+        );
+        assert!(warnings[0].contains("diff-base"), "{}", warnings[0]);
+    }
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn corrupt_progress_records_are_warned_about_and_treated_as_absent() {
+    let (logs, _guard) = Logs::capture();
+    let server = common::server().await;
+    let api = kex_api(&server);
+    let mut o = obj("k", json!({"field": "a"}));
+    o.metadata.annotations = Some(
+        [(
+            "kopf.zalando.org/create_fn".to_string(),
+            "{\"retries\":\"many\"}".to_string(),
+        )]
+        .into(),
+    );
+    api.create(&PostParams::default(), &o)
+        .await
+        .expect("create");
+    let calls = counter();
+    let running = Running::start(&server, creating(&calls)).await;
+    until_object(&api, "k", "the creation", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    let o = api.get("k").await.expect("get");
+    assert_eq!(o.data["status"]["create_fn"]["message"], "hello");
+    assert!(
+        annotation(Some(&o), "kopf.zalando.org/create_fn").is_none(),
+        "purged with the finished creation"
+    );
+    let warnings = logs.matching("WARN", "progress record of handler 'create_fn'");
+    assert_eq!(warnings.len(), 1, "{:#?}", logs.lines());
+    assert!(
+        warnings[0].contains("kopf.zalando.org/create_fn"),
+        "{}",
+        warnings[0]
+    );
+    running.stop().await;
+}
+
+/// An outage of the API server's listing at start: every failure is seen (kube's own hidden
+/// retry is off), logged, counted towards liveness, and the operator recovers at once.
+#[tokio::test]
+async fn a_list_outage_at_start_is_logged_and_recovered_from() {
+    let (logs, _guard) = Logs::capture();
+    let server = common::server().await;
+    let lists = RequestPattern::any().verb("list").resource("kopfexamples");
+    let mut outage = FaultRule::new(lists, 503, 0);
+    outage.count = None; // until cleared
+    server.inject_fault(outage);
+    let metrics = Metrics::new();
+    let calls = counter();
+    let op = creating(&calls).metrics(metrics.clone());
+    let running = Running::start_with(&server, op, Duration::from_secs(70), false).await;
+    eventually("liveness to report the watch dead", async || {
+        metrics.dead_watches() == vec!["kopfexamples".to_string()]
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.clear_faults();
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation after the outage", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    assert!(metrics.dead_watches().is_empty(), "alive again");
+    let failures = logs.matching("WARN", "watch stream of kopfexamples");
+    assert!(!failures.is_empty(), "{:#?}", logs.lines());
+    assert!(failures[0].contains("503"), "the code: {}", failures[0]);
+    assert!(
+        !logs.matching("INFO", "is back after").is_empty(),
+        "{:#?}",
+        logs.lines()
+    );
+    // Attempts during the outage are at most about a second apart (the backoff's cap), so a
+    // recovered server is noticed within about a second.
+    let attempts: Vec<u64> = operator_requests(&server)
+        .iter()
+        .filter(|r| r.path.ends_with("/kopfexamples") && !r.query.contains("watch=true"))
+        .map(|r| r.micros)
+        .collect();
+    assert!(attempts.len() >= 4, "{attempts:?}");
+    let widest = attempts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    assert!(widest < 1_900_000, "{widest} µs between two listings");
+    running.stop().await;
+}
