@@ -3,7 +3,8 @@
 //! message in `status.create_fn` on creation, the new `spec.field` in `status.update_fn`
 //! on update.
 //!
-//! Systems: `kopf-rs` (the `minimal` example), `kopf` (Python Kopf 1.45 from PyPI, in a
+//! Systems: `kopf-rs` (the `minimal` example), `kopf-rs-delete` (the same job plus a delete
+//! handler: what the finalizer costs), `kopf` (Python Kopf 1.45 from PyPI, in a
 //! venv the harness creates), `kube-rs` (a `kube::runtime::Controller`), `limit` (a plain
 //! client sending exactly the diff-base and status PATCHes) and `limit-status` (the status
 //! PATCH only). Scenarios, in this order on one server per system:
@@ -37,6 +38,8 @@ const DRIVER: &str = "kopf-bench-driver";
 pub enum System {
     /// kopf-rs: the `minimal` example.
     KopfRs,
+    /// kopf-rs: the `minimal` example's job plus a delete handler (the finalizer's cost).
+    KopfRsDelete,
     /// Python Kopf 1.45.
     Kopf,
     /// kube-rs `Controller`.
@@ -51,6 +54,7 @@ impl System {
     fn name(self) -> &'static str {
         match self {
             System::KopfRs => "kopf-rs",
+            System::KopfRsDelete => "kopf-rs-delete",
             System::Kopf => "kopf",
             System::KubeRs => "kube-rs",
             System::Limit => "limit",
@@ -119,6 +123,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let systems = if args.systems.is_empty() {
         vec![
             System::KopfRs,
+            System::KopfRsDelete,
             System::Kopf,
             System::KubeRs,
             System::Limit,
@@ -153,6 +158,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                 "-A".into(),
                 "--standalone".into(),
                 // Kopf and kube-rs have no client-side rate limit either.
+                "--qps".into(),
+                "0".into(),
+            ],
+            System::KopfRsDelete => vec![
+                release.join("kopf-rs-delete").display().to_string(),
+                "run".into(),
+                "-A".into(),
+                "--standalone".into(),
                 "--qps".into(),
                 "0".into(),
             ],
