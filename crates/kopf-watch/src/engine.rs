@@ -409,7 +409,7 @@ impl Engine {
             let body = match serde_json::to_value(&obj) {
                 Ok(b) => b,
                 Err(e) => {
-                    tracing::error!(error = %e, "cannot read an object");
+                    tracing::error!(error = %for_log(&e), "cannot read an object");
                     continue;
                 }
             };
@@ -810,6 +810,8 @@ impl WorkerShared {
         let mut rejected: Arc<HashMap<String, String>> = Arc::default();
         // Writes in a row that met a concurrent change.
         let mut conflicts: u32 = 0;
+        // The pending wake-up is a re-check after a conflict (never a touch).
+        let mut recheck = false;
         loop {
             let observed = rx.borrow_and_update().clone();
             let Some(observed) = observed else { return };
@@ -836,6 +838,7 @@ impl WorkerShared {
                     let rejected = std::mem::take(&mut rejected);
                     Box::pin(self.cycle(&uid, &observed, initial, memo, rejected)).await
                 };
+                recheck = false;
                 if !matches!(end, CycleEnd::Conflict(_)) {
                     conflicts = 0;
                 }
@@ -895,6 +898,7 @@ impl WorkerShared {
                         // The newer state comes through the watch; if it does not, the
                         // latest known state is processed again a little later.
                         retry_at = Some(Instant::now() + CONFLICT_RECHECK);
+                        recheck = true;
                         expected_rv = None;
                     }
                 }
@@ -909,12 +913,13 @@ impl WorkerShared {
                         return;
                     }
                     woken = false;
+                    recheck = false;
                 }
                 _ = async { match wake { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
                     let now = Instant::now();
                     if retry_at.is_some_and(|r| r <= now) {
                         retry_at = None;
-                        woken = true;
+                        woken = !std::mem::take(&mut recheck);
                     }
                     // Past the consistency deadline, the state at hand counts as consistent.
                     if expected_rv.is_some_and(|(_, deadline)| deadline <= now) {

@@ -4,6 +4,7 @@
 //! watches CustomResourceDefinitions to start engines for resources that appear and stop
 //! those whose resource disappears.
 
+use kopf_core::text::for_log;
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
@@ -116,7 +117,7 @@ impl Orchestrator {
                 Ok(found) => found,
                 Err(e) if strict && !self.wait_for_resources => return Err(e),
                 Err(e) if strict => {
-                    tracing::warn!("{e}; it is served when it appears");
+                    tracing::warn!("{}; it is served when it appears", for_log(&e));
                     continue;
                 }
                 Err(e) => {
@@ -319,12 +320,12 @@ impl Orchestrator {
                             debounce = DEBOUNCE;
                             match self.plan(&all, false) {
                                 Ok(plan) => self.reconcile(running, plan, false).await,
-                                Err(e) => tracing::warn!("{e}"),
+                                Err(e) => tracing::warn!("{}", for_log(&e)),
                             }
                         }
                         Err(e) => {
                             debounce = (debounce * 2).min(Duration::from_secs(60));
-                            tracing::warn!("{e}; retrying in {debounce:?}");
+                            tracing::warn!("{}; retrying in {debounce:?}", for_log(&e));
                         }
                     }
                 }
@@ -362,9 +363,9 @@ async fn stop(r: Running) {
     let _ = r.stop.send(());
     match r.task.await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(resource = %r.plural, "{e}"),
+        Ok(Err(e)) => tracing::error!(resource = %r.plural, "{}", for_log(&e)),
         Err(e) => {
-            tracing::error!(resource = %r.plural, error = %e, "a resource's watcher stopped abnormally")
+            tracing::error!(resource = %r.plural, error = %for_log(&e), "a resource's watcher stopped abnormally")
         }
     }
 }

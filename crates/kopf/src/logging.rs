@@ -24,12 +24,15 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::cli::{LogFormat, RunArgs};
 
+/// Log directives that quieten kube's own reports of failed requests, watches and
+/// undecodable answers (kube-client logs whole response bodies, megabytes for a list): the
+/// operator reports these failures itself, with a bounded excerpt. They show with `--debug`.
+pub const KUBE_QUIET: &str =
+    "kube_client::client::builder=off,kube_client::client=error,kube_runtime::watcher=error";
+
 /// Installs the log subscriber for the chosen verbosity and format (a second call keeps the
 /// first subscriber, e.g. in tests). `RUST_LOG` overrides the verbosity.
 pub fn init(args: &RunArgs) {
-    // kube's own reports of failed requests and watches repeat what the operator reports
-    // itself, with more detail than a reader needs: they show with --debug only.
-    const KUBE_QUIET: &str = "kube_client::client::builder=off,kube_runtime::watcher=error";
     let default = if args.debug {
         "debug".to_string()
     } else if args.verbose {

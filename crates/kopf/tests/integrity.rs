@@ -587,3 +587,38 @@ async fn a_list_outage_at_start_is_logged_and_recovered_from() {
     assert!(widest < 1_900_000, "{widest} µs between two listings");
     running.stop().await;
 }
+
+/// A listing the client cannot decode (a stored object with a number as a label value, which
+/// the fake server still accepts) is reported with a bounded excerpt, not the whole list.
+#[tokio::test]
+async fn an_undecodable_listing_is_logged_in_a_bounded_line() {
+    let (logs, _guard) = Logs::capture();
+    let server = common::server().await;
+    server
+        .apply_object(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "odd", "namespace": "default", "labels": {"n": 1}},
+            "spec": {"blob": "x".repeat(200_000)}}))
+        .expect("stored");
+    let calls = counter();
+    let running =
+        Running::start_with(&server, creating(&calls), Duration::from_secs(70), false).await;
+    eventually("the failure logged", async || {
+        !logs
+            .matching("WARN", "watch stream of kopfexamples")
+            .is_empty()
+    })
+    .await;
+    let lines = logs.lines();
+    let longest = lines
+        .iter()
+        .max_by_key(|l| l.len())
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        longest.len() < 3_000,
+        "a log line of {} bytes: {}…",
+        longest.len(),
+        &longest[..300]
+    );
+    running.stop().await;
+}

@@ -262,15 +262,18 @@ impl std::io::Write for Logs {
 }
 
 impl Logs {
-    /// Captures this thread's logs at INFO and above (the operator's default level) until
-    /// the guard is dropped.
+    /// Captures this thread's logs as the operator's default level shows them (INFO and
+    /// above, kube's own reports quietened) until the guard is dropped.
     pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
         let logs = Logs::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
+                "info,{}",
+                kopf::logging::KUBE_QUIET
+            )))
             .finish();
         (logs, tracing::subscriber::set_default(subscriber))
     }
