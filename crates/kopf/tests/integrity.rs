@@ -622,3 +622,71 @@ async fn an_undecodable_listing_is_logged_in_a_bounded_line() {
     );
     running.stop().await;
 }
+
+fn finalizers_of(o: Option<&DynamicObject>) -> Vec<String> {
+    o.and_then(|o| o.metadata.finalizers.clone())
+        .unwrap_or_default()
+}
+
+const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
+
+/// Objects handled before the operator had delete handlers get the finalizer (and nothing
+/// runs again); objects whose operator no longer needs it lose it (other controllers'
+/// finalizers stay).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_finalizer_follows_the_handlers_the_operator_has_now() {
+    let server = common::server().await;
+    let api = kex_api(&server);
+    let handled = |name: &str, finalizers: Vec<String>| {
+        let mut o = obj(name, json!({"field": "a"}));
+        o.metadata.annotations = Some(
+            [(
+                DIFF_BASE.to_string(),
+                "{\"spec\":{\"field\":\"a\"}}\n".to_string(),
+            )]
+            .into(),
+        );
+        o.metadata.finalizers = Some(finalizers);
+        o
+    };
+    api.create(&PostParams::default(), &handled("old", vec![]))
+        .await
+        .expect("create");
+    let calls = counter();
+    let running = Running::start(
+        &server,
+        creating(&calls).on_delete("kopfexamples", "delete_fn", || async {
+            Ok::<_, HandlerError>(())
+        }),
+    )
+    .await;
+    until_object(&api, "old", "the finalizer added", |o| {
+        finalizers_of(o) == vec![FINALIZER.to_string()]
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing runs again");
+
+    api.create(
+        &PostParams::default(),
+        &handled(
+            "kept",
+            vec!["other.example.com/keep".into(), FINALIZER.into()],
+        ),
+    )
+    .await
+    .expect("create");
+    let running = Running::start(&server, creating(&calls)).await;
+    for name in ["old", "kept"] {
+        until_object(&api, name, "our finalizer removed", |o| {
+            !finalizers_of(o).contains(&FINALIZER.to_string())
+        })
+        .await;
+    }
+    assert_eq!(
+        finalizers_of(api.get_opt("kept").await.expect("get").as_ref()),
+        vec!["other.example.com/keep".to_string()]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing runs again");
+    running.stop().await;
+}
