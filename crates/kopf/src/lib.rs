@@ -271,6 +271,7 @@ pub struct Operator {
     login: Option<login::LoginFn>,
     metrics: Option<Metrics>,
     rate_limit: (f64, u32),
+    request_timeout: Duration,
     grace_period: Duration,
     rbac_rules: Vec<serde_json::Value>,
     #[cfg(feature = "admission")]
@@ -294,6 +295,7 @@ impl Default for Operator {
             login: None,
             metrics: None,
             rate_limit: (100.0, 1000),
+            request_timeout: client::DEFAULT_REQUEST_TIMEOUT,
             grace_period: Duration::from_secs(20),
             rbac_rules: Vec::new(),
             #[cfg(feature = "admission")]
@@ -645,9 +647,11 @@ impl Operator {
     /// after 401 answers), else from `KUBECONFIG` / `~/.kube/config` / the in-cluster
     /// account (see [`client_config`]).
     ///
-    /// The client is rate-limited ([`rate_limit`](Self::rate_limit)), retries requests
-    /// answered `429 Too Many Requests` after their `Retry-After`, and counts its requests in
-    /// the [`metrics`](Self::metrics) if they are on.
+    /// The client is rate-limited ([`rate_limit`](Self::rate_limit)), gives up on an attempt
+    /// after the [`request_timeout`](Self::request_timeout), sends requests again after
+    /// transient failures (429, 502, 503, 504, 500 for GET and PATCH, no answer; up to 5 times,
+    /// with a WARNING line for each failure), and counts its requests and retries in the
+    /// [`metrics`](Self::metrics) if they are on.
     pub async fn connect(&self) -> Result<kube::Client, Error> {
         Ok(self.connect_to().await?.0)
     }
@@ -655,34 +659,62 @@ impl Operator {
     /// [`connect`](Self::connect), with the server's URL when it comes from the kubeconfig
     /// (for a readable error when the server cannot be reached).
     async fn connect_to(&self) -> Result<(kube::Client, Option<http::Uri>), Error> {
-        let (client, url) = match &self.login {
-            Some(login) => (
-                login::connect(login.clone(), self.inactivity_timeout).await?,
-                None,
-            ),
+        let (client, server, url) = match &self.login {
+            Some(login) => {
+                // (The login logs the server's URL once it knows it.)
+                let (client, server) =
+                    login::connect(login.clone(), self.inactivity_timeout).await?;
+                (client, server, None)
+            }
             None => {
                 let config = client_config(None, self.inactivity_timeout).await?;
                 let url = config.cluster_url.clone();
-                (
-                    kube::Client::try_from(config).map_err(Error::Client)?,
-                    Some(url),
-                )
+                tracing::info!(
+                    "Connecting to the Kubernetes API server at {}.",
+                    url.to_string().trim_end_matches('/')
+                );
+                let client = kube::Client::try_from(config).map_err(Error::Client)?;
+                (client, url.clone(), Some(url))
             }
         };
-        Ok((self.wrap_client(client), url))
+        Ok((self.wrap_client_at(client, Some(&server)), url))
     }
 
     /// The operator's client behaviour around `client`: the [rate limit](Self::rate_limit),
-    /// retries of `429 Too Many Requests` after their `Retry-After`, and the request
+    /// the [request timeout](Self::request_timeout), retries of transient failures (`429 Too
+    /// Many Requests` after its `Retry-After`; 502, 503, 504; 500 for GET and PATCH; no
+    /// answer) with a WARNING line for each failure, and the request
     /// [metrics](Self::metrics). [`connect`](Self::connect) and `run --fake` use it; use it
-    /// for a client given to [`run_until`](Self::run_until).
+    /// for a client given to [`run_until`](Self::run_until). The client should not retry by
+    /// itself (kube's `default_retry` off, as [`client_config`] sets it), or failures are
+    /// retried, silently, twice over.
     pub fn wrap_client(&self, client: kube::Client) -> kube::Client {
+        self.wrap_client_at(client, None)
+    }
+
+    /// [`wrap_client`](Self::wrap_client), naming the API server at `server` in errors.
+    fn wrap_client_at(&self, client: kube::Client, server: Option<&http::Uri>) -> kube::Client {
         let (qps, burst) = self.rate_limit;
         client::wrap(
             client,
-            client::RateLimit::new(qps, burst),
-            self.metrics.clone(),
+            client::Settings {
+                limit: client::RateLimit::new(qps, burst),
+                metrics: self.metrics.clone(),
+                request_timeout: self.request_timeout,
+                server: server.map(|url| url.to_string().trim_end_matches('/').to_string()),
+            },
         )
+    }
+
+    /// How long the operator's client waits for the API server to answer a request (the
+    /// status and headers; default 30 s, zero: no limit but the
+    /// [`inactivity_timeout`](Self::inactivity_timeout)) before it gives up on the attempt
+    /// and sends the request again (see [`wrap_client`](Self::wrap_client)). A warning is
+    /// logged after 10 s without an answer (after a third of the timeout, if that is
+    /// shorter). The bodies of watch streams are not limited by it.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// The client's rate limit: `burst` requests at once, then `qps` per second on
@@ -974,6 +1006,7 @@ impl Operator {
             self = self.namespace_patterns(&args.namespaces);
         }
         self.rate_limit = (args.qps, args.burst);
+        self.request_timeout = args.request_timeout;
         if args.worker_limit > 0 {
             self.settings.worker_limit = Some(args.worker_limit);
         }
@@ -1042,7 +1075,11 @@ impl Operator {
                 args.fake_kubeconfig.display()
             );
             let config = client_config(Some(&server.url()), self.inactivity_timeout).await?;
-            let client = self.wrap_client(kube::Client::try_from(config).map_err(Error::Client)?);
+            let url = config.cluster_url.clone();
+            let client = self.wrap_client_at(
+                kube::Client::try_from(config).map_err(Error::Client)?,
+                Some(&url),
+            );
             let result = self.run_until(client, shutdown).await;
             server.shutdown().await;
             result
@@ -1217,7 +1254,9 @@ pub const USER_AGENT: &str = concat!("kopf-rs/", env!("CARGO_PKG_VERSION"));
 /// The client configuration operators use: the given URL (the embedded fake server), or
 /// `KUBECONFIG` / `~/.kube/config` / the in-cluster service account; with a read timeout of
 /// `inactivity`, so that a watch connection that went silent (no events, no bookmarks) is
-/// reconnected, and [`USER_AGENT`].
+/// reconnected, and [`USER_AGENT`]. kube's own retry of 429, 503 and 504 answers is off: it
+/// is silent and slow to notice a recovered server; [`Operator::wrap_client`] retries
+/// instead, visibly.
 pub async fn client_config(url: Option<&str>, inactivity: Duration) -> Result<kube::Config, Error> {
     let mut config = match url {
         Some(url) => {
@@ -1229,6 +1268,7 @@ pub async fn client_config(url: Option<&str>, inactivity: Duration) -> Result<ku
         None => infer_config().await?,
     };
     config.read_timeout = Some(inactivity);
+    config.default_retry = false;
     config.headers.push((
         http::header::USER_AGENT,
         http::HeaderValue::from_static(USER_AGENT),

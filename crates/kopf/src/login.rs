@@ -6,6 +6,9 @@
 //! request goes through the current one; a 401 answer replaces it with a fresh login (once
 //! per expired client, however many requests failed with it). The failed request itself
 //! fails as usual and is retried by whoever sent it (watches restart, handlers retry).
+//!
+//! As with the kubeconfig, kube's own hidden retry is off: the operator's client layer
+//! retries transient failures, visibly (see `client.rs`).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -58,33 +61,48 @@ impl Relogin {
         }
         tracing::warn!("The API server answered 401 Unauthorized: logging in again.");
         match login_client(&self.login, self.inactivity).await {
-            Ok(client) => *current = (expired + 1, client),
+            Ok((client, _)) => *current = (expired + 1, client),
             Err(e) => tracing::error!("Logging in again failed: {e:?}"),
         }
     }
 }
 
-async fn login_client(login: &LoginFn, inactivity: Duration) -> Result<kube::Client, Error> {
+/// A client from the login's configuration, and the API server's URL.
+async fn login_client(
+    login: &LoginFn,
+    inactivity: Duration,
+) -> Result<(kube::Client, http::Uri), Error> {
     let mut config = login()
         .await
         .map_err(|e| Error::Config(format!("the login handler failed: {e}")))?;
     config.read_timeout = Some(inactivity);
+    config.default_retry = false;
     config.headers.push((
         http::header::USER_AGENT,
         http::HeaderValue::from_static(crate::USER_AGENT),
     ));
-    kube::Client::try_from(config).map_err(Error::Client)
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config).map_err(Error::Client)?;
+    Ok((client, url))
 }
 
-/// A client that logs in with `login` now and again after every 401.
-pub(crate) async fn connect(login: LoginFn, inactivity: Duration) -> Result<kube::Client, Error> {
-    let first = login_client(&login, inactivity).await?;
+/// A client that logs in with `login` now and again after every 401, and the API server's
+/// URL of the first login.
+pub(crate) async fn connect(
+    login: LoginFn,
+    inactivity: Duration,
+) -> Result<(kube::Client, http::Uri), Error> {
+    let (first, url) = login_client(&login, inactivity).await?;
     tracing::info!("Activity 'login' succeeded.");
+    tracing::info!(
+        "Connecting to the Kubernetes API server at {}.",
+        url.to_string().trim_end_matches('/')
+    );
     let namespace = first.default_namespace().to_string();
     let service = Relogin {
         current: Arc::new(tokio::sync::RwLock::new((0, first))),
         login,
         inactivity,
     };
-    Ok(kube::Client::new(service, namespace))
+    Ok((kube::Client::new(service, namespace), url))
 }

@@ -1,0 +1,78 @@
+//! The operator's client from a login handler: the server's URL is logged once known,
+//! and only the operator's layer retries (kube's own retry is off on this path too).
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kopf::Operator;
+use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
+use kube::api::{Api, ListParams};
+
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("logs").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_logged_in_client_logs_its_server_and_retries_only_in_the_operators_layer() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let server = FakeApiServer::start().await.expect("start");
+    server.inject_fault(FaultRule::new(
+        RequestPattern::any().verb("list").resource("configmaps"),
+        503,
+        100,
+    ));
+    let url = server.url();
+    let login_url = url.clone();
+    let client = Operator::new()
+        .on_login(move || {
+            let url = login_url.clone();
+            async move {
+                let uri = url.parse().map_err(kopf::HandlerError::other)?;
+                Ok::<_, kopf::HandlerError>(kube::Config::new(uri))
+            }
+        })
+        .connect()
+        .await
+        .expect("logged in");
+    let text = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+    assert!(
+        text.contains(&format!(
+            "Connecting to the Kubernetes API server at {}.",
+            url.trim_end_matches('/')
+        )),
+        "{text}"
+    );
+
+    let error = Api::<ConfigMap>::namespaced(client, "default")
+        .list(&ListParams::default())
+        .await
+        .expect_err("503 after the retries");
+    assert!(
+        matches!(&error, kube::Error::Api(s) if s.code == 503),
+        "{error:?}"
+    );
+    // kube's own retry (3 attempts per request) would make it up to 18.
+    let lists = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/namespaces/default/configmaps")
+        .count();
+    assert_eq!(lists, 6, "1 + 5 retries of the operator's layer");
+}

@@ -1,0 +1,138 @@
+//! A server that accepts connections but never answers: with a 1 s request timeout, each
+//! attempt warns that it is still waiting, then gives up; the request is sent again, and
+//! the caller gets the timeout error after the retries. The client comes from the
+//! kubeconfig (`Operator::connect`), which also logs the server's URL before any request.
+//!
+//! (One test in this binary: it sets `KUBECONFIG` for the process.)
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kopf::Operator;
+use kube::api::Api;
+
+/// The log lines of the test, captured.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("logs").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().expect("logs"))
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_times_out_after_the_retries() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    // Accepts connections, keeps them open, says nothing.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let silent = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            open.push(socket);
+        }
+    });
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: silent
+  cluster:
+    server: http://127.0.0.1:{port}
+users:
+- name: nobody
+  user: {{}}
+contexts:
+- name: silent
+  context: {{cluster: silent, user: nobody, namespace: default}}
+current-context: silent
+"
+        ),
+    )
+    .expect("kubeconfig");
+    // SAFETY: the only test of this binary, and nothing else runs yet.
+    unsafe { std::env::set_var("KUBECONFIG", &kubeconfig) };
+
+    let client = Operator::new()
+        .request_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("a client");
+    let url = format!("http://127.0.0.1:{port}");
+    assert!(
+        logs.lines().iter().any(|l| l.contains("INFO")
+            && l.contains(&format!(
+                "Connecting to the Kubernetes API server at {url}."
+            ))),
+        "{:#?}",
+        logs.lines()
+    );
+
+    let started = Instant::now();
+    let error = Api::<ConfigMap>::namespaced(client, "default")
+        .get("any")
+        .await
+        .expect_err("no answer");
+    let waited = started.elapsed();
+    let expected = format!(
+        "the API server at {url} did not answer GET /api/v1/namespaces/default/configmaps/any within 1 s"
+    );
+    assert!(error.to_string().contains(&expected), "{error}");
+    assert!(
+        waited >= Duration::from_millis(6 * 1000 + 1700),
+        "6 attempts of 1 s and 5 delays: {waited:?}"
+    );
+    assert!(accepted.load(Ordering::SeqCst) >= 1);
+
+    let lines = logs.lines();
+    let waiting = lines
+        .iter()
+        .filter(|l| {
+            l.contains("WARN")
+                && l.contains("No answer from the API server to GET /api/v1/namespaces/default/configmaps/any after 0.33 s; still waiting.")
+        })
+        .count();
+    assert_eq!(waiting, 6, "{lines:#?}");
+    let failed: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains(&format!("failed: no answer: {expected}")))
+        .collect();
+    assert_eq!(failed.len(), 6, "{lines:#?}");
+    assert!(failed[0].contains("retrying in") && failed[0].contains("(attempt 2 of 6)"));
+    assert!(failed[5].contains("giving up (attempt 6 of 6)"));
+    silent.abort();
+}
