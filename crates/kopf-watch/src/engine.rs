@@ -24,7 +24,7 @@ use kopf_core::processing::{
 use kopf_core::throttle::{KOPF_ERROR_DELAYS, Throttler};
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -34,6 +34,7 @@ use crate::apply::{Applied, Pruned, Writer};
 use crate::outage::{FailureLog, WatchBackoff};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 use kopf_core::text::for_log;
+use kube::runtime::utils::Backoff;
 
 /// How resources are watched and objects processed; the same for every resource of an
 /// operator.
@@ -238,7 +239,11 @@ impl Engine {
         } else {
             watcher::Config::default()
         };
-        let stream = watcher(self.api(), config).backoff(WatchBackoff::default());
+        // The backoff is ours, not kube's StreamBackoff: that one resets on every item,
+        // including the `Init` the watcher emits before each attempt to list, so it never
+        // grows during an outage of the listing.
+        let stream = watcher(self.api(), config);
+        let mut backoff = WatchBackoff::default();
         let mut outage = FailureLog::default();
         let mut gone = false;
         let mut stream = std::pin::pin!(stream);
@@ -313,19 +318,23 @@ impl Engine {
                 }
                 break;
             };
+            // What the API server sent (an `Init` is the watcher's own: it comes before
+            // every attempt to list, failed or not).
+            let alive = matches!(&item, Ok(e) if !matches!(e, watcher::Event::Init));
             match (&item, &metrics) {
                 (Err(_), Some(m)) => {
                     failing = true;
                     m.watch_failed(&plural);
                 }
-                (Ok(_), Some(m)) if failing => {
+                (Ok(_), Some(m)) if failing && alive => {
                     failing = false;
                     m.watch_alive(&plural);
                 }
                 _ => {}
             }
-            if item.is_ok() {
+            if alive {
                 outage.alive(&plural);
+                backoff.reset();
             }
             let (obj, kind) = match item {
                 Ok(watcher::Event::InitApply(o)) => (o, EventKind::Listed),
@@ -383,6 +392,11 @@ impl Engine {
                         );
                     } else if !not_found {
                         outage.failed(&plural, &e);
+                    }
+                    let delay = backoff.next().unwrap_or_default();
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(delay) => {}
                     }
                     continue;
                 }

@@ -10,6 +10,10 @@
 //! Every option can also come from an environment variable `KOPF_<COMMAND>_<OPTION>`
 //! (`KOPF_RUN_NAMESPACE=a,b`, `KOPF_RUN_LIVENESS=...`, `KOPF_FAKE_APISERVER_PORT=...`); the
 //! command line wins.
+//!
+//! Numeric values are checked when they are parsed: a value out of range (a negative or
+//! infinite duration, `--burst 0`, a port above 65535...) is refused with a message that
+//! names the option and what it accepts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -157,29 +161,34 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 0.0.0.0:9090).
     #[arg(long, env = "KOPF_RUN_METRICS", value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
-    /// At most this many objects are processed at the same time (0: no limit).
-    #[arg(long, env = "KOPF_RUN_WORKER_LIMIT", default_value_t = 0)]
+    /// At most this many objects are processed at the same time (0: no limit; at most
+    /// 1000000).
+    #[arg(long, env = "KOPF_RUN_WORKER_LIMIT", value_name = "N", default_value_t = 0, value_parser = parse_worker_limit, allow_negative_numbers = true)]
     pub worker_limit: usize,
     /// Requests per second to the API server, on average (0: no limit).
-    #[arg(long, env = "KOPF_RUN_QPS", default_value_t = 100.0)]
+    #[arg(long, env = "KOPF_RUN_QPS", default_value_t = 100.0, value_parser = parse_qps, allow_negative_numbers = true)]
     pub qps: f64,
-    /// Requests sent at once before `--qps` applies.
-    #[arg(long, env = "KOPF_RUN_BURST", default_value_t = 1000)]
+    /// Requests sent at once before `--qps` applies (at least 1).
+    #[arg(long, env = "KOPF_RUN_BURST", value_name = "N", default_value_t = 1000, value_parser = parse_burst, allow_negative_numbers = true)]
     pub burst: u32,
+    /// A request the API server has not answered in this long (seconds) is given up and
+    /// sent again (0: no limit); a warning is logged after 10 s without an answer.
+    #[arg(long, env = "KOPF_RUN_REQUEST_TIMEOUT", value_name = "SECONDS", default_value = "30", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub request_timeout: Duration,
     /// On SIGINT/SIGTERM, running handlers get this long to finish (seconds); then they
     /// are cancelled, and their progress is stored for the next start.
-    #[arg(long, env = "KOPF_RUN_GRACE_PERIOD", value_name = "SECONDS", default_value = "20", value_parser = parse_seconds)]
+    #[arg(long, env = "KOPF_RUN_GRACE_PERIOD", value_name = "SECONDS", default_value = "20", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub grace_period: Duration,
     /// The process exits at the latest this long after SIGINT/SIGTERM (seconds), whatever
     /// is still running; a second signal exits at once.
-    #[arg(long, env = "KOPF_RUN_SHUTDOWN_TIMEOUT", value_name = "SECONDS", default_value = "28", value_parser = parse_seconds)]
+    #[arg(long, env = "KOPF_RUN_SHUTDOWN_TIMEOUT", value_name = "SECONDS", default_value = "28", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub shutdown_timeout: Duration,
     /// The webhook server listens on this address (default: the operator's setting, all
     /// interfaces).
     #[arg(long, env = "KOPF_RUN_WEBHOOK_ADDR", value_name = "IP")]
     pub webhook_addr: Option<std::net::IpAddr>,
     /// The webhook server's port (default: the operator's setting, 9443; 0 picks a free one).
-    #[arg(long, env = "KOPF_RUN_WEBHOOK_PORT", value_name = "PORT")]
+    #[arg(long, env = "KOPF_RUN_WEBHOOK_PORT", value_name = "PORT", value_parser = parse_port, allow_negative_numbers = true)]
     pub webhook_port: Option<u16>,
     /// The host name of the webhook URLs the API server calls (also in the generated
     /// certificate).
@@ -242,12 +251,75 @@ fn parse_liveness(s: &str) -> Result<Liveness, String> {
     })
 }
 
+/// The longest duration an option accepts, in seconds: a year.
+const MAX_SECONDS: u64 = 365 * 24 * 3600;
+/// The largest `--worker-limit`.
+const MAX_WORKERS: u64 = 1_000_000;
+
+/// A duration in seconds (`20`, `2.5`): from 0 to a year.
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
-    Duration::try_from_secs_f64(secs)
-        .map_err(|_| format!("expected a number of seconds ≥ 0, got {s:?}"))
+    let out_of_range = || {
+        format!(
+            "expected a number of seconds from 0 to {MAX_SECONDS} (a year), such as 20 or 2.5, got {s:?}"
+        )
+    };
+    let secs: f64 = s.parse().map_err(|_| out_of_range())?;
+    // (NaN fails both comparisons.)
+    if !(0.0..=MAX_SECONDS as f64).contains(&secs) {
+        return Err(out_of_range());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| out_of_range())
+}
+
+/// Requests per second: a finite number ≥ 0.
+fn parse_qps(s: &str) -> Result<f64, String> {
+    let expected = || {
+        format!(
+            "expected a number of requests per second ≥ 0 such as 100 or 0.5 (0 turns the limit off), got {s:?}"
+        )
+    };
+    let qps: f64 = s.parse().map_err(|_| expected())?;
+    if !qps.is_finite() || qps < 0.0 {
+        return Err(expected());
+    }
+    // -0 is 0.
+    Ok(if qps == 0.0 { 0.0 } else { qps })
+}
+
+/// A whole number from `min` to `max`; `what` follows the range in the message.
+fn parse_whole(s: &str, min: u64, max: u64, what: &str) -> Result<u64, String> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| format!("expected a whole number from {min} to {max}{what}, got {s:?}"))
+}
+
+fn parse_worker_limit(s: &str) -> Result<usize, String> {
+    let n = parse_whole(s, 0, MAX_WORKERS, " (0: no limit)")?;
+    usize::try_from(n).map_err(|e| e.to_string())
+}
+
+fn parse_burst(s: &str) -> Result<u32, String> {
+    let n = parse_whole(s, 1, u32::MAX.into(), "")?;
+    u32::try_from(n).map_err(|e| e.to_string())
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    let n = parse_whole(s, 0, u16::MAX.into(), " (0 picks a free port)")?;
+    u16::try_from(n).map_err(|e| e.to_string())
+}
+
+fn parse_history_limit(s: &str) -> Result<usize, String> {
+    let n = parse_whole(s, 1, 1_000_000_000, "")?;
+    usize::try_from(n).map_err(|e| e.to_string())
+}
+
+fn parse_bookmark_interval(s: &str) -> Result<u64, String> {
+    parse_whole(s, 1, MAX_SECONDS, " (seconds, up to a year)")
+}
+
+fn parse_delay_ms(s: &str) -> Result<u64, String> {
+    parse_whole(s, 0, MAX_SECONDS * 1000, " (milliseconds, up to a year)")
 }
 
 /// Options of `rbac`.
@@ -283,7 +355,7 @@ pub struct RbacArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct FakeApiserverArgs {
     /// TCP port on 127.0.0.1 (0 picks a free port).
-    #[arg(long, env = "KOPF_FAKE_APISERVER_PORT", default_value_t = 0)]
+    #[arg(long, env = "KOPF_FAKE_APISERVER_PORT", default_value_t = 0, value_parser = parse_port, allow_negative_numbers = true)]
     pub port: u16,
     /// Where to write a kubeconfig pointing at the server.
     #[arg(long, env = "KOPF_FAKE_APISERVER_KUBECONFIG")]
@@ -304,21 +376,30 @@ pub struct FakeApiserverArgs {
     #[arg(
         long,
         env = "KOPF_FAKE_APISERVER_HISTORY_LIMIT",
-        default_value_t = 100_000
+        value_name = "N",
+        default_value_t = 100_000,
+        value_parser = parse_history_limit,
+        allow_negative_numbers = true
     )]
     pub history_limit: usize,
     /// Seconds between watch bookmarks.
     #[arg(
         long,
         env = "KOPF_FAKE_APISERVER_BOOKMARK_INTERVAL",
-        default_value_t = 60
+        value_name = "SECONDS",
+        default_value_t = 60,
+        value_parser = parse_bookmark_interval,
+        allow_negative_numbers = true
     )]
     pub bookmark_interval: u64,
     /// Milliseconds between CRD creation and its Established condition.
     #[arg(
         long,
         env = "KOPF_FAKE_APISERVER_CRD_ESTABLISH_DELAY_MS",
-        default_value_t = 0
+        value_name = "MILLISECONDS",
+        default_value_t = 0,
+        value_parser = parse_delay_ms,
+        allow_negative_numbers = true
     )]
     pub crd_establish_delay_ms: u64,
 }
@@ -363,6 +444,8 @@ pub fn example_manifests() -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
@@ -459,5 +542,272 @@ mod tests {
         assert!(!j.log_prefix() && j.debug);
         assert_eq!(j.log_refkey, "k8s");
         assert!(parse(&["run", "--log-format", "xml"]).is_err());
+    }
+
+    /// The options with numbers in their values, per command.
+    const NUMERIC: &[(&str, &[&str])] = &[
+        (
+            "run",
+            &[
+                "qps",
+                "burst",
+                "worker-limit",
+                "grace-period",
+                "shutdown-timeout",
+                "request-timeout",
+                "webhook-port",
+            ],
+        ),
+        (
+            "fake-apiserver",
+            &[
+                "port",
+                "kube-version",
+                "history-limit",
+                "bookmark-interval",
+                "crd-establish-delay-ms",
+            ],
+        ),
+    ];
+
+    #[test]
+    fn the_numeric_options_are_all_known() {
+        // Options whose values are names, paths, addresses or choices.
+        let other = [
+            "namespace",
+            "log-format",
+            "log-refkey",
+            "fake-kubeconfig",
+            "apply",
+            "liveness",
+            "metrics",
+            "webhook-addr",
+            "webhook-host",
+            "webhook-cert",
+            "webhook-key",
+            "webhook-ca",
+            "webhook-managed",
+            "kubeconfig",
+            "name",
+            "account-namespace",
+        ];
+        for sub in Cli::command().get_subcommands() {
+            let known = NUMERIC
+                .iter()
+                .find(|(c, _)| *c == sub.get_name())
+                .map_or(&[][..], |(_, o)| *o);
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if !arg.get_action().takes_values() || other.contains(&long) {
+                    continue;
+                }
+                assert!(
+                    known.contains(&long),
+                    "{} --{long} takes a value: add it to NUMERIC (or to the others)",
+                    sub.get_name()
+                );
+            }
+        }
+    }
+
+    /// What running with the parsed options does with their values: none of it may panic.
+    fn use_values(cli: &Cli) {
+        let later = |d: Duration| {
+            let _ = std::time::Instant::now() + d;
+            let _ = tokio::time::Instant::now() + d;
+        };
+        match &cli.command {
+            Command::Run(a) => {
+                if let Some(limit) = crate::client::RateLimit::new(a.qps, a.burst) {
+                    for _ in 0..3 {
+                        later(limit.reserve());
+                    }
+                }
+                for d in [a.grace_period, a.shutdown_timeout, a.request_timeout] {
+                    later(d);
+                    later(d / 3);
+                }
+                let _ = tokio::sync::Semaphore::new(a.worker_limit.max(1));
+            }
+            Command::FakeApiserver(a) => {
+                later(Duration::from_secs(a.bookmark_interval));
+                later(Duration::from_millis(a.crd_establish_delay_ms));
+            }
+            Command::Rbac(_) => {}
+        }
+    }
+
+    /// Values for numeric options: anything, numbers of every kind, and the usual suspects.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[-+0-9.eE_x ]{0,24}",
+            any::<f64>().prop_map(|f| f.to_string()),
+            any::<f64>().prop_map(|f| format!("{f:e}")),
+            any::<i64>().prop_map(|i| i.to_string()),
+            any::<u64>().prop_map(|u| u.to_string()),
+            any::<u128>().prop_map(|u| u.to_string()),
+            prop::sample::select(vec![
+                "NaN",
+                "nan",
+                "inf",
+                "-inf",
+                "infinity",
+                "+Infinity",
+                "-0",
+                "0",
+                "-0.0",
+                "1e-20",
+                "1e300",
+                "-1e300",
+                "-1",
+                "",
+                " ",
+                "1 ",
+                "5e-324",
+                "1.7976931348623157e308",
+                "31536000",
+                "31536000.000001",
+                "4294967296",
+                "65536",
+                "18446744073709551616",
+                "99999999999999999999999999999999",
+                "0x10",
+                "1_000",
+                "1.31",
+                "1.",
+                ".5",
+                "garbage",
+            ])
+            .prop_map(String::from),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn no_value_of_a_numeric_option_panics(
+            (command, option) in prop::sample::select(
+                NUMERIC
+                    .iter()
+                    .flat_map(|(c, opts)| opts.iter().map(move |o| (*c, *o)))
+                    .collect::<Vec<_>>()
+            ),
+            value in value(),
+        ) {
+            let args = ["operator", command, &format!("--{option}={value}")];
+            match Cli::try_parse_from(args) {
+                Ok(cli) => use_values(&cli),
+                Err(e) => {
+                    let text = e.to_string();
+                    prop_assert!(text.contains(&format!("--{option}")), "{text}");
+                }
+            }
+            // As a separate argument, a value may also be taken for an option of its own.
+            let flag = format!("--{option}");
+            if let Ok(cli) = Cli::try_parse_from(["operator", command, &flag, &value]) {
+                use_values(&cli);
+            }
+        }
+
+        #[test]
+        fn no_rate_limit_or_durations_panic_together(
+            qps in value(),
+            burst in value(),
+            grace in value(),
+            timeout in value(),
+        ) {
+            let args = [
+                "operator".to_string(),
+                "run".into(),
+                format!("--qps={qps}"),
+                format!("--burst={burst}"),
+                format!("--grace-period={grace}"),
+                format!("--request-timeout={timeout}"),
+            ];
+            if let Ok(cli) = Cli::try_parse_from(args) {
+                use_values(&cli);
+            }
+        }
+    }
+
+    #[test]
+    fn nonsense_numbers_are_refused_with_what_is_allowed() {
+        for (args, expected) in [
+            (
+                &["run", "--qps", "NaN"][..],
+                "--qps <QPS>': expected a number of requests per second ≥ 0",
+            ),
+            (&["run", "--qps=-1"], "(0 turns the limit off)"),
+            (&["run", "--qps", "-1"], "(0 turns the limit off)"),
+            (
+                &["run", "--grace-period", "-0.5"],
+                "--grace-period <SECONDS>'",
+            ),
+            (&["run", "--qps", "inf"], "--qps"),
+            (
+                &["run", "--burst", "0"],
+                "--burst <N>': expected a whole number from 1 to 4294967295",
+            ),
+            (
+                &["run", "--grace-period=-1"],
+                "expected a number of seconds from 0 to 31536000 (a year)",
+            ),
+            (
+                &["run", "--shutdown-timeout", "inf"],
+                "--shutdown-timeout <SECONDS>'",
+            ),
+            (
+                &["run", "--request-timeout", "1e300"],
+                "--request-timeout <SECONDS>'",
+            ),
+            (
+                &["run", "--worker-limit", "1e3"],
+                "from 0 to 1000000 (0: no limit)",
+            ),
+            (
+                &["run", "--webhook-port", "65536"],
+                "from 0 to 65535 (0 picks a free port)",
+            ),
+            (
+                &["fake-apiserver", "--bookmark-interval", "0"],
+                "from 1 to 31536000 (seconds, up to a year)",
+            ),
+            (
+                &["fake-apiserver", "--history-limit", "0"],
+                "--history-limit <N>'",
+            ),
+            (
+                &["fake-apiserver", "--crd-establish-delay-ms=-5"],
+                "(milliseconds, up to a year)",
+            ),
+        ] {
+            let mut all = vec!["operator"];
+            all.extend_from_slice(args);
+            let err = Cli::try_parse_from(all).expect_err("refused").to_string();
+            assert!(err.contains(expected), "{args:?}: {err}");
+        }
+        let a = parse(&["run", "--qps=-0"]).expect("parses");
+        assert_eq!(a.qps.to_bits(), 0.0f64.to_bits(), "-0 is 0");
+        let a = parse(&[
+            "run",
+            "--qps",
+            "1e-20",
+            "--burst",
+            "1",
+            "--request-timeout",
+            "0.5",
+        ])
+        .expect("parses");
+        assert_eq!(a.request_timeout, Duration::from_millis(500));
+        let limit = crate::client::RateLimit::new(a.qps, a.burst).expect("on");
+        limit.reserve();
+        assert!(
+            limit.reserve() > Duration::from_secs(3600),
+            "a very slow limit, no panic"
+        );
+        assert_eq!(
+            parse(&["run"]).expect("parses").request_timeout,
+            Duration::from_secs(30)
+        );
     }
 }

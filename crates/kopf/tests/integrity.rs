@@ -482,19 +482,13 @@ async fn diffbases_of_the_wrong_shape_are_warned_about_and_handled_as_creations(
         .await;
     }
     assert_eq!(calls.load(Ordering::SeqCst), bad.len() as u32);
-    for i in 0..bad.len() {
+    for (i, value) in bad.iter().enumerate() {
         let warnings: Vec<String> = logs
             .matching("WARN", "the object is handled as newly created")
             .into_iter()
             .filter(|l| l.contains(&format!("name=bad-{i} ")))
             .collect();
-        assert_eq!(
-            warnings.len(),
-            1,
-            "bad-{i} ({}): {:#?}",
-            bad[i],
-            logs.lines()
-        );
+        assert_eq!(warnings.len(), 1, "bad-{i} ({value}): {:#?}", logs.lines());
         assert!(warnings[0].contains("diff-base"), "{}", warnings[0]);
     }
     running.stop().await;
