@@ -27,7 +27,7 @@
 //!
 //! `--quick` (40 objects, 15 kills, about two minutes once built) runs in CI; its verdict on
 //! a correct operator does not depend on timing (the checks run after convergence, with
-//! generous bounds). The full run (2000 objects, 150 kills, about 12 minutes) is for
+//! generous bounds). The full run (2000 objects, 150 kills, about 11 minutes) is for
 //! measurements. `--keep` keeps the files of the run (the handler log, the request log as
 //! JSON lines, the operator's output per process, the timeline, the final objects).
 
@@ -144,10 +144,23 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
     let log_path = dir.path().join("chaos.log");
+    // A copy of the binary: a build in the meantime (another terminal, an editor) must not
+    // swap the operator between two restarts.
+    let binary = {
+        let copy = dir.path().join(OPERATOR);
+        std::fs::copy(&binary, &copy)
+            .with_context(|| format!("copying {} to {}", binary.display(), copy.display()))?;
+        copy
+    };
     println!(
-        "chaos: fake API server at {}, files in {}",
+        "chaos: fake API server at {}, files in {} ({})",
         server.url(),
-        dir.path().display()
+        dir.path().display(),
+        if args.keep {
+            "kept"
+        } else {
+            "removed at the end; --keep keeps them"
+        }
     );
 
     let timeline = RefCell::new(Timeline {
@@ -235,6 +248,8 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
     );
     if args.keep {
         keep_files(dir.path(), &server, &timeline.borrow(), &ev)?;
+        // The copy of the binary is big and rebuilt by the next run anyway.
+        let _ = std::fs::remove_file(dir.path().join(OPERATOR));
         let kept = dir.keep();
         println!("chaos: the run's files are kept in {}", kept.display());
     }
