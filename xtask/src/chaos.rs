@@ -601,6 +601,7 @@ fn snapshot_converged(
     Ok([
         checks::status_written(&ev),
         checks::handled(&ev),
+        checks::finalizer_kept(&ev),
         checks::deleted_gone(&ev),
         checks::no_stuck_finalizer(&ev),
     ]

@@ -6,7 +6,8 @@
 //! - every surviving object ends with its handlers' results in its status, for its latest
 //!   spec (intermediate values may be skipped: Kopf handles the latest state of an object,
 //!   and updates that come while a handler runs are merged into one);
-//! - every deleted object goes, with no finalizer left behind;
+//! - every surviving object that a handler saw keeps Kopf's finalizer, and every deleted
+//!   object goes, with no finalizer left behind;
 //! - an object of which any handler ran gets its delete handler before it goes (objects
 //!   deleted before the operator got to them are fine);
 //! - handlers run at least once per cause, and again only when a crash or a failed write
@@ -20,6 +21,9 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::evidence::{Call, Cause, Evidence, Micros, ObjectFacts};
+
+/// Kopf's finalizer: on every object of which a handler ran, while a delete handler exists.
+pub const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
 
 /// How many detail lines a row prints at most.
 const MAX_DETAILS: usize = 25;
@@ -66,6 +70,7 @@ pub fn check_all(ev: &Evidence) -> Vec<Row> {
     vec![
         status_written(ev),
         handled(ev),
+        finalizer_kept(ev),
         deleted_gone(ev),
         no_stuck_finalizer(ev),
         delete_handlers(ev),
@@ -186,6 +191,42 @@ fn count_objects(details: &[String]) -> usize {
         .collect();
     names.dedup();
     names.len()
+}
+
+/// Every surviving object of which any handler ran carries Kopf's finalizer (without it, a
+/// deletion would skip `delete_fn`).
+pub fn finalizer_kept(ev: &Evidence) -> Row {
+    let stored_by_name = ev.stored_by_name();
+    let by_uid = ev.calls_by_uid();
+    let mut bad = Vec::new();
+    let mut total = 0;
+    for o in survivors(ev) {
+        let uid = o.uid.as_deref().unwrap_or_default();
+        let (Some(stored), Some(calls)) = (stored_by_name.get(o.name.as_str()), by_uid.get(uid))
+        else {
+            continue; // missing (another row says so), or never handled
+        };
+        total += 1;
+        let finalizers = stored.pointer("/metadata/finalizers");
+        let has = finalizers
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == FINALIZER));
+        if !has {
+            bad.push(format!(
+                "{}: finalizers {} after {}",
+                o.name,
+                finalizers.unwrap_or(&Value::Null),
+                describe_calls(calls, &ev.timeline)
+            ));
+        }
+    }
+    Row::new(
+        "finalizer on handled survivors",
+        format!("{total} of {total}"),
+        format!("{} of {total}", total - bad.len()),
+        bad.is_empty(),
+    )
+    .with(bad)
 }
 
 /// Every object whose deletion the server accepted is gone.
@@ -565,7 +606,8 @@ mod tests {
     }
 
     fn stored(n: usize, status: Value) -> Value {
-        json!({"metadata": {"name": format!("obj-{n}"), "uid": format!("uid-{n}")},
+        json!({"metadata": {"name": format!("obj-{n}"), "uid": format!("uid-{n}"),
+                            "finalizers": [FINALIZER]},
                "spec": {}, "status": status})
     }
 
@@ -697,6 +739,22 @@ mod tests {
     }
 
     #[test]
+    fn a_handled_survivor_without_the_finalizer_fails() {
+        let mut ev = good();
+        ev.final_objects[0]["metadata"]["finalizers"] = json!([]);
+        let row = finalizer_kept(&ev);
+        assert!(!row.ok);
+        assert_eq!(row.seen, "0 of 1");
+        assert!(
+            row.details[0].starts_with("obj-0: finalizers [] after create_fn (10) at 1.000 s"),
+            "{row:?}"
+        );
+        // A survivor no handler ran for needs none.
+        ev.log.calls.retain(|c| c.uid != "uid-0");
+        assert!(finalizer_kept(&ev).ok);
+    }
+
+    #[test]
     fn a_deleted_object_still_there_fails_and_a_stuck_finalizer_too() {
         let mut ev = good();
         ev.final_objects.push(json!({"metadata": {"name": "obj-1",
@@ -825,7 +883,7 @@ mod tests {
             text.lines()
                 .filter(|l| l.ends_with("OK") || l.ends_with("FAIL"))
                 .count(),
-            9
+            10
         );
     }
 }
