@@ -885,9 +885,28 @@ fn build(root: &Path, release: bool) -> Result<PathBuf> {
         args.push("--release");
     }
     println!("chaos: cargo {}", args.join(" "));
-    let status = StdCommand::new(&cargo)
-        .args(&args)
-        .current_dir(root)
+    let mut command = StdCommand::new(&cargo);
+    command.args(&args).current_dir(root);
+    // `cargo run` gave this process the package variables of xtask (CARGO_MANIFEST_DIR,
+    // CARGO_PKG_NAME...). Build scripts that rerun when those change (ring's) would be
+    // rebuilt here, and again by the next `cargo xtask`, at every run.
+    for (key, _) in std::env::vars_os() {
+        let key_text = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+        ]
+        .iter()
+        .any(|prefix| key_text.starts_with(prefix))
+            || key_text == "OUT_DIR"
+        {
+            command.env_remove(&key);
+        }
+    }
+    let status = command
         .status()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
     if !status.success() {
