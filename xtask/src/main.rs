@@ -4,6 +4,11 @@
 //! every example operator as its own process against a cluster through create, restart,
 //! update and delete (see `e2e.rs`).
 //!
+//! `cargo xtask chaos [--quick] [--objects N] [--kills N] [--seed N] [--faults on|off] [--keep]`
+//! is a soak test of Kopf's contract under crashes and API faults: a counting operator
+//! (`xtask/chaos-operator`) SIGKILLed at random moments while the fake API server fails its
+//! writes, then invariants checked on what it leaves behind (see `chaos.rs`).
+//!
 //! `cargo xtask bench fake-apiserver [--objects N] [--watchers N]` measures the in-memory API
 //! server: creates per second over HTTP with a kube client, listing N objects, the fan-out of
 //! one write to many watchers, and memory per stored object. Build with `--release` for
@@ -11,6 +16,7 @@
 //! says which).
 
 mod bench;
+mod chaos;
 mod e2e;
 
 use std::time::{Duration, Instant};
@@ -42,6 +48,11 @@ enum Cmd {
     },
     /// End-to-end: the example operators as processes against a cluster.
     E2e(e2e::E2eArgs),
+    /// Soak test: a counting operator SIGKILLed at random moments while the fake API
+    /// server injects faults; then Kopf's invariants (status written, nothing left behind,
+    /// delete handlers run, duplicates only after a crash or a failed write), as a table.
+    /// Exits non-zero on any FAIL.
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(Subcommand)]
@@ -88,6 +99,13 @@ async fn main() -> anyhow::Result<()> {
         } => bench_fake_apiserver(objects, watchers, concurrency).await,
         Cmd::Bench { what: None, args } => {
             if let Err(e) = bench::run(args).await {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::Chaos(args) => {
+            if let Err(e) = chaos::run(args).await {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }

@@ -1,0 +1,889 @@
+//! The invariants of a chaos run, one function each, over the [`Evidence`] of the run; and
+//! the table they are printed as.
+//!
+//! What Kopf promises, and so what is checked:
+//!
+//! - every surviving object ends with its handlers' results in its status, for its latest
+//!   spec (intermediate values may be skipped: Kopf handles the latest state of an object,
+//!   and updates that come while a handler runs are merged into one);
+//! - every surviving object that a handler saw keeps Kopf's finalizer, and every deleted
+//!   object goes, with no finalizer left behind;
+//! - an object of which any handler ran gets its delete handler before it goes (objects
+//!   deleted before the operator got to them are fine);
+//! - handlers run at least once per cause, and again only when a crash or a failed write
+//!   lost their outcome (a duplicate with neither a kill nor a failed request about the
+//!   object between the two runs is a violation);
+//! - no panic, no exit but the kills, and a bounded number of requests per object.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::evidence::{Call, Cause, Evidence, Micros, ObjectFacts};
+
+/// Kopf's finalizer: on every object of which a handler ran, while a delete handler exists.
+pub const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
+
+/// How many detail lines a row prints at most.
+const MAX_DETAILS: usize = 25;
+
+/// One invariant's outcome: a row of the table, with what is wrong (or notable) below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The invariant.
+    pub name: &'static str,
+    /// What a correct operator shows.
+    pub expected: String,
+    /// What the run showed.
+    pub seen: String,
+    /// Whether it holds.
+    pub ok: bool,
+    /// The violations (for a FAIL), or notes (e.g. explained duplicates).
+    pub details: Vec<String>,
+}
+
+impl Row {
+    fn new(
+        name: &'static str,
+        expected: impl Into<String>,
+        seen: impl Into<String>,
+        ok: bool,
+    ) -> Row {
+        Row {
+            name,
+            expected: expected.into(),
+            seen: seen.into(),
+            ok,
+            details: Vec::new(),
+        }
+    }
+
+    fn with(mut self, details: Vec<String>) -> Row {
+        self.details = details;
+        self
+    }
+}
+
+/// Every invariant, in the order of the table.
+pub fn check_all(ev: &Evidence) -> Vec<Row> {
+    vec![
+        status_written(ev),
+        handled(ev),
+        finalizer_kept(ev),
+        deleted_gone(ev),
+        no_stuck_finalizer(ev),
+        delete_handlers(ev),
+        duplicates(ev),
+        no_panic(ev),
+        no_unexpected_exit(ev),
+        requests_per_object(ev),
+    ]
+}
+
+/// The objects that should still exist at the end.
+fn survivors(ev: &Evidence) -> impl Iterator<Item = &ObjectFacts> {
+    ev.objects.iter().filter(|o| o.uid.is_some() && !o.deleted)
+}
+
+/// A JSON number at a pointer, as i64.
+fn number_at(object: &Value, pointer: &str) -> Option<i64> {
+    object.pointer(pointer).and_then(Value::as_i64)
+}
+
+/// Every surviving object has `status.create_fn.value` (one of its values), and its latest
+/// spec value in `status.update_fn.value` (or in `status.create_fn.value` when the create
+/// handler already saw it and no update followed).
+pub fn status_written(ev: &Evidence) -> Row {
+    let stored_by_name = ev.stored_by_name();
+    let mut bad = Vec::new();
+    let mut total = 0;
+    for o in survivors(ev) {
+        total += 1;
+        let Some(stored) = stored_by_name.get(o.name.as_str()) else {
+            bad.push(format!("{}: missing from the server", o.name));
+            continue;
+        };
+        let last = *o.values.last().unwrap_or(&0);
+        let create = number_at(stored, "/status/create_fn/value");
+        let update = number_at(stored, "/status/update_fn/value");
+        let problem = match (create, update) {
+            (None, _) => Some(format!(
+                "no status.create_fn (status: {})",
+                stored.get("status").unwrap_or(&Value::Null)
+            )),
+            (Some(c), _) if !o.values.contains(&c) => Some(format!(
+                "status.create_fn.value is {c}, not one of its values {:?}",
+                o.values
+            )),
+            (Some(_), Some(u)) if u == last => None,
+            (Some(c), None) if c == last => None,
+            (Some(_), Some(u)) => Some(format!(
+                "status.update_fn.value is {u}, its spec.value is {last}"
+            )),
+            (Some(c), None) => Some(format!(
+                "no status.update_fn, and status.create_fn.value is {c}; its spec.value is {last}"
+            )),
+        };
+        if let Some(p) = problem {
+            bad.push(format!("{}: {p}", o.name));
+        }
+    }
+    Row::new(
+        "final status written (survivors)",
+        format!("{total} of {total}"),
+        format!("{} of {total}", total - bad.len()),
+        bad.is_empty(),
+    )
+    .with(bad)
+}
+
+/// The log has, for every surviving object, a create call and a call (create or update)
+/// with its latest spec value. Intermediate values nobody handled are counted, not failed.
+pub fn handled(ev: &Evidence) -> Row {
+    let by_uid = ev.calls_by_uid();
+    let mut bad = Vec::new();
+    let (mut total, mut skipped) = (0, 0);
+    for o in survivors(ev) {
+        total += 1;
+        let uid = o.uid.as_deref().unwrap_or_default();
+        let calls = by_uid.get(uid).map_or(&[][..], Vec::as_slice);
+        let last = o.values.last().copied();
+        let has_create = calls.iter().any(|c| c.cause == Cause::Create);
+        let has_last = calls
+            .iter()
+            .any(|c| c.cause != Cause::Delete && c.value == last);
+        if !has_create {
+            bad.push(format!("{}: create_fn never ran", o.name));
+        }
+        if !has_last {
+            bad.push(format!(
+                "{}: no handler ran for its latest spec.value {}",
+                o.name,
+                last.unwrap_or_default()
+            ));
+        }
+        skipped += o
+            .values
+            .iter()
+            .filter(|v| Some(**v) != last && !calls.iter().any(|c| c.value == Some(**v)))
+            .count();
+    }
+    let failed = bad.len();
+    let mut row = Row::new(
+        "create and latest update handled (survivors)",
+        format!("{total} of {total}"),
+        format!("{} of {total}", total - count_objects(&bad)),
+        failed == 0,
+    )
+    .with(bad);
+    if skipped > 0 {
+        row.seen += &format!(" ({skipped} older values merged)");
+    }
+    row
+}
+
+/// The number of distinct objects (the text before the first `:`) in detail lines.
+fn count_objects(details: &[String]) -> usize {
+    let mut names: Vec<&str> = details
+        .iter()
+        .map(|d| d.split(':').next().unwrap_or(d))
+        .collect();
+    names.dedup();
+    names.len()
+}
+
+/// Every surviving object of which any handler ran carries Kopf's finalizer (without it, a
+/// deletion would skip `delete_fn`).
+pub fn finalizer_kept(ev: &Evidence) -> Row {
+    let stored_by_name = ev.stored_by_name();
+    let by_uid = ev.calls_by_uid();
+    let mut bad = Vec::new();
+    let mut total = 0;
+    for o in survivors(ev) {
+        let uid = o.uid.as_deref().unwrap_or_default();
+        let (Some(stored), Some(calls)) = (stored_by_name.get(o.name.as_str()), by_uid.get(uid))
+        else {
+            continue; // missing (another row says so), or never handled
+        };
+        total += 1;
+        let finalizers = stored.pointer("/metadata/finalizers");
+        let has = finalizers
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == FINALIZER));
+        if !has {
+            bad.push(format!(
+                "{}: finalizers {} after {}",
+                o.name,
+                finalizers.unwrap_or(&Value::Null),
+                describe_calls(calls, &ev.timeline)
+            ));
+        }
+    }
+    Row::new(
+        "finalizer on handled survivors",
+        format!("{total} of {total}"),
+        format!("{} of {total}", total - bad.len()),
+        bad.is_empty(),
+    )
+    .with(bad)
+}
+
+/// Every object whose deletion the server accepted is gone.
+pub fn deleted_gone(ev: &Evidence) -> Row {
+    let stored_by_name = ev.stored_by_name();
+    let deleted: Vec<&ObjectFacts> = ev.objects.iter().filter(|o| o.deleted).collect();
+    let bad: Vec<String> = deleted
+        .iter()
+        .filter_map(|o| {
+            stored_by_name.get(o.name.as_str()).map(|stored| {
+                format!(
+                    "{}: still there (finalizers {}, deletionTimestamp {})",
+                    o.name,
+                    stored
+                        .pointer("/metadata/finalizers")
+                        .unwrap_or(&Value::Null),
+                    stored
+                        .pointer("/metadata/deletionTimestamp")
+                        .unwrap_or(&Value::Null)
+                )
+            })
+        })
+        .collect();
+    Row::new(
+        "deleted objects gone",
+        format!("{} of {}", deleted.len(), deleted.len()),
+        format!("{} of {}", deleted.len() - bad.len(), deleted.len()),
+        bad.is_empty(),
+    )
+    .with(bad)
+}
+
+/// No object is left with a `deletionTimestamp` (a finalizer nobody released).
+pub fn no_stuck_finalizer(ev: &Evidence) -> Row {
+    let bad: Vec<String> = ev
+        .final_objects
+        .iter()
+        .filter(|o| o.pointer("/metadata/deletionTimestamp").is_some())
+        .map(|o| {
+            format!(
+                "{}: deletionTimestamp {}, finalizers {}",
+                o.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?"),
+                o.pointer("/metadata/deletionTimestamp")
+                    .unwrap_or(&Value::Null),
+                o.pointer("/metadata/finalizers").unwrap_or(&Value::Null)
+            )
+        })
+        .collect();
+    Row::new(
+        "no stuck finalizer",
+        "0",
+        bad.len().to_string(),
+        bad.is_empty(),
+    )
+    .with(bad)
+}
+
+/// For every deleted object of which any handler ran, `delete_fn` ran, after the others.
+/// Deleted objects of which no handler ran are counted apart (they went before the operator
+/// got to them).
+pub fn delete_handlers(ev: &Evidence) -> Row {
+    let by_uid = ev.calls_by_uid();
+    let mut bad = Vec::new();
+    let (mut handled, mut untouched) = (0, 0);
+    for o in ev.objects.iter().filter(|o| o.deleted) {
+        let Some(uid) = o.uid.as_deref() else {
+            continue;
+        };
+        let calls = by_uid.get(uid).map_or(&[][..], Vec::as_slice);
+        if calls.is_empty() {
+            untouched += 1;
+            continue;
+        }
+        handled += 1;
+        let last_delete = calls
+            .iter()
+            .filter(|c| c.cause == Cause::Delete)
+            .map(|c| c.micros)
+            .max();
+        let last_other = calls
+            .iter()
+            .filter(|c| c.cause != Cause::Delete)
+            .max_by_key(|c| c.micros);
+        match (last_delete, last_other) {
+            (None, _) => bad.push(format!(
+                "{}: delete_fn never ran, though {} did",
+                o.name,
+                describe_calls(calls, &ev.timeline)
+            )),
+            (Some(d), Some(c)) if c.micros > d => bad.push(format!(
+                "{}: {}_fn ran at {}, after delete_fn at {}",
+                o.name,
+                c.cause,
+                ev.timeline.at(c.micros),
+                ev.timeline.at(d)
+            )),
+            _ => {}
+        }
+    }
+    let mut row = Row::new(
+        "delete_fn ran (deleted objects with handlers)",
+        format!("{handled} of {handled}"),
+        format!("{} of {handled}", handled - bad.len()),
+        bad.is_empty(),
+    )
+    .with(bad);
+    row.seen += &format!(" (+{untouched} never handled)");
+    row
+}
+
+/// `create_fn (value 10) at 3.2 s, ...` for messages.
+fn describe_calls(calls: &[&Call], timeline: &super::evidence::Timeline) -> String {
+    calls
+        .iter()
+        .map(|c| {
+            format!(
+                "{}_fn ({}) at {}",
+                c.cause,
+                c.value.map_or("-".into(), |v| v.to_string()),
+                timeline.at(c.micros)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One repeated handler run: the same uid, cause and value as an earlier run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    /// The object.
+    pub name: String,
+    /// The handler.
+    pub cause: Cause,
+    /// `spec.value`.
+    pub value: Option<i64>,
+    /// The earlier run.
+    pub first: Micros,
+    /// This run.
+    pub again: Micros,
+    /// Why it ran again: a kill or a failed request about the object in between; None:
+    /// unexplained.
+    pub explanation: Option<String>,
+}
+
+/// Why a handler that began at `first` for the object `name` ran again at `again`: the
+/// first kill between the two, or else the first failed request of the operator about the
+/// object (its paths, `/status` included) between the two.
+pub fn explain(ev: &Evidence, name: &str, first: Micros, again: Micros) -> Option<String> {
+    let t = &ev.timeline;
+    if let Some(k) = t
+        .kills
+        .iter()
+        .find(|k| k.micros > first && k.micros < again)
+    {
+        return Some(format!("kill #{} at {}", k.n, t.at(k.micros)));
+    }
+    ev.requests
+        .iter()
+        .find(|r| {
+            r.name == name
+                && r.resource == "kopfexamples"
+                && r.micros > first
+                && r.micros < again
+                && r.failed()
+        })
+        .map(|r| format!("{} at {}", r.describe(), t.at(r.micros)))
+}
+
+/// Every repeated run in the log, with its explanation.
+pub fn find_duplicates(ev: &Evidence) -> Vec<Duplicate> {
+    let mut groups: BTreeMap<(&str, Cause, Option<i64>), Vec<&Call>> = BTreeMap::new();
+    for c in &ev.log.calls {
+        groups
+            .entry((&c.uid, c.cause, c.value))
+            .or_default()
+            .push(c);
+    }
+    let mut found = Vec::new();
+    for runs in groups.values_mut().filter(|runs| runs.len() > 1) {
+        runs.sort_by_key(|c| c.micros);
+        for pair in runs.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            found.push(Duplicate {
+                name: a.name.clone(),
+                cause: a.cause,
+                value: a.value,
+                first: a.micros,
+                again: b.micros,
+                explanation: explain(ev, &a.name, a.micros, b.micros),
+            });
+        }
+    }
+    found.sort_by_key(|d| d.again);
+    found
+}
+
+/// Handlers ran again only where a kill or a failed request explains it.
+pub fn duplicates(ev: &Evidence) -> Row {
+    let all = find_duplicates(ev);
+    let unexplained = all.iter().filter(|d| d.explanation.is_none()).count();
+    let t = &ev.timeline;
+    let details = all
+        .iter()
+        .map(|d| {
+            format!(
+                "{}: {}_fn ({}) at {} and again at {}: {}",
+                d.name,
+                d.cause,
+                d.value.map_or("-".into(), |v| v.to_string()),
+                t.at(d.first),
+                t.at(d.again),
+                d.explanation.as_deref().unwrap_or("UNEXPLAINED")
+            )
+        })
+        .collect();
+    Row::new(
+        "duplicate runs explained",
+        "0 unexplained",
+        format!(
+            "{} unexplained ({} duplicates, {} explained)",
+            unexplained,
+            all.len(),
+            all.len() - unexplained
+        ),
+        unexplained == 0,
+    )
+    .with(details)
+}
+
+/// No operator process panicked (its captured output, every run).
+pub fn no_panic(ev: &Evidence) -> Row {
+    let bad: Vec<String> = ev
+        .outputs
+        .iter()
+        .flat_map(|run| {
+            run.lines
+                .iter()
+                .filter(|l| l.contains("panicked"))
+                .map(move |l| format!("{} (pid {}): {l}", run.name, run.pid))
+        })
+        .collect();
+    Row::new("no panic", "0", bad.len().to_string(), bad.is_empty()).with(bad)
+}
+
+/// The operator exited only when it was killed (or stopped at the end).
+pub fn no_unexpected_exit(ev: &Evidence) -> Row {
+    let t = &ev.timeline;
+    let bad: Vec<String> = t
+        .exits
+        .iter()
+        .map(|(at, pid, status)| format!("pid {pid} exited by itself at {} ({status})", t.at(*at)))
+        .collect();
+    Row::new(
+        "no exit but the kills",
+        "0",
+        bad.len().to_string(),
+        bad.is_empty(),
+    )
+    .with(bad)
+}
+
+/// The operator's requests about each object (its paths, `/status` included): the mean
+/// over the created objects and the maximum, bounded.
+pub fn requests_per_object(ev: &Evidence) -> Row {
+    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in ev
+        .requests
+        .iter()
+        .filter(|r| r.resource == "kopfexamples" && !r.name.is_empty())
+    {
+        *per.entry(&r.name).or_default() += 1;
+    }
+    let created = ev.objects.iter().filter(|o| o.uid.is_some()).count();
+    let total: usize = per.values().sum();
+    let (max_name, max) = per
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map_or(("-", 0), |(name, n)| (*name, *n));
+    let mean = if created == 0 {
+        0.0
+    } else {
+        total as f64 / created as f64
+    };
+    let bound = ev.request_bound;
+    let mut row = Row::new(
+        "requests per object",
+        format!("max <= {bound}"),
+        format!("max {max} ({max_name}), mean {mean:.1}"),
+        max <= bound,
+    );
+    if max > bound {
+        let mut over: Vec<String> = per
+            .iter()
+            .filter(|(_, n)| **n > bound)
+            .map(|(name, n)| format!("{name}: {n} requests"))
+            .collect();
+        over.sort();
+        row.details = over;
+    }
+    row
+}
+
+/// The table: one row per invariant, then the details of each row.
+pub fn render(rows: &[Row]) -> String {
+    let width = |f: &dyn Fn(&Row) -> usize, title: &str| {
+        rows.iter().map(f).max().unwrap_or(0).max(title.len())
+    };
+    let wn = width(&|r| r.name.len(), "invariant");
+    let we = width(&|r| r.expected.len(), "expected");
+    let ws = width(&|r| r.seen.len(), "seen");
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<wn$}  {:<we$}  {:<ws$}  verdict",
+        "invariant", "expected", "seen"
+    );
+    let _ = writeln!(out, "{}", "-".repeat(wn + we + ws + 13));
+    for r in rows {
+        let verdict = if r.ok { "OK" } else { "FAIL" };
+        let _ = writeln!(
+            out,
+            "{:<wn$}  {:<we$}  {:<ws$}  {verdict}",
+            r.name, r.expected, r.seen
+        );
+    }
+    for r in rows.iter().filter(|r| !r.details.is_empty()) {
+        let _ = writeln!(
+            out,
+            "\n{} ({}):",
+            r.name,
+            if r.ok { "notes" } else { "FAIL" }
+        );
+        for d in r.details.iter().take(MAX_DETAILS) {
+            let _ = writeln!(out, "  - {d}");
+        }
+        if r.details.len() > MAX_DETAILS {
+            let _ = writeln!(out, "  ... and {} more", r.details.len() - MAX_DETAILS);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::evidence::{HandlerLog, KillRecord, Request, RunOutput, Timeline};
+    use super::*;
+
+    const T0: Micros = 1_000_000_000_000;
+
+    /// `t` seconds after the start.
+    fn at(t: f64) -> Micros {
+        T0 + (t * 1e6) as Micros
+    }
+
+    fn call(t: f64, pid: u32, cause: Cause, n: usize, value: i64) -> Call {
+        Call {
+            micros: at(t),
+            pid,
+            cause,
+            uid: format!("uid-{n}"),
+            name: format!("obj-{n}"),
+            value: Some(value),
+        }
+    }
+
+    fn facts(n: usize, values: &[i64], deleted: bool) -> ObjectFacts {
+        ObjectFacts {
+            name: format!("obj-{n}"),
+            uid: Some(format!("uid-{n}")),
+            values: values.to_vec(),
+            deleted,
+        }
+    }
+
+    fn stored(n: usize, status: Value) -> Value {
+        json!({"metadata": {"name": format!("obj-{n}"), "uid": format!("uid-{n}"),
+                            "finalizers": [FINALIZER]},
+               "spec": {}, "status": status})
+    }
+
+    fn request(t: f64, n: usize, sub: &str, status: u16) -> Request {
+        Request {
+            micros: at(t),
+            method: "PATCH".into(),
+            path: format!("/apis/kopf.dev/v1/namespaces/default/kopfexamples/obj-{n}{sub}"),
+            status,
+            namespace: "default".into(),
+            name: format!("obj-{n}"),
+            resource: "kopfexamples".into(),
+        }
+    }
+
+    /// A run that went right: obj-0 created (10), updated (11, 12: 11 merged away), obj-1
+    /// created and deleted, obj-2 deleted before any handler ran.
+    fn good() -> Evidence {
+        Evidence {
+            timeline: Timeline {
+                t0: T0,
+                kills: vec![KillRecord {
+                    n: 1,
+                    micros: at(5.0),
+                    pid: 7,
+                }],
+                ..Default::default()
+            },
+            objects: vec![
+                facts(0, &[10, 11, 12], false),
+                facts(1, &[20], true),
+                facts(2, &[30], true),
+            ],
+            log: HandlerLog {
+                calls: vec![
+                    call(1.0, 7, Cause::Create, 0, 10),
+                    call(2.0, 7, Cause::Create, 1, 20),
+                    call(3.0, 7, Cause::Delete, 1, 20),
+                    call(4.0, 7, Cause::Update, 0, 12),
+                    // Killed mid-handler, run again by the next process.
+                    call(6.0, 8, Cause::Update, 0, 12),
+                ],
+                ..Default::default()
+            },
+            requests: vec![
+                request(1.2, 0, "", 200),
+                request(1.3, 0, "/status", 200),
+                request(6.3, 0, "/status", 200),
+            ],
+            final_objects: vec![stored(
+                0,
+                json!({"create_fn": {"value": 10}, "update_fn": {"value": 12}}),
+            )],
+            outputs: vec![RunOutput {
+                name: "chaos#1".into(),
+                pid: 7,
+                lines: vec!["INFO handler succeeded".into()],
+            }],
+            request_bound: 40,
+        }
+    }
+
+    fn failing(rows: &[Row]) -> Vec<&'static str> {
+        rows.iter().filter(|r| !r.ok).map(|r| r.name).collect()
+    }
+
+    #[test]
+    fn a_good_run_passes_everything() {
+        let rows = check_all(&good());
+        assert_eq!(failing(&rows), Vec::<&str>::new(), "{}", render(&rows));
+        let dup = duplicates(&good());
+        assert_eq!(dup.details.len(), 1);
+        assert!(
+            dup.details[0].ends_with("kill #1 at 5.000 s"),
+            "{:?}",
+            dup.details
+        );
+        assert!(handled(&good()).seen.contains("1 older values merged"));
+        assert!(delete_handlers(&good()).seen.contains("+1 never handled"));
+    }
+
+    #[test]
+    fn the_create_value_alone_is_fine_when_the_create_handler_saw_the_last_spec() {
+        let mut ev = good();
+        ev.final_objects = vec![stored(0, json!({"create_fn": {"value": 12}}))];
+        ev.log.calls.retain(|c| c.cause != Cause::Update);
+        ev.log.calls[0].value = Some(12);
+        assert!(status_written(&ev).ok, "{:?}", status_written(&ev));
+        assert!(handled(&ev).ok, "{:?}", handled(&ev));
+    }
+
+    #[test]
+    fn a_lost_create_result_fails_the_status() {
+        let mut ev = good();
+        ev.final_objects = vec![stored(0, json!({"update_fn": {"value": 12}}))];
+        let row = status_written(&ev);
+        assert!(!row.ok);
+        assert!(
+            row.details[0].starts_with("obj-0: no status.create_fn"),
+            "{row:?}"
+        );
+        // A stale update result too.
+        ev.final_objects = vec![stored(
+            0,
+            json!({"create_fn": {"value": 10}, "update_fn": {"value": 11}}),
+        )];
+        assert!(status_written(&ev).details[0].contains("update_fn.value is 11"));
+        // And a missing object.
+        ev.final_objects.clear();
+        assert!(status_written(&ev).details[0].contains("missing"));
+    }
+
+    #[test]
+    fn an_unhandled_last_value_fails() {
+        let mut ev = good();
+        ev.log
+            .calls
+            .retain(|c| !(c.uid == "uid-0" && c.cause == Cause::Update));
+        let row = handled(&ev);
+        assert!(!row.ok);
+        assert_eq!(
+            row.details,
+            vec!["obj-0: no handler ran for its latest spec.value 12"]
+        );
+        ev.log.calls.retain(|c| c.uid != "uid-0");
+        let row = handled(&ev);
+        assert_eq!(row.seen, "0 of 1 (2 older values merged)");
+        assert!(row.details[0].contains("create_fn never ran"));
+    }
+
+    #[test]
+    fn a_handled_survivor_without_the_finalizer_fails() {
+        let mut ev = good();
+        ev.final_objects[0]["metadata"]["finalizers"] = json!([]);
+        let row = finalizer_kept(&ev);
+        assert!(!row.ok);
+        assert_eq!(row.seen, "0 of 1");
+        assert!(
+            row.details[0].starts_with("obj-0: finalizers [] after create_fn (10) at 1.000 s"),
+            "{row:?}"
+        );
+        // A survivor no handler ran for needs none.
+        ev.log.calls.retain(|c| c.uid != "uid-0");
+        assert!(finalizer_kept(&ev).ok);
+    }
+
+    #[test]
+    fn a_deleted_object_still_there_fails_and_a_stuck_finalizer_too() {
+        let mut ev = good();
+        ev.final_objects.push(json!({"metadata": {"name": "obj-1",
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"]}}));
+        assert!(!deleted_gone(&ev).ok);
+        let row = no_stuck_finalizer(&ev);
+        assert!(!row.ok);
+        assert!(
+            row.details[0].starts_with("obj-1: deletionTimestamp"),
+            "{row:?}"
+        );
+    }
+
+    #[test]
+    fn a_lost_delete_handler_fails() {
+        let mut ev = good();
+        ev.log.calls.retain(|c| c.cause != Cause::Delete);
+        let row = delete_handlers(&ev);
+        assert!(!row.ok);
+        assert_eq!(row.seen, "0 of 1 (+1 never handled)");
+        assert!(
+            row.details[0]
+                .starts_with("obj-1: delete_fn never ran, though create_fn (20) at 2.000 s")
+        );
+    }
+
+    #[test]
+    fn a_create_after_the_delete_handler_fails() {
+        let mut ev = good();
+        ev.log.calls.push(call(3.5, 7, Cause::Create, 1, 20));
+        let row = delete_handlers(&ev);
+        assert!(!row.ok);
+        assert!(row.details[0].contains("create_fn ran at 3.500 s, after delete_fn at 3.000 s"));
+    }
+
+    #[test]
+    fn duplicates_are_explained_by_kills_or_failed_requests_on_the_object_only() {
+        let mut ev = good();
+        // obj-0's create ran twice by the same process, with no kill in between.
+        ev.log.calls.push(call(1.6, 7, Cause::Create, 0, 10));
+        let row = duplicates(&ev);
+        assert!(!row.ok, "{row:?}");
+        assert!(
+            row.details.iter().any(|d| d.ends_with("UNEXPLAINED")),
+            "{row:?}"
+        );
+        // A failed request about another object does not explain it.
+        ev.requests.push(request(1.4, 1, "/status", 500));
+        assert!(!duplicates(&ev).ok);
+        // A failed /status PATCH of this object does.
+        ev.requests.push(request(1.5, 0, "/status", 503));
+        let row = duplicates(&ev);
+        assert!(row.ok, "{row:?}");
+        assert!(
+            row.details[0].ends_with("PATCH /apis/kopf.dev/v1/namespaces/default/kopfexamples/obj-0/status answered 503 at 1.500 s"),
+            "{row:?}"
+        );
+        // So does one never answered; a success does not.
+        let mut ev2 = good();
+        ev2.log.calls.push(call(1.6, 7, Cause::Create, 0, 10));
+        ev2.requests.push(request(1.4, 0, "", 0));
+        assert!(duplicates(&ev2).details[0].contains("got no answer"));
+        // Outside the interval, nothing counts.
+        let mut ev3 = good();
+        ev3.log.calls.push(call(1.6, 7, Cause::Create, 0, 10));
+        ev3.requests.push(request(0.5, 0, "", 500));
+        ev3.requests.push(request(1.7, 0, "", 500));
+        assert!(!duplicates(&ev3).ok);
+    }
+
+    #[test]
+    fn a_panic_fails() {
+        let mut ev = good();
+        ev.outputs[0]
+            .lines
+            .push("thread 'tokio-runtime-worker' panicked at src/x.rs:1:1:".into());
+        let row = no_panic(&ev);
+        assert!(!row.ok);
+        assert!(
+            row.details[0].starts_with("chaos#1 (pid 7): thread"),
+            "{row:?}"
+        );
+    }
+
+    #[test]
+    fn an_exit_by_itself_fails() {
+        let mut ev = good();
+        ev.timeline
+            .exits
+            .push((at(9.0), 8, "exit status: 1".into()));
+        let row = no_unexpected_exit(&ev);
+        assert!(!row.ok);
+        assert_eq!(
+            row.details,
+            vec!["pid 8 exited by itself at 9.000 s (exit status: 1)"]
+        );
+    }
+
+    #[test]
+    fn too_many_requests_about_one_object_fail() {
+        let mut ev = good();
+        let row = requests_per_object(&ev);
+        assert!(row.ok);
+        // 3 requests about obj-0, over 3 created objects.
+        assert_eq!(row.seen, "max 3 (obj-0), mean 1.0");
+        ev.request_bound = 2;
+        let row = requests_per_object(&ev);
+        assert!(!row.ok);
+        assert_eq!(row.details, vec!["obj-0: 3 requests"]);
+    }
+
+    #[test]
+    fn the_table_shows_every_row_and_the_details_of_failures() {
+        let mut ev = good();
+        ev.final_objects.clear();
+        let text = render(&check_all(&ev));
+        assert!(text.starts_with("invariant"), "{text}");
+        assert!(text.contains("final status written (survivors)"), "{text}");
+        assert!(text.contains("FAIL"), "{text}");
+        assert!(
+            text.contains("  - obj-0: missing from the server"),
+            "{text}"
+        );
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.ends_with("OK") || l.ends_with("FAIL"))
+                .count(),
+            10
+        );
+    }
+}
