@@ -129,6 +129,22 @@ fn written_rv(obj: &DynamicObject) -> Option<u64> {
         .and_then(|s| s.parse().ok())
 }
 
+/// The resourceVersion to wait for after a write that released a deleted object: none ever
+/// comes when it was the last finalizer (the object is gone; only its DELETED event follows),
+/// so the worker must take no state it still has for newer than its own write (Kopf's
+/// `"<rv>~which~never~arrives"`). A stale state processed then would run the delete handlers
+/// again on an object that is already gone.
+const NEVER_ARRIVES: u64 = u64::MAX;
+
+fn released_rv(obj: &DynamicObject, releasing: bool) -> Option<u64> {
+    let last = obj.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+    if releasing && last {
+        Some(NEVER_ARRIVES)
+    } else {
+        written_rv(obj)
+    }
+}
+
 /// The HTTP code and message of a client error (code 0: no answer).
 fn code_and_message(error: &kube::Error) -> (u16, String) {
     match error {
@@ -304,7 +320,7 @@ impl Writer<'_> {
                 .patch(name, &patch_params(), &Patch::Json::<()>(patch))
                 .await
             {
-                Ok(obj) => return Ok(written_rv(&obj)),
+                Ok(obj) => return Ok(released_rv(&obj, releasing)),
                 Err(e) => e,
             };
             let conflict = match &error {
@@ -335,7 +351,7 @@ impl Writer<'_> {
                 Some(PatchRequest::MergeObject(patch)) => {
                     // Someone else removed our finalizer: only the rest is left to write.
                     return match self.merge(name, &patch, false).await {
-                        Ok(obj) => Ok(written_rv(&obj)),
+                        Ok(obj) => Ok(released_rv(&obj, releasing)),
                         Err(e) => Err(self.merge_failed("object", name, &e, &[])),
                     };
                 }

@@ -833,9 +833,12 @@ impl WorkerShared {
             if !self.spawners.is_empty() {
                 Box::pin(self.sync_daemons(&uid, &observed, memo, spawned)).await;
             }
-            let stale = expected_rv.is_some_and(|(want, deadline)| {
-                rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
-            });
+            // States older than our last write are skipped until it comes back (or the
+            // consistency timeout passes); a DELETED event is never stale.
+            let stale = observed.event != EventKind::Deleted
+                && expected_rv.is_some_and(|(want, deadline)| {
+                    rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
+                });
             if !stale {
                 expected_rv = None;
                 let permit = match &self.limit {

@@ -684,3 +684,62 @@ async fn the_finalizer_follows_the_handlers_the_operator_has_now() {
     assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing runs again");
     running.stop().await;
 }
+
+/// A relist while a delete handler runs brings back the object as it was before its release;
+/// once the operator has removed its (last) finalizer, that state must not run the delete
+/// handler a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_object_is_not_deleted_twice_after_a_relist() {
+    let server = common::server().await;
+    let deleted = counter();
+    let d = deleted.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let s = started.clone();
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", || async {
+            Ok::<_, HandlerError>("created")
+        })
+        .on_delete("kopfexamples", "delete_fn", move || {
+            d.fetch_add(1, Ordering::SeqCst);
+            s.notify_one();
+            async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok::<_, HandlerError>(())
+            }
+        });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    api.delete("k", &DeleteParams::default())
+        .await
+        .expect("delete");
+    tokio::time::timeout(Duration::from_secs(20), started.notified())
+        .await
+        .expect("the delete handler runs");
+    // The watch breaks while the handler runs: the relist brings the deleting object back,
+    // and the DELETED event that follows the release comes late.
+    let before = server.requests().last().map_or(0, |r| r.seq);
+    server.expire_next_watch(Some("kopfexamples"));
+    server.close_watches(Some("kopfexamples"));
+    eventually("the relist", async || {
+        operator_requests(&server).iter().any(|r| {
+            r.seq > before && r.path.ends_with("/kopfexamples") && !r.query.contains("watch=true")
+        })
+    })
+    .await;
+    server.set_watch_event_delay(Duration::from_millis(700));
+    until_object(&api, "k", "the object to go", |o| o.is_none()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        deleted.load(Ordering::SeqCst),
+        1,
+        "the delete handler ran once"
+    );
+    running.stop().await;
+}
