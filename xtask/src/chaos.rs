@@ -14,7 +14,8 @@
 //!    60 % deleted (a third right after their creation, the rest after their updates); the
 //!    operator SIGKILLed every 0.5–4 s and restarted at once or after a short pause; with
 //!    `--faults on` (the default), faults every 0.3–2 s: 500/503/409 on the next 1–3 PATCHes
-//!    of the objects or their `/status`, 429 with `Retry-After: 1`, 100 ms–3 s latency on
+//!    of the objects or their `/status` (now and then 7–9 500s in a row, more than the
+//!    operator's client retries, so that the engine itself meets the failure), 429 with `Retry-After: 1`, 100 ms–3 s latency on
 //!    PATCHes for a moment, a 410 on the next watch, closed watches. Creations and updates go
 //!    through the server's Rust API (no HTTP, so no fault hits the load itself), deletions
 //!    over HTTP (faults never target them).

@@ -275,10 +275,16 @@ impl Plan {
             Endpoint::Status
         };
         match rng.random_range(0..10) {
+            // Now and then more 500s in a row than the operator's client retries (5), so
+            // that the failure reaches the engine itself.
             0..=2 => Fault::Error {
                 code: 500,
                 endpoint,
-                count: rng.random_range(1..=3),
+                count: if rng.random_bool(0.3) {
+                    rng.random_range(7..=9)
+                } else {
+                    rng.random_range(1..=3)
+                },
             },
             3..=4 => Fault::Error {
                 code: 503,
