@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::evidence::{Call, Cause, Evidence, Micros, ObjectFacts};
+use super::evidence::{Call, Cause, Completion, Evidence, Micros, ObjectFacts};
 
 /// Kopf's finalizer: on every object of which a handler ran, while a delete handler exists.
 pub const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
@@ -373,15 +373,43 @@ pub struct Duplicate {
     pub explanation: Option<String>,
 }
 
-/// Why a handler that began at `first` for the object `name` ran again at `again`: the
-/// first kill between the two, or else the first failed request of the operator about the
-/// object (its paths, `/status` included) between the two.
-pub fn explain(ev: &Evidence, name: &str, first: Micros, again: Micros) -> Option<String> {
+/// Why a handler that began at `first` for the object `name` (for `cause` and `value`) ran
+/// again at `again`: the first kill, or else the first failed request of the operator about
+/// the object (its paths, `/status` included), after the first run and before the cause was
+/// completely stored (its diff-base written, or its finalizer released, with a success). A
+/// kill or a failure after that explains nothing: the cause was handled for good.
+pub fn explain(
+    ev: &Evidence,
+    name: &str,
+    cause: Cause,
+    value: Option<i64>,
+    first: Micros,
+    again: Micros,
+) -> Option<String> {
     let t = &ev.timeline;
+    let completes = |c: Completion| match (cause, c) {
+        (Cause::Delete, Completion::Released) => true,
+        (Cause::Create | Cause::Update, Completion::Handled(v)) => Some(v) == value,
+        _ => false,
+    };
+    let until = ev
+        .requests
+        .iter()
+        .filter(|r| {
+            r.name == name
+                && r.resource == "kopfexamples"
+                && r.micros > first
+                && (200..300).contains(&r.status)
+                && r.completes.is_some_and(completes)
+        })
+        .map(|r| r.micros)
+        .min()
+        .unwrap_or(again)
+        .min(again);
     if let Some(k) = t
         .kills
         .iter()
-        .find(|k| k.micros > first && k.micros < again)
+        .find(|k| k.micros > first && k.micros < until)
     {
         return Some(format!("kill #{} at {}", k.n, t.at(k.micros)));
     }
@@ -391,7 +419,7 @@ pub fn explain(ev: &Evidence, name: &str, first: Micros, again: Micros) -> Optio
             r.name == name
                 && r.resource == "kopfexamples"
                 && r.micros > first
-                && r.micros < again
+                && r.micros < until
                 && r.failed()
         })
         .map(|r| format!("{} at {}", r.describe(), t.at(r.micros)))
@@ -417,7 +445,7 @@ pub fn find_duplicates(ev: &Evidence) -> Vec<Duplicate> {
                 value: a.value,
                 first: a.micros,
                 again: b.micros,
-                explanation: explain(ev, &a.name, a.micros, b.micros),
+                explanation: explain(ev, &a.name, a.cause, a.value, a.micros, b.micros),
             });
         }
     }
@@ -575,7 +603,9 @@ pub fn render(rows: &[Row]) -> String {
 mod tests {
     use serde_json::json;
 
-    use super::super::evidence::{HandlerLog, KillRecord, Request, RunOutput, Timeline};
+    use super::super::evidence::{
+        HandlerLog, KillRecord, Request, RunOutput, Timeline, completion,
+    };
     use super::*;
 
     const T0: Micros = 1_000_000_000_000;
@@ -620,6 +650,7 @@ mod tests {
             namespace: "default".into(),
             name: format!("obj-{n}"),
             resource: "kopfexamples".into(),
+            completes: None,
         }
     }
 
@@ -824,6 +855,32 @@ mod tests {
         ev3.requests.push(request(0.5, 0, "", 500));
         ev3.requests.push(request(1.7, 0, "", 500));
         assert!(!duplicates(&ev3).ok);
+        // A kill after the creation was stored for good (its diff-base written) explains
+        // nothing; one before it does.
+        let mut ev4 = good();
+        ev4.log.calls.push(call(1.6, 7, Cause::Create, 0, 10));
+        ev4.timeline.kills.push(KillRecord {
+            n: 2,
+            micros: at(1.3),
+            pid: 7,
+        });
+        let mut stored = request(1.2, 0, "", 200);
+        stored.completes = Some(Completion::Handled(10));
+        ev4.requests.push(stored);
+        assert!(!duplicates(&ev4).ok, "the kill came after the diff-base");
+        ev4.requests.last_mut().expect("pushed").micros = at(1.4);
+        assert!(duplicates(&ev4).ok, "the kill came before the diff-base");
+    }
+
+    #[test]
+    fn the_completions_of_patches_are_read_from_their_bodies() {
+        let merge = r#"{"metadata":{"annotations":{"kopf.zalando.org/last-handled-configuration":"{\"spec\":{\"value\":160}}\n"}}}"#;
+        assert_eq!(completion(merge), Some(Completion::Handled(160)));
+        let release = r#"[{"op":"test","path":"/metadata/resourceVersion","value":"293"},{"op":"remove","path":"/metadata/finalizers"}]"#;
+        assert_eq!(completion(release), Some(Completion::Released));
+        let add = r#"[{"op":"test","path":"/metadata/resourceVersion","value":"3"},{"op":"add","path":"/metadata/finalizers","value":["f"]}]"#;
+        assert_eq!(completion(add), None);
+        assert_eq!(completion(r#"{"status":{"create_fn":{"value":1}}}"#), None);
     }
 
     #[test]

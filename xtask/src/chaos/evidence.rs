@@ -209,6 +209,57 @@ pub struct Request {
     pub name: String,
     /// The resource plural.
     pub resource: String,
+    /// What this request, if it succeeded, stored for good about its object's handling.
+    pub completes: Option<Completion>,
+}
+
+/// A write that completes the handling of a cause: after it, nothing of that cause is left to
+/// do, so neither a kill nor a failure after it explains running its handler again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The diff-base of this `spec.value` was stored: its creation or update is handled.
+    Handled(i64),
+    /// The operator's finalizer was removed: the deletion is handled.
+    Released,
+}
+
+/// The completion a PATCH body stands for: a merge patch or a JSON patch that sets the
+/// diff-base (its `spec.value`), or a JSON patch that removes the finalizers.
+pub fn completion(body: &str) -> Option<Completion> {
+    const DIFF_BASE: &str = "kopf.zalando.org/last-handled-configuration";
+    let patch: Value = serde_json::from_str(body).ok()?;
+    let diff_base = match &patch {
+        Value::Object(_) => patch
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(DIFF_BASE))
+            .cloned(),
+        Value::Array(ops) => {
+            if ops.iter().any(|op| {
+                op["op"] == "remove"
+                    && op["path"]
+                        .as_str()
+                        .is_some_and(|p| p.starts_with("/metadata/finalizers"))
+            }) {
+                return Some(Completion::Released);
+            }
+            ops.iter()
+                .find(|op| {
+                    op["path"]
+                        .as_str()
+                        .is_some_and(|p| p.contains("last-handled-configuration"))
+                })
+                .map(|op| {
+                    let v = &op["value"];
+                    v.get(DIFF_BASE).cloned().unwrap_or_else(|| v.clone())
+                })
+        }
+        _ => None,
+    }?;
+    let essence: Value = serde_json::from_str(diff_base.as_str()?.trim_end()).ok()?;
+    essence
+        .pointer("/spec/value")
+        .and_then(Value::as_i64)
+        .map(Completion::Handled)
 }
 
 impl Request {
@@ -226,6 +277,9 @@ impl Request {
             namespace: r.target.namespace.clone(),
             name: r.target.name.clone(),
             resource: r.target.resource.clone(),
+            completes: (r.method == "PATCH" && r.target.subresource.is_empty())
+                .then(|| completion(&r.body))
+                .flatten(),
         })
     }
 
