@@ -472,14 +472,23 @@ pub fn duplicates(ev: &Evidence) -> Row {
             )
         })
         .collect();
+    let by_kill = all
+        .iter()
+        .filter(|d| {
+            d.explanation
+                .as_deref()
+                .is_some_and(|e| e.starts_with("kill #"))
+        })
+        .count();
     Row::new(
         "duplicate runs explained",
         "0 unexplained",
         format!(
-            "{} unexplained ({} duplicates, {} explained)",
+            "{} unexplained ({} duplicates: {} after a kill, {} after a failed request)",
             unexplained,
             all.len(),
-            all.len() - unexplained
+            by_kill,
+            all.len() - unexplained - by_kill
         ),
         unexplained == 0,
     )
