@@ -743,3 +743,55 @@ async fn a_released_object_is_not_deleted_twice_after_a_relist() {
     );
     running.stop().await;
 }
+
+/// The release of a deleted object meets a concurrent change (its guarded JSON patch fails
+/// its resourceVersion test): the operator reads the object as it is now and releases it,
+/// without running the delete handler again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_release_is_retried_on_the_fresh_object() {
+    let server = common::server().await;
+    let deleted = counter();
+    let d = deleted.clone();
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", || async {
+            Ok::<_, HandlerError>("created")
+        })
+        .on_delete("kopfexamples", "delete_fn", move || {
+            d.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, HandlerError>(()) }
+        });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
+    let before = server.requests().last().map_or(0, |r| r.seq);
+    server.inject_fault(FaultRule::new(object_patches(), 422, 1));
+    api.delete("k", &DeleteParams::default())
+        .await
+        .expect("delete");
+    until_object(&api, "k", "the object to go", |o| o.is_none()).await;
+    assert_eq!(
+        deleted.load(Ordering::SeqCst),
+        1,
+        "the delete handler ran once"
+    );
+    let after: Vec<(String, u16)> = operator_requests(&server)
+        .into_iter()
+        .filter(|r| r.seq > before && r.path.ends_with("/kopfexamples/k"))
+        .map(|r| (r.method, r.status))
+        .collect();
+    assert_eq!(
+        after,
+        vec![
+            ("PATCH".to_string(), 422),
+            ("GET".to_string(), 200),
+            ("PATCH".to_string(), 200)
+        ]
+    );
+    running.stop().await;
+}
