@@ -28,7 +28,7 @@
 //!
 //! `--quick` (40 objects, 15 kills, about two minutes once built) runs in CI; its verdict on
 //! a correct operator does not depend on timing (the checks run after convergence, with
-//! generous bounds). The full run (2000 objects, 150 kills, about 11 minutes) is for
+//! generous bounds). The full run (2000 objects, 150 kills, about 6 minutes) is for
 //! measurements. `--keep` keeps the files of the run (the handler log, the request log as
 //! JSON lines, the operator's output per process, the timeline, the final objects).
 
