@@ -856,26 +856,11 @@ fn keep_files(
 
 /// The workspace root, from `cargo metadata`.
 fn workspace_root() -> Result<PathBuf> {
-    let meta = cargo_metadata()?;
+    let meta = crate::cargo_metadata()?;
     meta["workspace_root"]
         .as_str()
         .map(PathBuf::from)
         .context("`cargo metadata` has no workspace_root")
-}
-
-fn cargo_metadata() -> Result<Value> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = StdCommand::new(&cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .output()
-        .context("running `cargo metadata`")?;
-    if !out.status.success() {
-        bail!(
-            "`cargo metadata` failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("parsing `cargo metadata`")
 }
 
 /// Builds the operator (so that a stale binary is never tested); its path.
@@ -915,7 +900,7 @@ fn build(root: &Path, release: bool) -> Result<PathBuf> {
     }
     let target = match std::env::var_os("CARGO_TARGET_DIR") {
         Some(t) => PathBuf::from(t),
-        None => cargo_metadata()?["target_directory"]
+        None => crate::cargo_metadata()?["target_directory"]
             .as_str()
             .map(PathBuf::from)
             .context("`cargo metadata` has no target_directory")?,

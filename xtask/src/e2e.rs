@@ -1080,18 +1080,7 @@ async fn force_delete(cluster: &Cluster, name: &str) {
 
 /// The workspace root and the binaries' paths, from `cargo metadata`.
 fn locate() -> Result<Paths> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = StdCommand::new(&cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .output()
-        .context("running `cargo metadata`")?;
-    if !out.status.success() {
-        bail!(
-            "`cargo metadata` failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let meta: Value = serde_json::from_slice(&out.stdout).context("parsing `cargo metadata`")?;
+    let meta = crate::cargo_metadata()?;
     let field = |k: &str| {
         meta[k]
             .as_str()

@@ -71,6 +71,22 @@ enum Bench {
     },
 }
 
+/// `cargo metadata` of the workspace (no dependencies): its root, target directory, packages.
+pub(crate) fn cargo_metadata() -> anyhow::Result<serde_json::Value> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("running `cargo metadata`")?;
+    if !out.status.success() {
+        bail!(
+            "`cargo metadata` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("parsing `cargo metadata`")
+}
+
 fn rss_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;

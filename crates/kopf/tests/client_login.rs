@@ -1,36 +1,18 @@
 //! The operator's client from a login handler: the server's URL is logged once known,
 //! and only the operator's layer retries (kube's own retry is off on this path too).
 
-use std::sync::{Arc, Mutex};
-
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf::Operator;
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
 use kube::api::{Api, ListParams};
 
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
+mod common;
 
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("logs").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use common::Logs;
 
 #[tokio::test]
 async fn a_logged_in_client_logs_its_server_and_retries_only_in_the_operators_layer() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
 
     let server = FakeApiServer::start().await.expect("start");
     server.inject_fault(FaultRule::new(
@@ -51,7 +33,7 @@ async fn a_logged_in_client_logs_its_server_and_retries_only_in_the_operators_la
         .connect()
         .await
         .expect("logged in");
-    let text = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+    let text = logs.text();
     assert!(
         text.contains(&format!(
             "Connecting to the Kubernetes API server at {}.",

@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::operator_client;
+use common::{Logs, operator_client};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf::{Metrics, Operator};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern, RequestRecord};
@@ -16,53 +15,9 @@ use serde_json::json;
 
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
-/// The log lines of the test, captured.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("logs").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    /// Captures the logs of this thread (the tests run on a current-thread runtime, and the
-    /// client's layer runs in the caller's task).
-    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-        // Tests running in parallel with thread-local subscribers, and some without one, can
-        // leave a log statement's cached interest at "never" (tracing-core's callsite cache):
-        // a global subscriber that wants the same levels prevents it.
-        static GLOBAL: std::sync::Once = std::sync::Once::new();
-        GLOBAL.call_once(|| {
-            let sink = tracing_subscriber::fmt()
-                .with_writer(std::io::sink)
-                .with_max_level(tracing::Level::INFO)
-                .finish();
-            let _ = tracing::subscriber::set_global_default(sink);
-        });
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
-    }
-
-    /// The client's warnings about failed requests.
-    fn failures(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().expect("logs"))
-            .lines()
-            .filter(|l| l.contains("WARN") && l.contains("API request "))
-            .map(String::from)
-            .collect()
-    }
+/// The client's warnings about failed requests.
+fn failures(logs: &Logs) -> Vec<String> {
+    logs.matching("WARN", "API request ")
 }
 
 /// The fake server, an operator with metrics, and its client.
@@ -109,7 +64,7 @@ async fn two_503s_are_retried_and_the_caller_gets_the_answer() {
         .map(|r| r.status)
         .collect();
     assert_eq!(codes, vec![503, 503, 200], "the same GET, sent again");
-    let failures = logs.failures();
+    let failures = failures(&logs);
     assert_eq!(failures.len(), 2, "{failures:#?}");
     for (line, attempt) in failures.iter().zip(["attempt 2 of 6", "attempt 3 of 6"]) {
         assert!(
@@ -152,7 +107,7 @@ async fn a_500_on_a_post_is_not_retried_but_on_a_get_it_is() {
         other => panic!("not the API's answer: {other:?}"),
     }
     assert_eq!(requests(&server, "POST", CONFIGMAPS).len(), 1, "sent once");
-    let failures = logs.failures();
+    let failures = failures(&logs);
     assert_eq!(failures.len(), 1, "{failures:#?}");
     assert!(
         failures[0].contains("POST") && failures[0].contains("not sent again"),
@@ -189,7 +144,7 @@ async fn a_404_is_not_retried() {
         requests(&server, "GET", &format!("{CONFIGMAPS}/missing")).len(),
         1
     );
-    assert!(logs.failures().is_empty(), "{:#?}", logs.failures());
+    assert!(failures(&logs).is_empty(), "{:#?}", failures(&logs));
     assert!(!metrics.encode().contains("kopf_api_retries_total{"));
 }
 
@@ -225,7 +180,7 @@ async fn after_five_retries_the_caller_gets_the_503() {
         waited >= Duration::from_millis(1700),
         "0.2 + 0.4 + 0.8 + 1 + 1 s, each at least halved: {waited:?}"
     );
-    let failures = logs.failures();
+    let failures = failures(&logs);
     assert_eq!(failures.len(), 6, "{failures:#?}");
     assert!(
         failures[5].contains("giving up (attempt 6 of 6)"),
@@ -256,7 +211,7 @@ async fn a_watch_is_not_retried() {
         .filter(|r| r.query.contains("watch=true"))
         .collect();
     assert_eq!(watches.len(), 1, "{watches:#?}");
-    assert!(logs.failures().is_empty(), "{:#?}", logs.failures());
+    assert!(failures(&logs).is_empty(), "{:#?}", failures(&logs));
 }
 
 #[tokio::test]
@@ -309,6 +264,6 @@ async fn a_quiet_watch_outlives_the_request_timeout() {
         matches!(&event, kube::api::WatchEvent::Added(cm) if cm.metadata.name.as_deref() == Some("late")),
         "{event:?}"
     );
-    let lines = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+    let lines = logs.text();
     assert!(!lines.contains("No answer"), "{lines}");
 }

@@ -5,47 +5,21 @@
 //!
 //! (One test in this binary: it sets `KUBECONFIG` for the process.)
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf::Operator;
 use kube::api::Api;
 
-/// The log lines of the test, captured.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
+mod common;
 
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("logs").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().expect("logs"))
-            .lines()
-            .map(String::from)
-            .collect()
-    }
-}
+use common::Logs;
 
 #[tokio::test]
 async fn a_server_that_never_answers_times_out_after_the_retries() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
 
     // Accepts connections, keeps them open, says nothing.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

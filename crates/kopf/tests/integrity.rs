@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use kopf::{HandlerError, Metrics, Operator, Options, Reason, TimerOptions};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 use common::{Logs, Running, crd, eventually, kex_api, obj, operator_requests, until_object};
@@ -28,6 +28,17 @@ fn counter() -> Arc<AtomicU32> {
 fn annotation(o: Option<&DynamicObject>, key: &str) -> Option<String> {
     o.and_then(|o| o.metadata.annotations.as_ref())
         .and_then(|a| a.get(key).cloned())
+}
+
+/// Creates the object `k` and waits until its creation is handled (its diff-base stored).
+async fn create_handled(api: &Api<DynamicObject>) {
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(api, "k", "the creation handled", |o| {
+        annotation(o, DIFF_BASE).is_some()
+    })
+    .await;
 }
 
 /// The status PATCHes of the object named `name`, as the codes the server answered.
@@ -89,13 +100,7 @@ async fn a_500_on_the_status_patch_of_a_creation_loses_no_result() {
     let running = Running::start(&server, creating(&calls)).await;
     server.inject_fault(FaultRule::new(status_patches(), 500, 1));
     let api = kex_api(&server);
-    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
-        .await
-        .expect("create");
-    until_object(&api, "k", "the diff-base", |o| {
-        annotation(o, DIFF_BASE).is_some()
-    })
-    .await;
+    create_handled(&api).await;
     let o = api.get("k").await.expect("get");
     assert_eq!(o.data["status"]["create_fn"]["message"], "hello");
     assert_eq!(status_codes(&server, "k"), vec![500, 200]);
@@ -112,13 +117,7 @@ async fn a_409_on_the_status_patch_is_sent_again() {
     let running = Running::start(&server, creating(&calls)).await;
     server.inject_fault(FaultRule::new(status_patches(), 409, 1));
     let api = kex_api(&server);
-    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
-        .await
-        .expect("create");
-    until_object(&api, "k", "the diff-base", |o| {
-        annotation(o, DIFF_BASE).is_some()
-    })
-    .await;
+    create_handled(&api).await;
     assert_eq!(
         api.get("k").await.expect("get").data["status"]["create_fn"]["message"],
         "hello"
@@ -140,13 +139,7 @@ async fn a_500_on_the_diffbase_patch_runs_the_handler_again() {
     let running = Running::start(&server, creating(&calls)).await;
     server.inject_fault(FaultRule::new(object_patches(), 500, 1));
     let api = kex_api(&server);
-    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
-        .await
-        .expect("create");
-    until_object(&api, "k", "the diff-base", |o| {
-        annotation(o, DIFF_BASE).is_some()
-    })
-    .await;
+    create_handled(&api).await;
     assert_result_before_diffbase(&server, "k", "create_fn");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     running.stop().await;
@@ -553,13 +546,7 @@ async fn a_list_outage_at_start_is_logged_and_recovered_from() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     server.clear_faults();
     let api = kex_api(&server);
-    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
-        .await
-        .expect("create");
-    until_object(&api, "k", "the creation after the outage", |o| {
-        annotation(o, DIFF_BASE).is_some()
-    })
-    .await;
+    create_handled(&api).await;
     assert!(metrics.dead_watches().is_empty(), "alive again");
     let failures = logs.matching("WARN", "watch stream of kopfexamples");
     assert!(!failures.is_empty(), "{:#?}", logs.lines());
@@ -709,13 +696,7 @@ async fn a_released_object_is_not_deleted_twice_after_a_relist() {
         });
     let running = Running::start(&server, op).await;
     let api = kex_api(&server);
-    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
-        .await
-        .expect("create");
-    until_object(&api, "k", "the creation", |o| {
-        annotation(o, DIFF_BASE).is_some()
-    })
-    .await;
+    create_handled(&api).await;
     api.delete("k", &DeleteParams::default())
         .await
         .expect("delete");
@@ -762,13 +743,7 @@ async fn a_conflicting_release_is_retried_on_the_fresh_object() {
         });
     let running = Running::start(&server, op).await;
     let api = kex_api(&server);
-    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
-        .await
-        .expect("create");
-    until_object(&api, "k", "the creation", |o| {
-        annotation(o, DIFF_BASE).is_some()
-    })
-    .await;
+    create_handled(&api).await;
     let before = server.requests().last().map_or(0, |r| r.seq);
     server.inject_fault(FaultRule::new(object_patches(), 422, 1));
     api.delete("k", &DeleteParams::default())
@@ -791,7 +766,16 @@ async fn a_conflicting_release_is_retried_on_the_fresh_object() {
             ("PATCH".to_string(), 422),
             ("GET".to_string(), 200),
             ("PATCH".to_string(), 200)
-        ]
+        ],
+        "{:#?}",
+        operator_requests(&server)
+            .iter()
+            .filter(|r| r.seq > before)
+            .map(|r| format!(
+                "{} {} {} {} {}",
+                r.micros, r.method, r.path, r.status, r.body
+            ))
+            .collect::<Vec<_>>()
     );
     running.stop().await;
 }

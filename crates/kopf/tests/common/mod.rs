@@ -265,6 +265,17 @@ impl Logs {
     /// Captures this thread's logs as the operator's default level shows them (INFO and
     /// above, kube's own reports quietened) until the guard is dropped.
     pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        // Tests running in parallel with thread-local subscribers, and some without one, can
+        // leave a log statement's cached interest at "never" (tracing-core's callsite cache):
+        // a global subscriber that wants the same levels prevents it.
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let sink = tracing_subscriber::fmt()
+                .with_writer(std::io::sink)
+                .with_max_level(tracing::Level::INFO)
+                .finish();
+            let _ = tracing::subscriber::set_global_default(sink);
+        });
         let logs = Logs::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -276,6 +287,11 @@ impl Logs {
             )))
             .finish();
         (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The captured text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
     }
 
     /// The captured lines.
