@@ -1,12 +1,18 @@
-//! Compatibility: the Python `kubernetes` client against the fake API server.
+//! Compatibility: the Python `kubernetes` client and Python Kopf 1.45 against the fake API
+//! server.
 //!
-//! Uses the interpreter in `KOPF_TEST_PYTHON` (`.ci/run` makes a venv with the client),
-//! else `python3` if it can import `kubernetes`. Without one the test fails saying so,
-//! unless `KOPF_SKIP_PYTHON_TESTS=1` is set (then it prints that it is skipped).
+//! The interpreter is `KOPF_TEST_PYTHON` if set; otherwise a venv under the target directory
+//! (`target/python-venv`), created on first use with `python3 -m venv` and given
+//! `kubernetes` and `kopf==1.45.*` from PyPI. Without Python 3 (with `venv` and `pip`) or
+//! without access to PyPI the tests fail and say what is missing; to leave them out on
+//! purpose, `cargo test --workspace -- --skip python_` (cargo then reports them as filtered
+//! out, not as passed).
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use kopf_testing::FakeApiServer;
 
@@ -48,30 +54,88 @@ except client.exceptions.ApiException as e:
 print("python client: ok")
 "#;
 
-fn python() -> Option<String> {
-    if let Ok(p) = std::env::var("KOPF_TEST_PYTHON") {
-        return Some(p);
+/// What the tests need from PyPI.
+const PACKAGES: [&str; 2] = ["kubernetes>=31,<40", "kopf==1.45.*"];
+
+/// The target directory of this build (`CARGO_TARGET_DIR`, else the workspace's `target`).
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
     }
-    let ok = Command::new("python3")
-        .args(["-c", "import kubernetes"])
+}
+
+fn imports(python: &Path, modules: &str) -> bool {
+    Command::new(python)
+        .args(["-c", &format!("import {modules}")])
         .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then(|| "python3".to_string())
+        .is_ok_and(|o| o.status.success())
+}
+
+fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "{what} failed ({}):\n{}{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Err(format!("{what} could not start: {e}")),
+    }
+}
+
+/// The venv under the target directory, created on first use.
+fn provision() -> Result<PathBuf, String> {
+    let venv = target_dir().join("python-venv");
+    let python = venv.join("bin/python");
+    if python.is_file() && imports(&python, "kubernetes, kopf") {
+        return Ok(python);
+    }
+    if !python.is_file() {
+        run(
+            "python3 -m venv (Python 3 with its venv module is a prerequisite of the tests)",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        )?;
+    }
+    run(
+        "pip install of the Python packages the compatibility tests drive (PyPI must be reachable)",
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(PACKAGES),
+    )?;
+    Ok(python)
+}
+
+/// The Python interpreter with `kubernetes` and `kopf`: `KOPF_TEST_PYTHON`, or the venv
+/// under the target directory (made once per test binary, the first time it is needed).
+fn python() -> PathBuf {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = PYTHON.get_or_init(|| match std::env::var_os("KOPF_TEST_PYTHON") {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            if imports(&p, "kubernetes, kopf") {
+                Ok(p)
+            } else {
+                Err(format!(
+                    "KOPF_TEST_PYTHON={} cannot import `kubernetes` and `kopf`: install {PACKAGES:?} into it, or unset it to let the tests make their own venv",
+                    p.display()
+                ))
+            }
+        }
+        None => provision(),
+    });
+    match found {
+        Ok(p) => p.clone(),
+        Err(e) => panic!(
+            "{e}\n(to leave the Python tests out on purpose: cargo test --workspace -- --skip python_)"
+        ),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_kubernetes_client_crud_watch_patch_delete() {
-    let Some(py) = python() else {
-        if std::env::var("KOPF_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
-            eprintln!(
-                "SKIPPED: no Python with the `kubernetes` package (KOPF_SKIP_PYTHON_TESTS=1)"
-            );
-            return;
-        }
-        panic!(
-            "no Python with the `kubernetes` package: set KOPF_TEST_PYTHON to one (`.ci/run` makes a venv), or set KOPF_SKIP_PYTHON_TESTS=1"
-        );
-    };
+    let py = python();
     let server = FakeApiServer::start().await.expect("start");
     server.apply_object(common::kopfexample_crd()).expect("crd");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -114,30 +178,7 @@ def delete_fn(**kwargs):
 async fn python_kopf_runs_example_01_against_the_fake_server() {
     use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
     use kube::core::{ApiResource, GroupVersionKind};
-    let Some(py) = python() else {
-        if std::env::var("KOPF_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
-            eprintln!(
-                "SKIPPED: no Python with the `kubernetes` package (KOPF_SKIP_PYTHON_TESTS=1)"
-            );
-            return;
-        }
-        panic!(
-            "no Python with the `kubernetes` package: set KOPF_TEST_PYTHON (`.ci/run` makes a venv), or set KOPF_SKIP_PYTHON_TESTS=1"
-        );
-    };
-    let has_kopf = Command::new(&py)
-        .args(["-c", "import kopf"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_kopf {
-        if std::env::var("KOPF_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: {py} has no `kopf` package (KOPF_SKIP_PYTHON_TESTS=1)");
-            return;
-        }
-        panic!(
-            "{py} has no `kopf` package: `pip install kopf` into it, or set KOPF_SKIP_PYTHON_TESTS=1"
-        );
-    }
+    let py = python();
     let server = FakeApiServer::start().await.expect("start");
     server.apply_object(common::kopfexample_crd()).expect("crd");
     let dir = tempfile::tempdir().expect("tempdir");
