@@ -101,6 +101,26 @@ impl Selector {
         Selector::Gvp(group.into(), version.into(), plural.into())
     }
 
+    /// The resource of a Rust type: a `#[derive(CustomResource)]` type of kube, a
+    /// k8s-openapi type, anything that implements [`kube::Resource`] with static type
+    /// information (its group, version and plural). A misspelt resource is then a compile
+    /// error rather than an error at start-up.
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kopf_watch::Selector;
+    ///
+    /// let selector = Selector::of::<ConfigMap>();
+    /// assert_eq!(format!("{selector:?}"), r#"("", "v1", "configmaps")"#);
+    /// ```
+    pub fn of<K: kube::Resource<DynamicType = ()>>() -> Self {
+        Selector::Gvp(
+            K::group(&()).into_owned(),
+            K::version(&()).into_owned(),
+            K::plural(&()).into_owned(),
+        )
+    }
+
     /// Every watchable resource except core and events.k8s.io Events.
     pub fn everything() -> Self {
         Selector::Everything
