@@ -133,6 +133,8 @@ pub mod logging;
 mod login;
 mod rbac;
 mod serve;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -258,6 +260,10 @@ impl std::fmt::Debug for Error {
 #[derive(Clone)]
 pub struct Operator {
     registrations: Vec<(Selector, HandlerSpec)>,
+    /// The registrations (by index) whose options set their own backoff.
+    explicit_backoffs: std::collections::HashSet<usize>,
+    /// The backoff of handlers that set none (Kopf's 60 s when None).
+    default_backoff: Option<Duration>,
     settings: kopf_watch::Settings,
     persistence: Persistence,
     stack: kopf_core::layers::Stack,
@@ -282,6 +288,8 @@ impl Default for Operator {
     fn default() -> Self {
         Operator {
             registrations: Vec::new(),
+            explicit_backoffs: std::collections::HashSet::new(),
+            default_backoff: None,
             settings: kopf_watch::Settings::default(),
             persistence: Persistence::default(),
             stack: kopf_core::layers::Stack::default(),
@@ -317,8 +325,35 @@ impl Operator {
         spec: HandlerSpec,
         options: Options,
     ) -> Self {
+        if options.backoff.is_some() {
+            self.explicit_backoffs.insert(self.registrations.len());
+        }
         self.registrations
             .push((resource.into(), spec.with_options(options)));
+        self
+    }
+
+    /// The delay before handlers retry after an arbitrary error, for every handler that does
+    /// not set its own `backoff` (Kopf's default: 60 s). Tests set it short, so that a
+    /// handler that fails once is retried at once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let operator = kopf::Operator::new().backoff(Duration::from_millis(100));
+    /// # let _ = operator;
+    /// ```
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.default_backoff = Some(backoff);
+        self
+    }
+
+    /// The delays after consecutive framework errors of one object (a write that failed
+    /// for good...), the last one repeating (Kopf's: 1, 1, 2, 3, 5, 8, 13, 21 s... up to
+    /// 610 s). Tests set them short.
+    pub fn error_delays(mut self, delays: Vec<Duration>) -> Self {
+        if !delays.is_empty() {
+            self.settings.error_delays = delays;
+        }
         self
     }
 
@@ -1184,7 +1219,15 @@ impl Operator {
         };
         let mut settings = self.settings;
         settings.memo = Arc::new(self.memo);
-        let served = kopf_watch::Orchestrator::new(client, self.registrations)
+        let mut registrations = self.registrations;
+        if let Some(backoff) = self.default_backoff {
+            for (i, (_, spec)) in registrations.iter_mut().enumerate() {
+                if !self.explicit_backoffs.contains(&i) {
+                    spec.backoff = backoff;
+                }
+            }
+        }
+        let served = kopf_watch::Orchestrator::new(client, registrations)
             .settings(settings)
             .persistence(self.persistence)
             .stack(self.stack)

@@ -3,8 +3,7 @@
 //! pruned writes are visible, outages are logged and bounded, and state the operator did not
 //! write is not trusted. Each test injects the fault through the fake API server.
 //!
-//! Tests that read logs run on tokio's current-thread runtime: the operator's tasks then log
-//! on the test's thread, where [`Logs::capture`] listens.
+//! The operator runs on `kopf::testing`'s runner, which captures its log lines.
 
 mod common;
 
@@ -17,7 +16,7 @@ use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
-use common::{Logs, Running, crd, eventually, kex_api, obj, operator_requests, until_object};
+use common::{Running, crd, eventually, kex_api, obj, operator_requests, until_object};
 
 const DIFF_BASE: &str = "kopf.zalando.org/last-handled-configuration";
 
@@ -153,7 +152,6 @@ fn record(o: &DynamicObject, id: &str) -> Value {
 
 #[tokio::test]
 async fn a_422_on_the_status_patch_is_a_failure_of_the_handler() {
-    let (logs, _guard) = Logs::capture();
     let server = common::server().await;
     let calls = counter();
     let running = Running::start(&server, creating(&calls)).await;
@@ -189,8 +187,8 @@ async fn a_422_on_the_status_patch_is_a_failure_of_the_handler() {
         "never a diff-base without the result"
     );
     assert!(o.data["status"]["create_fn"].is_null());
-    let errors = logs.matching("ERROR", "Handler 'create_fn' returned a result");
-    assert_eq!(errors.len(), 1, "{:#?}", logs.lines());
+    let errors = running.logged_at("ERROR", "Handler 'create_fn' returned a result");
+    assert_eq!(errors.len(), 1, "{:#?}", running.logs());
     assert!(errors[0].contains("status.create_fn"), "{}", errors[0]);
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -215,7 +213,6 @@ async fn server_with_status_schema(status: Value) -> FakeApiServer {
 
 #[tokio::test]
 async fn a_status_schema_that_rejects_a_result_names_the_handler_and_the_field() {
-    let (logs, _guard) = Logs::capture();
     let server = server_with_status_schema(json!({"type": "object", "properties": {
         "create_fn": {"type": "object", "properties": {"message": {"type": "string"}}}}}))
     .await;
@@ -239,8 +236,8 @@ async fn a_status_schema_that_rejects_a_result_names_the_handler_and_the_field()
         annotation(o, DIFF_BASE).is_some()
     })
     .await;
-    let errors = logs.matching("ERROR", "Handler 'create_fn' returned a result");
-    assert_eq!(errors.len(), 1, "{:#?}", logs.lines());
+    let errors = running.logged_at("ERROR", "Handler 'create_fn' returned a result");
+    assert_eq!(errors.len(), 1, "{:#?}", running.logs());
     assert!(
         errors[0].contains("status.create_fn.message"),
         "the field: {}",
@@ -252,26 +249,25 @@ async fn a_status_schema_that_rejects_a_result_names_the_handler_and_the_field()
         errors[0]
     );
     assert!(
-        !logs
-            .lines()
+        !running
+            .logs()
             .iter()
             .any(|l| l.contains("Handler 'create_fn' succeeded")),
         "a rejected result is not a success: {:#?}",
-        logs.lines()
+        running.logs()
     );
     assert!(
-        !logs
-            .matching("ERROR", "Handler 'create_fn' failed")
+        !running
+            .logged_at("ERROR", "Handler 'create_fn' failed")
             .is_empty(),
         "the failure, as the handler's: {:#?}",
-        logs.lines()
+        running.logs()
     );
     running.stop().await;
 }
 
 #[tokio::test]
 async fn a_status_schema_that_prunes_a_result_warns_once_per_handler_and_field() {
-    let (logs, _guard) = Logs::capture();
     let server = server_with_status_schema(json!({"type": "object", "properties": {
         "create_fn": {"type": "object", "properties": {"message": {"type": "string"}}}}}))
     .await;
@@ -291,12 +287,12 @@ async fn a_status_schema_that_prunes_a_result_warns_once_per_handler_and_field()
     }
     let o = api.get("a").await.expect("get");
     assert_eq!(o.data["status"]["create_fn"], json!({"message": "hello"}));
-    let warnings = logs.matching("WARN", "dropped status.create_fn.extra.n");
+    let warnings = running.logged_at("WARN", "dropped status.create_fn.extra.n");
     assert_eq!(
         warnings.len(),
         1,
         "once for both objects: {:#?}",
-        logs.lines()
+        running.logs()
     );
     assert!(
         warnings[0].contains("x-kubernetes-preserve-unknown-fields")
@@ -309,7 +305,6 @@ async fn a_status_schema_that_prunes_a_result_warns_once_per_handler_and_field()
 
 #[tokio::test]
 async fn a_timer_whose_result_is_rejected_fails_visibly_and_backs_off() {
-    let (logs, _guard) = Logs::capture();
     let server = server_with_status_schema(json!({"type": "object", "properties": {
         "tick": {"type": "string"}}}))
     .await;
@@ -334,8 +329,8 @@ async fn a_timer_whose_result_is_rejected_fails_visibly_and_backs_off() {
         .await
         .expect("create");
     eventually("the rejection logged", async || {
-        !logs
-            .matching("ERROR", "Handler 'tick' returned a result")
+        !running
+            .logged_at("ERROR", "Handler 'tick' returned a result")
             .is_empty()
     })
     .await;
@@ -348,11 +343,11 @@ async fn a_timer_whose_result_is_rejected_fails_visibly_and_backs_off() {
     );
     assert_eq!(status_codes(&server, "k"), vec![422]);
     assert!(
-        !logs
-            .matching("ERROR", "Timer 'tick' failed temporarily")
+        !running
+            .logged_at("ERROR", "Timer 'tick' failed temporarily")
             .is_empty(),
         "{:#?}",
-        logs.lines()
+        running.logs()
     );
     running.stop().await;
 }
@@ -447,7 +442,6 @@ async fn objects_deleted_at_once_leak_nothing() {
 
 #[tokio::test]
 async fn diffbases_of_the_wrong_shape_are_warned_about_and_handled_as_creations() {
-    let (logs, _guard) = Logs::capture();
     let server = common::server().await;
     let api = kex_api(&server);
     let bad = [
@@ -476,12 +470,17 @@ async fn diffbases_of_the_wrong_shape_are_warned_about_and_handled_as_creations(
     }
     assert_eq!(calls.load(Ordering::SeqCst), bad.len() as u32);
     for (i, value) in bad.iter().enumerate() {
-        let warnings: Vec<String> = logs
-            .matching("WARN", "the object is handled as newly created")
+        let warnings: Vec<String> = running
+            .logged_at("WARN", "the object is handled as newly created")
             .into_iter()
             .filter(|l| l.contains(&format!("name=bad-{i} ")))
             .collect();
-        assert_eq!(warnings.len(), 1, "bad-{i} ({value}): {:#?}", logs.lines());
+        assert_eq!(
+            warnings.len(),
+            1,
+            "bad-{i} ({value}): {:#?}",
+            running.logs()
+        );
         assert!(warnings[0].contains("diff-base"), "{}", warnings[0]);
     }
     running.stop().await;
@@ -489,7 +488,6 @@ async fn diffbases_of_the_wrong_shape_are_warned_about_and_handled_as_creations(
 
 #[tokio::test]
 async fn corrupt_progress_records_are_warned_about_and_treated_as_absent() {
-    let (logs, _guard) = Logs::capture();
     let server = common::server().await;
     let api = kex_api(&server);
     let mut o = obj("k", json!({"field": "a"}));
@@ -515,8 +513,8 @@ async fn corrupt_progress_records_are_warned_about_and_treated_as_absent() {
         annotation(Some(&o), "kopf.zalando.org/create_fn").is_none(),
         "purged with the finished creation"
     );
-    let warnings = logs.matching("WARN", "progress record of handler 'create_fn'");
-    assert_eq!(warnings.len(), 1, "{:#?}", logs.lines());
+    let warnings = running.logged_at("WARN", "progress record of handler 'create_fn'");
+    assert_eq!(warnings.len(), 1, "{:#?}", running.logs());
     assert!(
         warnings[0].contains("kopf.zalando.org/create_fn"),
         "{}",
@@ -529,7 +527,6 @@ async fn corrupt_progress_records_are_warned_about_and_treated_as_absent() {
 /// retry is off), logged, counted towards liveness, and the operator recovers at once.
 #[tokio::test]
 async fn a_list_outage_at_start_is_logged_and_recovered_from() {
-    let (logs, _guard) = Logs::capture();
     let server = common::server().await;
     let lists = RequestPattern::any().verb("list").resource("kopfexamples");
     let mut outage = FaultRule::new(lists, 503, 0);
@@ -548,13 +545,13 @@ async fn a_list_outage_at_start_is_logged_and_recovered_from() {
     let api = kex_api(&server);
     create_handled(&api).await;
     assert!(metrics.dead_watches().is_empty(), "alive again");
-    let failures = logs.matching("WARN", "watch stream of kopfexamples");
-    assert!(!failures.is_empty(), "{:#?}", logs.lines());
+    let failures = running.logged_at("WARN", "watch stream of kopfexamples");
+    assert!(!failures.is_empty(), "{:#?}", running.logs());
     assert!(failures[0].contains("503"), "the code: {}", failures[0]);
     assert!(
-        !logs.matching("INFO", "is back after").is_empty(),
+        !running.logged_at("INFO", "is back after").is_empty(),
         "{:#?}",
-        logs.lines()
+        running.logs()
     );
     // Attempts during the outage are at most about a second apart (the backoff's cap), so a
     // recovered server is noticed within about a second.
@@ -573,7 +570,6 @@ async fn a_list_outage_at_start_is_logged_and_recovered_from() {
 /// the fake server still accepts) is reported with a bounded excerpt, not the whole list.
 #[tokio::test]
 async fn an_undecodable_listing_is_logged_in_a_bounded_line() {
-    let (logs, _guard) = Logs::capture();
     let server = common::server().await;
     server
         .apply_object(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
@@ -584,12 +580,12 @@ async fn an_undecodable_listing_is_logged_in_a_bounded_line() {
     let running =
         Running::start_with(&server, creating(&calls), Duration::from_secs(70), false).await;
     eventually("the failure logged", async || {
-        !logs
-            .matching("WARN", "watch stream of kopfexamples")
+        !running
+            .logged_at("WARN", "watch stream of kopfexamples")
             .is_empty()
     })
     .await;
-    let lines = logs.lines();
+    let lines = running.logs();
     let longest = lines
         .iter()
         .max_by_key(|l| l.len())

@@ -10,7 +10,6 @@ use kopf_testing::{FakeApiServer, RequestRecord};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 
 fn example_file(name: &str) -> Value {
     let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -59,11 +58,10 @@ pub async fn operator_client(server: &FakeApiServer, inactivity: Duration) -> ku
     kube::Client::try_from(config).expect("client")
 }
 
-/// An operator running in the background.
-pub struct Running {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), kopf::Error>>,
-}
+/// An operator running in the background (on `kopf::testing`'s public runner), with the
+/// production settings the engine's tests check (Kopf's 60 s backoff and error delays) and
+/// the bare client (every injected failure reaches the engine).
+pub struct Running(kopf::testing::Running);
 
 impl Running {
     /// Starts the operator and waits until it watches (a watch request after the start).
@@ -78,41 +76,39 @@ impl Running {
         inactivity: Duration,
         wait_for_watch: bool,
     ) -> Running {
-        let before = server.requests().last().map_or(0, |r| r.seq);
-        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-        let client = operator_client(server, inactivity).await;
-        let task = tokio::spawn(async move {
-            op.run_until(client, async {
-                let _ = rx.await;
-            })
+        let delays = kopf_core::throttle::KOPF_ERROR_DELAYS
+            .iter()
+            .map(|s| Duration::from_secs(*s))
+            .collect();
+        let running = kopf::testing::OperatorTest::new(op.inactivity_timeout(inactivity))
+            .backoff(Duration::from_secs(60))
+            .error_delays(delays)
+            .client_retries(false)
+            .wait_for_watch(wait_for_watch)
+            .start(server)
             .await
-        });
-        if wait_for_watch {
-            eventually("the operator's watch", async || {
-                server
-                    .requests()
-                    .iter()
-                    .any(|r| r.seq > before && r.query.contains("watch=true"))
-            })
-            .await;
-        }
-        Running {
-            stop: Some(stop),
-            task,
-        }
+            .expect("the operator starts");
+        Running(running)
+    }
+
+    /// The operator's log lines of a level (`WARN`, `ERROR`) that contain `text`.
+    pub fn logged_at(&self, level: &str, text: &str) -> Vec<String> {
+        self.0.logged_at(level, text)
+    }
+
+    /// The operator's log lines so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.0.logs()
     }
 
     /// Stops the operator; it must have run without error.
-    pub async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        self.task.await.expect("join").expect("the operator ran");
+    pub async fn stop(self) {
+        self.0.stop().await.expect("the operator ran");
     }
 
     /// Waits for the operator to end by itself and returns its result.
     pub async fn result(self) -> Result<(), kopf::Error> {
-        self.task.await.expect("join")
+        self.0.finished().await
     }
 }
 

@@ -1,0 +1,439 @@
+//! Testing operators: run an [`Operator`] against an in-memory [`FakeApiServer`] inside a
+//! test, wait for what it does, and read what it logged.
+//!
+//! ```
+//! use std::time::Duration;
+//! use kopf::testing::{FakeApiServer, OperatorTest, wait_for_object};
+//! use kopf::{HandlerError, Operator};
+//! use kube::api::{Api, DynamicObject, PostParams};
+//! use kube::core::{ApiResource, GroupVersionKind};
+//! use serde_json::json;
+//!
+//! # async fn test() -> Result<(), Box<dyn std::error::Error>> {
+//! // A fake API server with the resource's CRD.
+//! let server = FakeApiServer::start().await?;
+//! server.apply_file(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/crd.yaml"))?;
+//!
+//! // The operator under test, started in the background; `start` returns once it watches.
+//! let operator = Operator::new().on_create("kopfexamples", "create_fn", || async {
+//!     Ok::<_, HandlerError>(json!({"message": "hello"}))
+//! });
+//! let running = OperatorTest::new(operator).start(&server).await?;
+//!
+//! // Create an object as a user would, and wait for the operator's result.
+//! let ar = ApiResource::from_gvk_with_plural(
+//!     &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"), "kopfexamples");
+//! let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
+//! let obj = serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+//!     "metadata": {"name": "k"}, "spec": {"field": "x"}}))?;
+//! api.create(&PostParams::default(), &obj).await?;
+//! let done = wait_for_object(&api, "k", "the handler's result", Duration::from_secs(10), |o| {
+//!     o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello")
+//! })
+//! .await?;
+//! assert!(done.is_some());
+//! assert!(running.logged("Handler 'create_fn' succeeded"));
+//!
+//! // Stop it: the operator's own result (a failure to start, a watch that died...).
+//! running.stop().await?;
+//! # Ok(())
+//! # }
+//! # let runtime = tokio::runtime::Runtime::new().unwrap();
+//! # runtime.block_on(test()).unwrap();
+//! ```
+//!
+//! The operator runs on a runtime of its own (two worker threads) whose log lines are
+//! captured for [`Running::logs`], whatever runtime the test itself uses; its client is the
+//! one a real operator builds (kube's hidden retries off, the operator's own retries on), and
+//! its settings suit tests: handlers retry 0.1 s after an arbitrary error instead of 60 s,
+//! and framework errors are throttled for 0.1 s to 1 s instead of Kopf's 1 s to 610 s
+//! ([`OperatorTest::backoff`], [`OperatorTest::error_delays`] to change them).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::Api;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use kopf_testing::{
+    Counters, FakeApiServer, FaultRule, LatencyRule, RequestPattern, RequestRecord,
+};
+
+use crate::{Error, Operator};
+
+/// How long [`OperatorTest::start`] waits for the operator's first watch.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Why a test helper gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum TestError {
+    /// What was waited for did not happen in time.
+    #[error("timed out after {after:?} waiting for {what}{last}")]
+    TimedOut {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        after: Duration,
+        /// The last state seen, if any (`; last seen: ...`).
+        last: String,
+    },
+    /// The operator's runtime could not be made.
+    #[error("cannot make the operator's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The operator's client could not be made.
+    #[error("cannot make the operator's client: {0}")]
+    Client(#[source] Error),
+    /// The operator stopped by itself before it watched anything.
+    #[error("the operator stopped before it watched anything: {0}")]
+    Stopped(String),
+    /// A request of the test's own failed.
+    #[error("a request of the test failed: {0}")]
+    Request(#[source] kube::Error),
+}
+
+/// The lines an operator logged, shared with its writer.
+#[derive(Clone, Default, Debug)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+}
+
+/// An operator to run in a test: [`start`](Self::start) it against a [`FakeApiServer`].
+#[derive(Clone)]
+pub struct OperatorTest {
+    operator: Operator,
+    backoff: Duration,
+    error_delays: Vec<Duration>,
+    wait_for_watch: bool,
+    client_retries: bool,
+    log_filter: String,
+}
+
+impl std::fmt::Debug for OperatorTest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorTest")
+            .field("backoff", &self.backoff)
+            .field("error_delays", &self.error_delays)
+            .field("wait_for_watch", &self.wait_for_watch)
+            .field("client_retries", &self.client_retries)
+            .field("log_filter", &self.log_filter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OperatorTest {
+    /// The operator with test-friendly settings: a 0.1 s backoff for handlers that set none,
+    /// framework errors throttled for 0.1, 0.2, 0.5, then 1 s, logs at INFO and above.
+    pub fn new(operator: Operator) -> Self {
+        OperatorTest {
+            operator,
+            backoff: Duration::from_millis(100),
+            error_delays: [100, 200, 500, 1000]
+                .into_iter()
+                .map(Duration::from_millis)
+                .collect(),
+            wait_for_watch: true,
+            client_retries: true,
+            log_filter: format!("info,{}", crate::logging::KUBE_QUIET),
+        }
+    }
+
+    /// The backoff of handlers that set none (Kopf's 60 s is long for a test).
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The delays after consecutive framework errors of an object (see
+    /// [`Operator::error_delays`]).
+    pub fn error_delays(mut self, delays: Vec<Duration>) -> Self {
+        self.error_delays = delays;
+        self
+    }
+
+    /// Whether [`start`](Self::start) waits for the operator's first watch (the default);
+    /// off for operators that are not expected to watch soon (an API server that fails on
+    /// purpose, only startup handlers...).
+    pub fn wait_for_watch(mut self, on: bool) -> Self {
+        self.wait_for_watch = on;
+        self
+    }
+
+    /// Whether the operator's client sends requests again after transient failures, as a
+    /// real operator's does (the default). Off, every failure the fake server injects
+    /// reaches the engine at once: for tests of what the engine does with failed writes.
+    pub fn client_retries(mut self, on: bool) -> Self {
+        self.client_retries = on;
+        self
+    }
+
+    /// What is captured, as `RUST_LOG` directives (default `info` with kube's own reports
+    /// quietened, as the operator logs by default; `debug` shows Kopf's debug lines).
+    pub fn log_filter(mut self, directives: impl Into<String>) -> Self {
+        self.log_filter = directives.into();
+        self
+    }
+
+    /// Starts the operator against `server` on a runtime of its own, and waits until it
+    /// watches (unless told not to).
+    pub async fn start(self, server: &FakeApiServer) -> Result<Running, TestError> {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(&self.log_filter))
+            .finish();
+        let dispatch = tracing::Dispatch::new(subscriber);
+        let on_thread = dispatch.clone();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("kopf-test-operator")
+            .on_thread_start(move || {
+                // Every thread of the operator's runtime (blocking ones too) logs to the
+                // capture for as long as it lives.
+                std::mem::forget(tracing::dispatcher::set_default(&on_thread));
+            })
+            .build()
+            .map_err(TestError::Runtime)?;
+        let before = server.requests().last().map_or(0, |r| r.seq);
+        let url = server.url();
+        let operator = self
+            .operator
+            .backoff(self.backoff)
+            .error_delays(self.error_delays);
+        let retries = self.client_retries;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let result = async {
+                let config = crate::client_config(Some(&url), operator.inactivity_timeout).await?;
+                let client = kube::Client::try_from(config).map_err(Error::Client)?;
+                let client = if retries {
+                    operator.wrap_client(client)
+                } else {
+                    client
+                };
+                operator
+                    .run_until(client, async {
+                        let _ = stopped.await;
+                    })
+                    .await
+            }
+            .await;
+            let _ = done_tx.send(result);
+        });
+        let mut running = Running {
+            stop: Some(stop),
+            done: Some(done),
+            runtime: Some(runtime),
+            logs,
+        };
+        if self.wait_for_watch {
+            let watching = eventually("the operator's first watch", WATCH_TIMEOUT, async || {
+                server
+                    .requests()
+                    .iter()
+                    .any(|r| r.seq > before && r.query.contains("watch=true"))
+                    || running.has_stopped()
+            })
+            .await;
+            if running.has_stopped() {
+                let result = running.stop().await;
+                return Err(TestError::Stopped(match result {
+                    Ok(()) => "it returned Ok".into(),
+                    Err(e) => e.to_string(),
+                }));
+            }
+            watching?;
+        }
+        Ok(running)
+    }
+}
+
+/// An operator running in a test (see [`OperatorTest`]); [`stop`](Self::stop) it to get its
+/// result. Dropped without `stop`, it is stopped abruptly.
+pub struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::sync::oneshot::Receiver<Result<(), Error>>>,
+    runtime: Option<tokio::runtime::Runtime>,
+    logs: Captured,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").finish_non_exhaustive()
+    }
+}
+
+impl Running {
+    /// Starts `operator` against `server` with the test settings of [`OperatorTest::new`].
+    pub async fn start(server: &FakeApiServer, operator: Operator) -> Result<Running, TestError> {
+        OperatorTest::new(operator).start(server).await
+    }
+
+    /// Whether the operator has stopped by itself (an error, usually).
+    pub fn has_stopped(&mut self) -> bool {
+        self.done.as_mut().is_some_and(|d| {
+            matches!(
+                d.try_recv(),
+                Ok(_) | Err(tokio::sync::oneshot::error::TryRecvError::Closed)
+            )
+        })
+    }
+
+    /// The lines the operator has logged so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lines()
+    }
+
+    /// Whether some logged line contains `text`.
+    pub fn logged(&self, text: &str) -> bool {
+        self.logs.lines().iter().any(|l| l.contains(text))
+    }
+
+    /// The logged lines of a level (`INFO`, `WARN`, `ERROR`) that contain `text`.
+    pub fn logged_at(&self, level: &str, text: &str) -> Vec<String> {
+        self.logs
+            .lines()
+            .into_iter()
+            .filter(|l| l.contains(level) && l.contains(text))
+            .collect()
+    }
+
+    /// Waits until a logged line contains `text`, and returns it.
+    pub async fn wait_for_log(&self, text: &str, timeout: Duration) -> Result<String, TestError> {
+        let mut found = None;
+        eventually(&format!("a log line with {text:?}"), timeout, async || {
+            found = self.logs.lines().into_iter().find(|l| l.contains(text));
+            found.is_some()
+        })
+        .await?;
+        Ok(found.unwrap_or_default())
+    }
+
+    /// Waits for the operator to stop by itself (it failed, or a startup handler failed)
+    /// and returns its result.
+    pub async fn finished(mut self) -> Result<(), Error> {
+        let result = match self.done.take() {
+            Some(done) => done.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+        result
+    }
+
+    /// Stops the operator (as SIGTERM would: running handlers get the grace period) and
+    /// returns its result.
+    pub async fn stop(mut self) -> Result<(), Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let result = match self.done.take() {
+            Some(done) => done.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+        result
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Polls `check` every 25 ms until it is true, for at most `timeout`.
+///
+/// ```
+/// # async fn demo() -> Result<(), kopf::testing::TestError> {
+/// use std::time::Duration;
+/// let start = std::time::Instant::now();
+/// kopf::testing::eventually("a tenth of a second", Duration::from_secs(5), async || {
+///     start.elapsed() > Duration::from_millis(100)
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn eventually(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> bool,
+) -> Result<(), TestError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(TestError::TimedOut {
+                what: what.into(),
+                after: timeout,
+                last: String::new(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until the object `name` (None: it does not exist) satisfies `check`, and returns
+/// it. On timeout, the error shows the last state seen.
+pub async fn wait_for_object<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(Option<&K>) -> bool,
+) -> Result<Option<K>, TestError>
+where
+    K: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let seen = api.get_opt(name).await.map_err(TestError::Request)?;
+        if check(seen.as_ref()) {
+            return Ok(seen);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let last = match &seen {
+                Some(o) => serde_json::to_string(o).unwrap_or_else(|_| format!("{o:?}")),
+                None => "no such object".into(),
+            };
+            return Err(TestError::TimedOut {
+                what: format!("{what} ({name})"),
+                after: timeout,
+                last: format!("; last seen: {}", kopf_core::text::excerpt(&last, 2000)),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
