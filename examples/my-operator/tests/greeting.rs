@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use kopf::testing::{FakeApiServer, OperatorTest, wait_for_object};
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::CustomResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use my_operator::{Greeted, Greeting, GreetingSpec, operator};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -26,18 +26,29 @@ async fn a_greeting_gets_its_message_and_follows_its_spec() -> TestResult {
     };
     api.create(&PostParams::default(), &Greeting::new("hello", spec))
         .await?;
-    let done = wait_for_object(&api, "hello", "the greeting", Duration::from_secs(10), |g| {
-        greeted(g).is_some()
-    })
+    let done = wait_for_object(
+        &api,
+        "hello",
+        "the greeting",
+        Duration::from_secs(10),
+        |g| greeted(g).is_some(),
+    )
     .await?;
-    assert_eq!(greeted(done.as_ref()).map(|g| g.message.as_str()), Some("Hello, world!"));
+    assert_eq!(
+        greeted(done.as_ref()).map(|g| g.message.as_str()),
+        Some("Hello, world!")
+    );
 
     let shout = serde_json::json!({"spec": {"shout": true}});
     api.patch("hello", &PatchParams::default(), &Patch::Merge(&shout))
         .await?;
-    wait_for_object(&api, "hello", "the loud greeting", Duration::from_secs(10), |g| {
-        greeted(g).is_some_and(|g| g.message == "HELLO, WORLD!")
-    })
+    wait_for_object(
+        &api,
+        "hello",
+        "the loud greeting",
+        Duration::from_secs(10),
+        |g| greeted(g).is_some_and(|g| g.message == "HELLO, WORLD!"),
+    )
     .await?;
     assert!(running.logged("Handler 'greet_fn' succeeded"));
     running.stop().await?;
@@ -57,7 +68,10 @@ async fn nobody_to_greet_is_a_permanent_failure() -> TestResult {
     api.create(&PostParams::default(), &Greeting::new("nobody", spec))
         .await?;
     let line = running
-        .wait_for_log("Handler 'greet_fn' failed permanently", Duration::from_secs(10))
+        .wait_for_log(
+            "Handler 'greet_fn' failed permanently",
+            Duration::from_secs(10),
+        )
         .await?;
     assert!(line.contains("nobody to greet"), "{line}");
     running.stop().await?;
@@ -75,8 +89,14 @@ fn the_guide_shows_this_crates_dependencies() -> TestResult {
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .ok_or("the guide has no ```toml block")?;
-    for line in block.lines().filter(|l| l.contains(" = ") && !l.starts_with("kopf ")) {
-        assert!(manifest.contains(line), "the guide's {line:?} is not in Cargo.toml");
+    for line in block
+        .lines()
+        .filter(|l| l.contains(" = ") && !l.starts_with("kopf "))
+    {
+        assert!(
+            manifest.contains(line),
+            "the guide's {line:?} is not in Cargo.toml"
+        );
     }
     Ok(())
 }
