@@ -71,6 +71,18 @@ impl Reason {
     }
 }
 
+/// Kopf's word for the reason, as in its logs and progress records: `create`, `update`,
+/// `delete`, `resume`...
+///
+/// ```
+/// assert_eq!(kopf_core::causes::Reason::Create.to_string(), "create");
+/// ```
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.purpose())
+    }
+}
+
 /// The type of the event that brought the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {

@@ -206,9 +206,28 @@ impl FromCause for Retry {
     }
 }
 
-/// When the first attempt started.
+/// When the first attempt started; displayed in Kopf's format
+/// (`2026-11-22T05:04:57.126136+00:00`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Started(pub jiff::Timestamp);
+
+impl std::fmt::Display for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::progress::format_time(self.0))
+    }
+}
+
+impl std::fmt::Display for Retry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.3}s", self.0.as_secs_f64())
+    }
+}
 impl FromCause for Started {
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Started(
@@ -795,5 +814,14 @@ mod tests {
             HandlerError::from(kube::Error::SerdeError(decode)),
             HandlerError::Other { .. }
         ));
+    }
+
+    #[test]
+    fn extractors_people_print_display_as_kopf_writes_them() {
+        let t: jiff::Timestamp = "2026-11-22T05:04:57.126136Z".parse().expect("a time");
+        assert_eq!(Started(t).to_string(), "2026-11-22T05:04:57.126136+00:00");
+        assert_eq!(Retry(2).to_string(), "2");
+        assert_eq!(Runtime(Duration::from_millis(1500)).to_string(), "1.500s");
+        assert_eq!(crate::causes::Reason::Update.to_string(), "update");
     }
 }
