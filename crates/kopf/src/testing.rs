@@ -32,7 +32,7 @@
 //! })
 //! .await?;
 //! assert!(done.is_some());
-//! assert!(running.logged("Handler 'create_fn' succeeded"));
+//! running.wait_for_log("Handler 'create_fn' succeeded", Duration::from_secs(10)).await?;
 //!
 //! // Stop it: the operator's own result (a failure to start, a watch that died...).
 //! running.stop().await?;
@@ -308,7 +308,11 @@ impl Running {
         self.logs.lines()
     }
 
-    /// Whether some logged line contains `text`.
+    /// Whether some line logged so far contains `text` (to wait for one: [`wait_for_log`]:
+    /// the operator logs a handler's outcome once the cycle's writes are done, a moment after
+    /// the result shows on the object).
+    ///
+    /// [`wait_for_log`]: Self::wait_for_log
     pub fn logged(&self, text: &str) -> bool {
         self.logs.lines().iter().any(|l| l.contains(text))
     }

@@ -50,7 +50,9 @@ async fn a_greeting_gets_its_message_and_follows_its_spec() -> TestResult {
         |g| greeted(g).is_some_and(|g| g.message == "HELLO, WORLD!"),
     )
     .await?;
-    assert!(running.logged("Handler 'greet_fn' succeeded"));
+    running
+        .wait_for_log("Handler 'greet_fn' succeeded", Duration::from_secs(10))
+        .await?;
     running.stop().await?;
     Ok(())
 }
