@@ -67,7 +67,27 @@ impl FromCause for Body {
     }
 }
 
-/// `spec`, deserialized into `T` (`Value` for untyped access).
+/// `spec`, deserialized into `T` (`Value` for untyped access). A spec that does not fit
+/// `T` fails the handler (by its errors mode) with serde's message.
+///
+/// ```
+/// use kopf_core::extract::Spec;
+/// use kopf_core::handler::HandlerError;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize)]
+/// struct Size { replicas: u32 }
+///
+/// // Typed:
+/// async fn scale(Spec(size): Spec<Size>) -> Result<u32, HandlerError> {
+///     Ok(size.replicas * 2)
+/// }
+/// // Untyped (a serde_json::Value):
+/// async fn show(Spec(spec): Spec) -> Result<String, HandlerError> {
+///     Ok(spec["field"].to_string())
+/// }
+/// # let _ = (scale, show);
+/// ```
 #[derive(Debug, Clone)]
 pub struct Spec<T = Value>(pub T);
 impl<T: DeserializeOwned + Send + 'static> FromCause for Spec<T> {
@@ -647,12 +667,17 @@ impl From<kube::Error> for HandlerError {
                 match s.code {
                     409 => HandlerError::temporary(message, API_CONFLICT_DELAY),
                     429 => HandlerError::temporary(message, retry_after.unwrap_or(API_BUSY_DELAY)),
-                    500..=599 => HandlerError::temporary(message, retry_after.unwrap_or(API_DOWN_DELAY)),
+                    500..=599 => {
+                        HandlerError::temporary(message, retry_after.unwrap_or(API_DOWN_DELAY))
+                    }
                     _ => HandlerError::permanent(message),
                 }
             }
             kube::Error::HyperError(_) | kube::Error::Service(_) => HandlerError::temporary(
-                format!("no answer from the API server: {}", crate::text::for_log(&e)),
+                format!(
+                    "no answer from the API server: {}",
+                    crate::text::for_log(&e)
+                ),
                 API_DOWN_DELAY,
             ),
             other => HandlerError::other(crate::text::for_log(other)),
@@ -795,8 +820,14 @@ mod tests {
             api(404, "NotFound", 0),
             HandlerError::permanent("the API server answered 404 NotFound: what happened 404")
         );
-        assert!(matches!(api(403, "Forbidden", 0), HandlerError::Permanent { .. }));
-        assert!(matches!(api(422, "Invalid", 0), HandlerError::Permanent { .. }));
+        assert!(matches!(
+            api(403, "Forbidden", 0),
+            HandlerError::Permanent { .. }
+        ));
+        assert!(matches!(
+            api(422, "Invalid", 0),
+            HandlerError::Permanent { .. }
+        ));
         assert!(matches!(
             api(409, "Conflict", 0),
             HandlerError::Temporary { delay: Some(d), .. } if d == API_CONFLICT_DELAY

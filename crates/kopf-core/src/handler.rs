@@ -18,6 +18,31 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 pub type HandlerResult = Result<Option<Value>, HandlerError>;
 
 /// Handler failures, classified as Kopf classifies them.
+///
+/// ```
+/// use std::time::Duration;
+/// use kopf_core::handler::HandlerError;
+///
+/// fn check(size: u64) -> Result<(), HandlerError> {
+///     if size == 0 {
+///         // Fails for good: retrying will not make a zero size valid.
+///         return Err(HandlerError::permanent("spec.size must be positive"));
+///     }
+///     if size > 100 {
+///         // Retried after a minute (e.g. capacity that may free up).
+///         return Err(HandlerError::temporary("no room for it yet", Duration::from_secs(60)));
+///     }
+///     Ok(())
+/// }
+///
+/// // Anything else that is an error: handled by the handler's errors mode (retried after
+/// // its backoff by default); `?` works on kube's errors, JSON errors and boxed errors.
+/// fn parse(text: &str) -> Result<serde_json::Value, HandlerError> {
+///     Ok(serde_json::from_str(text)?)
+/// }
+/// assert!(matches!(check(0), Err(HandlerError::Permanent { .. })));
+/// assert!(matches!(parse("{"), Err(HandlerError::Other { .. })));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandlerError {
     /// Retry after `delay` (None: at once).

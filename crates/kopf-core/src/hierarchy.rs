@@ -223,6 +223,21 @@ where
 
 /// Makes the child a controlled child of `owner` with the default [`Adopt`] options; see
 /// [`adopt_with`].
+///
+/// ```
+/// use kopf_core::hierarchy::adopt;
+/// use serde_json::json;
+///
+/// let owner = json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+///     "metadata": {"name": "parent", "namespace": "team-a", "uid": "u-1", "labels": {"app": "x"}}});
+/// let mut child = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}, "data": {}});
+/// adopt(&mut child, &owner)?;
+/// assert_eq!(child["metadata"]["namespace"], "team-a");
+/// assert_eq!(child["metadata"]["labels"]["app"], "x");
+/// assert_eq!(child["metadata"]["ownerReferences"][0]["uid"], "u-1");
+/// assert!(child["metadata"]["generateName"].as_str().is_some_and(|n| n.starts_with("parent-")));
+/// # Ok::<(), kopf_core::hierarchy::HierarchyError>(())
+/// ```
 pub fn adopt<T>(child: &mut T, owner: &impl Serialize) -> Result<(), HierarchyError>
 where
     T: Serialize + DeserializeOwned,

@@ -259,6 +259,33 @@ impl FakeApiServerBuilder {
 }
 
 /// An in-memory Kubernetes API server on 127.0.0.1. Stops on drop or [`shutdown`](Self::shutdown).
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
+/// use kube::api::{Api, PostParams};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = FakeApiServer::start().await?;           // a random port on 127.0.0.1
+/// let configmaps: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+///
+/// // The next create of a configmap fails with a 503, as a struggling API server would.
+/// server.inject_fault(FaultRule::new(
+///     RequestPattern::any().verb("create").resource("configmaps"),
+///     503,
+///     1,
+/// ));
+/// let cm: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}}))?;
+/// assert!(configmaps.create(&PostParams::default(), &cm).await.is_err());
+/// configmaps.create(&PostParams::default(), &cm).await?;
+///
+/// // Every request is logged and counted.
+/// assert_eq!(server.counters().get("create", "configmaps", ""), 2);
+/// server.write_kubeconfig("/tmp/kopf-doc-kubeconfig")?;   // for kubectl, Python...
+/// # Ok(())
+/// # }
+/// # tokio::runtime::Runtime::new().expect("runtime").block_on(demo()).expect("demo");
+/// ```
 pub struct FakeApiServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
@@ -290,7 +317,8 @@ impl FakeApiServer {
         format!("http://{}", self.addr)
     }
 
-    /// A kube client for this server.
+    /// A kube client for this server (with kube's own retries off: every answer, an injected
+    /// fault too, reaches the caller).
     pub fn client(&self) -> kube::Client {
         // Building a client for a plain-HTTP URL cannot fail; fall back loudly if it ever does.
         match self.try_client() {
@@ -311,7 +339,10 @@ impl FakeApiServer {
                     url: url.clone(),
                     reason: e.to_string(),
                 })?;
-        let config = kube::Config::new(uri);
+        let mut config = kube::Config::new(uri);
+        // Every answer reaches the caller: a test that injects a 503 sees the 503 (kube's
+        // default would retry it silently).
+        config.default_retry = false;
         kube::Client::try_from(config).map_err(|e| FakeError::Client {
             url,
             reason: e.to_string(),
@@ -499,7 +530,19 @@ impl FakeApiServer {
             .collect()
     }
 
-    /// Fails matching requests with an error status (see [`FaultRule`]).
+    /// Fails matching requests with an error status (see [`FaultRule`]): the next `count`
+    /// requests that match the pattern get the code (and a `Retry-After` if the rule has one)
+    /// instead of being served.
+    ///
+    /// ```
+    /// # use kopf_testing::{FaultRule, RequestPattern};
+    /// # fn demo(server: &kopf_testing::FakeApiServer) {
+    /// // One 500 on the next PATCH of any object's status.
+    /// server.inject_fault(FaultRule::new(RequestPattern::any().verb("patch").subresource("status"), 500, 1));
+    /// // Two 429s, come back after 1 s, on listing pods.
+    /// server.inject_fault(FaultRule::new(RequestPattern::any().verb("list").resource("pods"), 429, 2).retry_after(1));
+    /// # }
+    /// ```
     pub fn inject_fault(&self, rule: FaultRule) {
         lock(&self.shared.faults).responses.push(rule);
     }
