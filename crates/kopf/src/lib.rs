@@ -110,16 +110,230 @@ extern crate self as kopf;
 
 #[doc(hidden)]
 pub use inventory;
+/// Timestamps as handlers get them ([`Started`]'s `jiff::Timestamp`), without a dependency of
+/// your own on `jiff`.
+pub use jiff;
 #[doc(hidden)]
 pub use serde_json;
 
-/// Attribute macros that register handlers for [`run`]: `#[kopf::on::create("kopfexamples")]`,
-/// `update`, `delete`, `resume`, and `field(..., field = "spec.x")`, with options such as
-/// `retries = 3`, `timeout = 60`, `labels(tier = "gold")` (see `kopf-macros`).
+/// Attribute macros that register handlers for [`run()`](fn@run) (and
+/// [`Operator::from_registry`]), as Kopf's decorators do: the function below the attribute
+/// is registered, with its name as the handler id unless `id = "..."` says otherwise.
+///
+/// | macro | Kopf | registers |
+/// |---|---|---|
+/// | [`create`](on::create), [`update`](on::update), [`delete`](on::delete), [`resume`](on::resume) | `@kopf.on.create`, ... | changing handlers |
+/// | [`field`](on::field) | `@kopf.on.field` | a handler of a field's changes |
+/// | [`timer`](on::timer) | `@kopf.timer` | a timer per object |
+/// | [`daemon`](on::daemon) | `@kopf.daemon` | a daemon per object |
+/// | [`index`](on::index) | `@kopf.index` | an in-memory index, read with [`Index<K, V>`](crate::Index) |
+/// | [`event`](on::event) | `@kopf.on.event` | a raw watch-event handler |
+/// | [`startup`](on::startup), [`cleanup`](on::cleanup), [`probe`](on::probe) | `@kopf.on.startup`, ... | operator activities |
+/// | [`login`](on::login) | `@kopf.on.login` | the operator's credentials |
+/// | `validate`, `mutate` | `@kopf.on.validate`, ... | admission handlers (feature `admission`) |
+/// | `convert` | – | a CRD's conversion webhook (feature `admission`) |
+///
+/// Handlers of objects take the resource first, then options: filters (`labels(...)`,
+/// `annotations(...)`, `when`, `field` and `value`), and what each kind has in Kopf
+/// (`retries = 3`, `timeout = 60`, `backoff = 1.5`, `errors = "permanent"`, a timer's
+/// `interval`...). Label and annotation keys are string literals, or plain identifiers:
+/// `labels("app.kubernetes.io/name" = "web", tier = "gold", skip = absent)`. Seconds are
+/// integers or floats. An option a macro does not take is a compile error that lists those
+/// it takes; each macro's page lists its options.
+///
+/// # Changing handlers
+///
+/// ```no_run
+/// use kopf::{HandlerError, Name, New, Old, Spec};
+/// use serde_json::{json, Value};
+///
+/// #[kopf::on::create("kopfexamples", labels("tier" = "gold", skip = absent), retries = 3, timeout = 60)]
+/// async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
+///     Ok(json!({"message": format!("hello {name}: {}", spec["field"])})) // status.create_fn
+/// }
+///
+/// #[kopf::on::update("kopfexamples", field = "spec.field", new = present, backoff = 1.5)]
+/// async fn field_set(New(new): New) -> Result<(), HandlerError> {
+///     tracing::info!("spec.field is now {new:?}");
+///     Ok(())
+/// }
+///
+/// /// A plain `fn`: it runs on a blocking thread.
+/// #[kopf::on::field("kopfexamples", field = "spec.items", errors = "permanent")]
+/// fn items_changed(Old(old): Old, New(new): New) -> Result<(), HandlerError> {
+///     tracing::info!("spec.items: {old:?} -> {new:?}");
+///     Ok(())
+/// }
+///
+/// #[kopf::on::delete("kopfexamples", optional)]
+/// async fn delete_fn(Name(name): Name) -> Result<(), HandlerError> {
+///     tracing::info!("{name} is gone");
+///     Ok(())
+/// }
+///
+/// #[kopf::on::resume("kopfexamples", deleted, when = has_spec)]
+/// async fn resume_fn(Name(name): Name) -> Result<(), HandlerError> {
+///     tracing::info!("{name} was there before the operator started");
+///     Ok(())
+/// }
+///
+/// fn has_spec(body: &Value) -> bool {
+///     body.get("spec").is_some()
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf::Error> {
+///     kopf::run().await // `run -A`, `run --fake`, ...
+/// }
+/// ```
+///
+/// # Timers and daemons
+///
+/// ```no_run
+/// use kopf::{HandlerError, Name, Stopped};
+/// use std::time::Duration;
+///
+/// /// Every minute, once the object has been unchanged for 10 s; the result goes to
+/// /// `status.check`.
+/// #[kopf::on::timer("kopfexamples", interval = 60, initial_delay = 5, idle = 10, sharp = true)]
+/// async fn check(Name(name): Name) -> Result<String, HandlerError> {
+///     Ok(format!("{name} is fine"))
+/// }
+///
+/// /// Runs per object until the object is deleted or the operator exits.
+/// #[kopf::on::daemon("kopfexamples", cancellation_backoff = 5, cancellation_timeout = 10.0)]
+/// async fn monitor(Name(name): Name, stopped: Stopped) -> Result<(), HandlerError> {
+///     while stopped.sleep(Duration::from_secs(10)).await.is_none() {
+///         tracing::info!("{name} is still there");
+///     }
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// # Indexes and raw events
+///
+/// ```no_run
+/// use kopf::{EventType, HandlerError, Index, Name, Spec};
+///
+/// /// Object names by owner: `Index<String, String>` for every handler.
+/// #[kopf::on::index("kopfexamples", field = "spec.owner")]
+/// async fn by_owner(Spec(spec): Spec, Name(name): Name) -> Result<Option<(String, String)>, HandlerError> {
+///     Ok(spec["owner"].as_str().map(|owner| (owner.to_string(), name)))
+/// }
+///
+/// #[kopf::on::create("kopfexamples")]
+/// async fn siblings(Spec(spec): Spec, owned: Index<String, String>) -> Result<Vec<String>, HandlerError> {
+///     Ok(spec["owner"].as_str().map(|o| owned.get(&o.to_string())).unwrap_or_default())
+/// }
+///
+/// #[kopf::on::event("kopfexamples", labels(watched = present))]
+/// async fn seen(Name(name): Name, EventType(event): EventType) -> Result<(), HandlerError> {
+///     tracing::info!("{name}: {}", event.as_deref().unwrap_or("listed"));
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// # Activities
+///
+/// ```no_run
+/// use kopf::{HandlerError, Memo};
+///
+/// #[derive(Clone, Default)]
+/// struct Settings {
+///     region: String,
+/// }
+///
+/// /// Before anything is watched; what it sets in the memo, objects start from.
+/// #[kopf::on::startup(retries = 5, backoff = 2)]
+/// async fn configure(settings: Memo<Settings>) -> Result<(), HandlerError> {
+///     settings.update(|s| s.region = "eu-1".into());
+///     Ok(())
+/// }
+///
+/// #[kopf::on::cleanup]
+/// async fn goodbye() -> Result<(), HandlerError> {
+///     tracing::info!("bye");
+///     Ok(())
+/// }
+///
+/// /// Reported by the liveness endpoint (`run --liveness`) as `{"region": "eu-1"}`.
+/// #[kopf::on::probe(id = "region")]
+/// async fn region(settings: Memo<Settings>) -> Result<String, HandlerError> {
+///     Ok(settings.get().region)
+/// }
+///
+/// /// The operator connects with this instead of the kubeconfig (not with `run --fake`).
+/// #[kopf::on::login]
+/// async fn login() -> Result<kube::Config, HandlerError> {
+///     let token = std::fs::read_to_string("/var/run/secrets/my-token")?;
+///     let url = "https://kubernetes.example:6443".parse().map_err(HandlerError::other)?;
+///     let mut config = kube::Config::new(url);
+///     config.auth_info.token = Some(token.trim().to_string().into());
+///     Ok(config)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf::Error> {
+///     // The memo's type is registered with the operator, as with the builder.
+///     kopf::Operator::from_registry().memo(Settings::default()).main().await
+/// }
+/// ```
+///
+/// # Admission and conversion webhooks (feature `admission`)
+///
+/// ```no_run
+/// use kopf::{AdmissionError, Patch, Spec};
+/// use serde_json::{json, Value};
+///
+/// #[kopf::on::validate("kopfexamples", operations = ["CREATE", "UPDATE"])]
+/// async fn check(Spec(spec): Spec) -> Result<(), AdmissionError> {
+///     match spec.get("field") {
+///         Some(_) => Ok(()),
+///         None => Err(AdmissionError::with_code("spec.field is required", 422)),
+///     }
+/// }
+///
+/// #[kopf::on::mutate("kopfexamples", operation = "CREATE", persistent)]
+/// async fn defaults(patch: Patch) -> Result<(), AdmissionError> {
+///     patch.merge(json!({"metadata": {"labels": {"checked": "yes"}}}));
+///     Ok(())
+/// }
+///
+/// /// v1 `spec.size: "1Gi"` ⇄ v2 `spec.storage.size: "1Gi"`.
+/// #[kopf::on::convert("kopfexamples.kopf.dev")]
+/// fn convert(mut obj: Value, version: &str) -> Result<Value, String> {
+///     let spec = obj.get_mut("spec").and_then(Value::as_object_mut).ok_or("no spec")?;
+///     match version {
+///         "v2" => {
+///             if let Some(size) = spec.remove("size") {
+///                 spec.insert("storage".into(), json!({"size": size}));
+///             }
+///         }
+///         "v1" => {
+///             if let Some(size) = spec.remove("storage").and_then(|s| s.get("size").cloned()) {
+///                 spec.insert("size".into(), size);
+///             }
+///         }
+///         other => return Err(format!("no version {other}")),
+///     }
+///     Ok(obj)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf::Error> {
+///     // The webhook server starts with the operator; this registers it in the cluster.
+///     kopf::Operator::from_registry().webhooks_managed("kopf.dev").main().await
+/// }
+/// ```
 pub mod on {
-    pub use kopf_macros::{create, delete, field, resume, update};
+    pub use kopf_macros::{
+        cleanup, create, daemon, delete, event, field, index, login, probe, resume, startup, timer,
+        update,
+    };
     #[cfg(feature = "admission")]
-    pub use kopf_macros::{mutate, validate};
+    pub use kopf_macros::{convert, mutate, validate};
 }
 
 /// Runs the handlers registered with the attribute macros: parses the command line
