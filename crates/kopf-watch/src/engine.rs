@@ -301,7 +301,37 @@ impl Engine {
             pruned: Mutex::default(),
             settings: self.settings.clone(),
         });
-        tracing::info!(resource = %plural, namespaces = self.namespace.as_deref().unwrap_or("*"), "watching");
+        tracing::info!(
+            resource = %plural,
+            // As given to `-n`: this watch's namespace, or the patterns that filter the
+            // cluster-wide watch (read from their Debug form, the only one they have), or `*`.
+            namespaces = %match (&self.namespace, self.resource.namespaced) {
+                (Some(namespace), _) => namespace.clone(),
+                (None, true) if self.settings.namespaces != NamespaceSelector::default() => {
+                    // The quoted words of a Debug text.
+                    let quoted = |s: &str| {
+                        s.split('"')
+                            .skip(1)
+                            .step_by(2)
+                            .map(str::to_string)
+                            .collect::<Vec<_>>()
+                    };
+                    format!("{:?}", self.settings.namespaces)
+                        .split("NamespacePattern")
+                        .skip(1)
+                        .flat_map(|pattern| {
+                            let (includes, excludes) =
+                                pattern.split_once("excludes").unwrap_or((pattern, ""));
+                            let excludes = quoted(excludes).into_iter().map(|e| format!("!{e}"));
+                            quoted(includes).into_iter().chain(excludes)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }
+                _ => "*".to_string(),
+            },
+            "watching"
+        );
         // The uids of the listing in progress: objects missing from a relist went away while
         // the watch was down (no DELETED event will come for them).
         let mut listing: Option<HashSet<String>> = None;

@@ -43,7 +43,9 @@ pub enum WatchError {
     Discovery(#[source] kube::Error),
     /// The selector names no served resource.
     #[error(
-        "no served resource matches {selector:?}{hint}; is its CustomResourceDefinition applied? (kubectl get crd)"
+        "no served resource matches {}{hint}; is its CustomResourceDefinition applied? (kubectl get crd)",
+        // A name in quotes; ("group", "version", "plural") as it is.
+        if .selector.starts_with('(') { .selector.clone() } else { format!("{:?}", .selector) }
     )]
     UnknownResource {
         /// The selector.

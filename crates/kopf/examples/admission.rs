@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo run --example admission -- run --fake
-//! export KUBECONFIG=/tmp/kopf-fake/kubeconfig
+//! export KUBECONFIG=<the path in the banner>
 //! kubectl apply -f - <<<'{"apiVersion": "kopf.dev/v1", "kind": "KopfExample", "metadata": {"name": "bad"}, "spec": {}}'
 //! #  error: ... admission webhook "check-field.kopf.dev" denied the request: spec.field is required
 //! kubectl get kopfexamples.v2.kopf.dev kopf-example-1 -o yaml    # items as objects

@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo run --example children -- run --fake
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl get configmaps
+//! KUBECONFIG=<the path in the banner> kubectl get configmaps
 //! ```
 
 use kopf::{Body, Client, HandlerError, Operator, Spec};

@@ -22,8 +22,9 @@ async fn field_fn(Old(old): Old, New(new): New) -> Result<(), HandlerError> {
 
 #[tokio::main]
 async fn main() -> Result<(), kopf::Error> {
-    // `kopf::run().await` alone when no development manifests are wanted.
+    // `kopf::run!().await` alone when no development manifests are wanted.
     kopf::Operator::from_registry()
+        .about(kopf::about!())
         .fake_manifests(kopf::cli::example_manifests())
         .main()
         .await

@@ -4,8 +4,8 @@
 //!
 //! ```sh
 //! cargo run --example events -- run --fake
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"duration":"soon"}}'
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl get events
+//! KUBECONFIG=<the path in the banner> kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"duration":"soon"}}'
+//! KUBECONFIG=<the path in the banner> kubectl get events
 //! ```
 
 use kopf::{Events, HandlerError, Name, Operator, Spec};

@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! cargo run --example filters -- run --fake
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"field":"changed"}}'
+//! KUBECONFIG=<the path in the banner> kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"field":"changed"}}'
 //! ```
 
 use std::sync::Arc;

@@ -2,8 +2,8 @@
 //!
 //! ```sh
 //! cargo run --example handlers -- run --fake
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"field":"changed"}}'
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl delete kex kopf-example-1
+//! KUBECONFIG=<the path in the banner> kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"field":"changed"}}'
+//! KUBECONFIG=<the path in the banner> kubectl delete kex kopf-example-1
 //! ```
 
 use kopf::{Diff, HandlerError, Name, New, Old, Operator, Reason, Spec};

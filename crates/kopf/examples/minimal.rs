@@ -8,7 +8,8 @@
 //!
 //! With `--fake` and no `--apply`, the example CRD and object (`examples/crd.yaml`,
 //! `examples/obj.yaml`) are applied, and a kubeconfig for kubectl is written to
-//! `/tmp/kopf-fake/kubeconfig` (`--fake-kubeconfig` to change it).
+//! `$TMPDIR/kopf-fake-minimal-<pid>/kubeconfig`, printed at start and removed at exit
+//! (`--fake-kubeconfig` to choose it).
 
 use std::path::PathBuf;
 

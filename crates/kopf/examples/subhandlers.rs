@@ -4,8 +4,8 @@
 //!
 //! ```sh
 //! cargo run --example subhandlers -- run --fake
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"items":["item1","item2","item3"]}}'
-//! KUBECONFIG=/tmp/kopf-fake/kubeconfig kubectl get kex kopf-example-1 -o jsonpath='{.status}'
+//! KUBECONFIG=<the path in the banner> kubectl patch kex kopf-example-1 --type=merge -p '{"spec":{"items":["item1","item2","item3"]}}'
+//! KUBECONFIG=<the path in the banner> kubectl get kex kopf-example-1 -o jsonpath='{.status}'
 //! ```
 
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! <operator> run [-n NS]... [-A] [--fake [--apply FILE]...] [--liveness URL] [--metrics ADDR] ...
 //! <operator> rbac [--apply FILE]... [--cluster]     # the RBAC manifests it needs
 //! <operator> fake-apiserver [--port N] [--kubeconfig PATH] [--apply FILE]...
-//! <operator> --version
+//! <operator> --version                               # my-operator 1.2.0 (kopf-rs 0.1.0)
 //! ```
 //!
 //! Every option can also come from an environment variable `KOPF_<COMMAND>_<OPTION>`
@@ -14,15 +14,210 @@
 //! Numeric values are checked when they are parsed: a value out of range (a negative or
 //! infinite duration, `--burst 0`, a port above 65535...) is refused with a message that
 //! names the option and what it accepts.
+//!
+//! # The operator's name, version and description
+//!
+//! `--version` and `--help` show the operator's own name, version and description, taken
+//! from its Cargo package by [`kopf::about!()`](crate::about) (the macro reads
+//! `CARGO_PKG_NAME`, `CARGO_PKG_VERSION` and `CARGO_PKG_DESCRIPTION` where it is written,
+//! in the operator's crate), with the version of kopf-rs after them:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kopf::Error> {
+//! // With the attribute macros: `kopf::run!()` is `kopf::run()` with the crate's about.
+//! kopf::run!().await
+//! # }
+//! ```
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kopf::Error> {
+//! // With the builder:
+//! kopf::Operator::new()
+//!     .about(kopf::about!())            // or About::new("my-operator", "1.2.0")
+//!     .main()
+//!     .await
+//! # }
+//! ```
+//!
+//! Without it ([`kopf::run()`](crate::run()), [`Operator::main`](crate::Operator::main)
+//! alone, [`Cli::parse_args`]), the program is named after its binary and only kopf-rs's
+//! version is shown (`my-operator (kopf-rs 0.1.0)`): a function of kopf cannot see the
+//! version of the crate that calls it, a macro can.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+/// The version of kopf-rs the operator is built with.
+pub const KOPF_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The hidden command that every kopf-rs operator answers with one line starting with
+/// [`PROBE_ANSWER`]: `kopf run` and `kopf rbac` ask it before they run a binary, to refuse
+/// one that is not a kopf-rs operator.
+pub const PROBE_COMMAND: &str = "__kopf-probe";
+
+/// The start of the answer to [`PROBE_COMMAND`]; the `--version` line follows
+/// (`kopf-rs operator: my-operator 1.2.0 (kopf-rs 0.1.0)`).
+pub const PROBE_ANSWER: &str = "kopf-rs operator: ";
+
+/// What an operator's `--version` and `--help` say about it: its name, version and
+/// description. [`kopf::about!()`](crate::about) takes them from the operator's Cargo
+/// package; [`About::new`] sets them by hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct About {
+    /// The operator's name (`my-operator`).
+    pub name: String,
+    /// Its version (`1.2.0`), if known.
+    pub version: Option<String>,
+    /// One or more sentences for `--help` (default: "A Kubernetes operator built with
+    /// kopf-rs.").
+    pub description: Option<String>,
+}
+
+/// The description of operators that give none.
+const DEFAULT_DESCRIPTION: &str = "A Kubernetes operator built with kopf-rs.";
+
+impl About {
+    /// An operator's name and version: `About::new("my-operator", "1.2.0")`.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        let version = version.into();
+        About {
+            name: name.into(),
+            version: (!version.trim().is_empty()).then_some(version),
+            description: None,
+        }
+    }
+
+    /// The text of `--help` (an empty text keeps the default).
+    pub fn description(mut self, text: impl Into<String>) -> Self {
+        let text = text.into();
+        self.description = (!text.trim().is_empty()).then_some(text);
+        self
+    }
+
+    /// What is known without help from the operator's crate: the binary's file name, no
+    /// version, the default description.
+    pub fn from_binary() -> Self {
+        About {
+            name: binary_name(),
+            version: None,
+            description: None,
+        }
+    }
+
+    /// What [`kopf::about!()`](crate::about) expands to: the Cargo package's values, or
+    /// what [`from_binary`](Self::from_binary) knows when the crate is not built by Cargo.
+    #[doc(hidden)]
+    pub fn from_cargo(
+        name: Option<&str>,
+        version: Option<&str>,
+        description: Option<&str>,
+    ) -> Self {
+        let mut about = match name {
+            Some(name) if !name.is_empty() => About::new(name, version.unwrap_or_default()),
+            _ => About::from_binary(),
+        };
+        if let Some(text) = description {
+            about = about.description(text);
+        }
+        about
+    }
+
+    /// The `--version` text after the name: `1.2.0 (kopf-rs 0.1.0)`, or `(kopf-rs 0.1.0)`
+    /// when the version is not known.
+    pub fn version_text(&self) -> String {
+        match &self.version {
+            Some(v) => format!("{v} (kopf-rs {KOPF_VERSION})"),
+            None => format!("(kopf-rs {KOPF_VERSION})"),
+        }
+    }
+
+    /// The line that answers [`PROBE_COMMAND`].
+    pub fn probe_answer(&self) -> String {
+        format!("{PROBE_ANSWER}{} {}", self.name, self.version_text())
+    }
+}
+
+impl Default for About {
+    fn default() -> Self {
+        About::from_binary()
+    }
+}
+
+/// The operator's name, version and description from its Cargo package, as an
+/// [`About`](crate::cli::About): `Operator::new().about(kopf::about!())`. It must be written
+/// in the operator's crate (it reads the `CARGO_PKG_*` variables of the crate it is
+/// expanded in). See [`kopf::run!()`](crate::run!) for the attribute macros.
+#[macro_export]
+macro_rules! about {
+    () => {
+        $crate::cli::About::from_cargo(
+            ::core::option_env!("CARGO_PKG_NAME"),
+            ::core::option_env!("CARGO_PKG_VERSION"),
+            ::core::option_env!("CARGO_PKG_DESCRIPTION"),
+        )
+    };
+}
+
+/// [`kopf::run()`](crate::run()) with the operator's name, version and description from its
+/// Cargo package ([`kopf::about!()`](crate::about)): `--version` prints
+/// `my-operator 1.2.0 (kopf-rs 0.1.0)`. Runs the handlers registered with the attribute
+/// macros until SIGINT/SIGTERM.
+///
+/// ```no_run
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf::Error> {
+///     kopf::run!().await
+/// }
+/// ```
+#[macro_export]
+macro_rules! run {
+    () => {
+        $crate::Operator::from_registry()
+            .about($crate::about!())
+            .main()
+    };
+}
+
+/// The file name of the running binary (`operator` if there is none).
+fn binary_name() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|a| {
+            PathBuf::from(a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "operator".into())
+}
+
+/// Where `run --fake` writes its kubeconfig unless told otherwise: a directory of its own
+/// per process in the system's temporary directory (`/tmp/kopf-fake-my-operator-4242/kubeconfig`),
+/// so that several operators can run side by side; it is removed when the operator exits.
+pub fn default_fake_kubeconfig() -> PathBuf {
+    std::env::temp_dir()
+        .join(format!(
+            "kopf-fake-{}-{}",
+            binary_name(),
+            std::process::id()
+        ))
+        .join("kubeconfig")
+}
+
 /// The command line every kopf-rs operator binary accepts.
+///
+/// Parsed with clap's own `Cli::parse()`, the program is called `operator` and its version
+/// is kopf-rs's: [`Cli::parse_args_for`] names it.
 #[derive(Debug, Parser)]
-#[command(version, about = "A Kubernetes operator built with kopf-rs.")]
+#[command(
+    name = "operator",
+    version = concat!("(kopf-rs ", env!("CARGO_PKG_VERSION"), ")"),
+    about = DEFAULT_DESCRIPTION,
+    long_about = None
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -31,23 +226,46 @@ pub struct Cli {
 
 impl Cli {
     /// Parses the process' arguments, naming the program after its binary in the help and
-    /// errors (clap's usual help and exit code 2 on bad input).
+    /// errors (clap's usual help and exit code 2 on bad input). `--version` shows kopf-rs's
+    /// version only: [`parse_args_for`](Self::parse_args_for) with
+    /// [`kopf::about!()`](crate::about) shows the operator's.
     pub fn parse_args() -> Cli {
-        let name = std::env::args_os()
-            .next()
-            .and_then(|a| {
-                PathBuf::from(a)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-            })
-            .unwrap_or_else(|| "operator".into());
-        // Once per process: clap wants 'static names.
-        let name: &'static str = Box::leak(name.into_boxed_str());
-        let matches = Cli::command()
+        Cli::parse_args_for(&About::from_binary())
+    }
+
+    /// Parses the process' arguments for this operator: its name, version and description
+    /// in `--version` and `--help`.
+    pub fn parse_args_for(about: &About) -> Cli {
+        Cli::try_parse_for(about, std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parses these arguments (the first is the program) for this operator; the error
+    /// prints clap's usual message, or the help or version that was asked for.
+    pub fn try_parse_for<I, T>(about: &About, args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let matches = Cli::command_for(about).try_get_matches_from(args)?;
+        Cli::from_arg_matches(&matches)
+    }
+
+    /// The clap command of this operator: [`Cli`] with its name, version and description.
+    /// The usage lines name the binary that runs.
+    pub fn command_for(about: &About) -> clap::Command {
+        let description = about
+            .description
+            .clone()
+            .unwrap_or_else(|| DEFAULT_DESCRIPTION.into());
+        // clap wants 'static names and versions: a few bytes, once per parse (once per
+        // process).
+        let name: &'static str = Box::leak(about.name.clone().into_boxed_str());
+        let version: &'static str = Box::leak(about.version_text().into_boxed_str());
+        Cli::command()
             .name(name)
-            .version(concat!("(kopf-rs ", env!("CARGO_PKG_VERSION"), ")"))
-            .get_matches();
-        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+            .bin_name(binary_name())
+            .version(version)
+            .about(description)
     }
 
     /// The options of `run`, if that is the command.
@@ -72,6 +290,10 @@ pub enum Command {
     Rbac(RbacArgs),
     /// Run the in-memory Kubernetes API server until SIGINT/SIGTERM.
     FakeApiserver(FakeApiserverArgs),
+    /// Print [`About::probe_answer`] and exit: how `kopf run` and `kopf rbac` tell a kopf-rs
+    /// operator from other binaries (hidden from the help).
+    #[command(name = PROBE_COMMAND, hide = true)]
+    Probe,
 }
 
 /// Log formats.
@@ -88,13 +310,10 @@ pub enum LogFormat {
 /// Options of `run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Serve only these namespaces (repeatable). Default: all namespaces.
-    #[arg(
-        short = 'n',
-        long = "namespace",
-        env = "KOPF_RUN_NAMESPACE",
-        value_delimiter = ','
-    )]
+    /// Serve only these namespaces (repeatable): names or globs (`team-*`), with `!`
+    /// exclusions after a comma (`team-*,!team-legacy`); `a,b` is `-n a -n b`. Default: all
+    /// namespaces.
+    #[arg(short = 'n', long = "namespace", env = "KOPF_RUN_NAMESPACE")]
     pub namespaces: Vec<String>,
     /// Serve all namespaces (the default when no namespace is given).
     #[arg(
@@ -137,11 +356,15 @@ pub struct RunArgs {
     /// Run against an embedded in-memory Kubernetes API server instead of a cluster.
     #[arg(long, env = "KOPF_RUN_FAKE")]
     pub fake: bool,
-    /// With --fake: where to write a kubeconfig for kubectl.
+    /// With --fake: where to write a kubeconfig for kubectl (default: a directory of this
+    /// process in the system's temporary directory, kopf-fake-BINARY-PID/kubeconfig,
+    /// removed at exit; the path is logged at start).
     #[arg(
         long,
         env = "KOPF_RUN_FAKE_KUBECONFIG",
-        default_value = "/tmp/kopf-fake/kubeconfig",
+        value_name = "PATH",
+        default_value_os_t = default_fake_kubeconfig(),
+        hide_default_value = true,
         requires = "fake"
     )]
     pub fake_kubeconfig: PathBuf,
@@ -417,6 +640,28 @@ fn parse_version(s: &str) -> Result<(String, String), String> {
 }
 
 impl RunArgs {
+    /// The namespace patterns of `-n`, as the operator serves them: a value with a `!`
+    /// exclusion is one pattern (`team-*,!team-legacy`: the team namespaces but one);
+    /// otherwise each of its comma-separated names is a pattern of its own (`a,b`: one watch
+    /// per exact namespace, as with `-n a -n b`).
+    pub fn namespace_patterns(&self) -> Vec<String> {
+        self.namespaces
+            .iter()
+            .flat_map(|value| {
+                if value.contains('!') {
+                    vec![value.clone()]
+                } else {
+                    value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|name| !name.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }
+            })
+            .collect()
+    }
+
     /// Whether text log lines get the `[namespace/name]` prefix.
     pub fn log_prefix(&self) -> bool {
         if self.no_log_prefix {
@@ -433,6 +678,111 @@ impl RunArgs {
             self.apply = files.to_vec();
         }
         self
+    }
+}
+
+/// The embedded API servers of the commands, for the messages about what they lack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Embedded {
+    /// `run --fake`.
+    RunFake,
+    /// `rbac` without `--cluster`.
+    Rbac,
+}
+
+/// How to give the embedded API server of `run --fake` or `rbac` a missing
+/// CustomResourceDefinition, given the manifests of the command line (`given`) and the
+/// operator's development manifests (`defaults`, applied when none are given).
+pub(crate) fn crd_fix(embedded: Embedded, given: &[PathBuf], defaults: &[PathBuf]) -> String {
+    let list = |files: &[PathBuf]| {
+        files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (server, example, or_cluster) = match embedded {
+        Embedded::RunFake => ("the embedded API server of --fake", "run --fake", ""),
+        Embedded::Rbac => (
+            "the embedded API server of `rbac`",
+            "rbac",
+            ", or resolve the resources on the current cluster with `rbac --cluster`",
+        ),
+    };
+    let lacks = if !given.is_empty() {
+        format!(
+            "none of the manifests applied to {server} ({}) defines its CustomResourceDefinition",
+            list(given)
+        )
+    } else if !defaults.is_empty() {
+        format!(
+            "none of the operator's development manifests applied to {server} ({}) defines its CustomResourceDefinition",
+            list(defaults)
+        )
+    } else {
+        format!("{server} has no CustomResourceDefinition for it (nothing was applied)")
+    };
+    format!(
+        "{lacks}: give the CRD's manifest with --apply FILE (`{example} --apply crd.yaml`){or_cluster}"
+    )
+}
+
+/// A resource that the embedded API server does not serve, as [`Error::MissingCrd`] with
+/// the fix for the command (other errors are returned as they are).
+pub(crate) fn missing_crd(error: crate::Error, fix: impl FnOnce() -> String) -> crate::Error {
+    match error {
+        crate::Error::Watch(kopf_watch::WatchError::UnknownResource { selector, hint }) => {
+            crate::Error::MissingCrd {
+                selector,
+                similar: hint,
+                fix: fix(),
+            }
+        }
+        other => other,
+    }
+}
+
+/// `kubectl get a,b` for the resources these registrations serve among `all` (`plural`, or
+/// `plural.group` when other groups serve the same plural); `kubectl api-resources` when none
+/// resolves, or too many to list.
+pub(crate) fn kubectl_get(
+    registrations: &[(kopf_watch::Selector, kopf_core::handler::HandlerSpec)],
+    all: &[kopf_watch::Discovered],
+) -> String {
+    /// More resources than this are not listed.
+    const MAX: usize = 8;
+    let mut names: Vec<String> = Vec::new();
+    for (selector, _) in registrations {
+        for d in selector.resolve(all).unwrap_or_default() {
+            let ar = &d.api_resource;
+            let shared = all
+                .iter()
+                .any(|o| o.api_resource.plural == ar.plural && o.api_resource.group != ar.group);
+            let name = if ar.group.is_empty() || !shared {
+                ar.plural.clone()
+            } else {
+                format!("{}.{}", ar.plural, ar.group)
+            };
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    if names.is_empty() || names.len() > MAX {
+        "kubectl api-resources".into()
+    } else {
+        format!("kubectl get {}", names.join(","))
+    }
+}
+
+/// Removes the kubeconfig `run --fake` wrote at [`default_fake_kubeconfig`], and its
+/// directory if nothing else is in it.
+pub(crate) fn remove_fake_kubeconfig(path: &std::path::Path) {
+    if std::fs::remove_file(path).is_ok()
+        && let Some(dir) = path.parent()
+    {
+        // Fails, and keeps the directory, when something else was put in it.
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -518,6 +868,14 @@ mod tests {
         ])
         .expect("parses");
         assert_eq!(a.namespaces, vec!["a", "b"]);
+        assert_eq!(a.namespace_patterns(), vec!["a", "b"]);
+        let p =
+            parse(&["run", "-n", "a,b", "-n", "team-*,!team-legacy", "-n", "c"]).expect("parses");
+        assert_eq!(
+            p.namespace_patterns(),
+            vec!["a", "b", "team-*,!team-legacy", "c"],
+            "an exclusion stays with its pattern"
+        );
         assert!(a.verbose && !a.fake);
         assert_eq!(a.log_format, LogFormat::Json);
         let f = parse(&["run", "--fake", "--apply", "x.yaml"]).expect("parses");
@@ -633,7 +991,7 @@ mod tests {
                 later(Duration::from_secs(a.bookmark_interval));
                 later(Duration::from_millis(a.crd_establish_delay_ms));
             }
-            Command::Rbac(_) => {}
+            Command::Rbac(_) | Command::Probe => {}
         }
     }
 

@@ -183,7 +183,7 @@ pub use serde_json;
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), kopf::Error> {
-///     kopf::run().await // `run -A`, `run --fake`, ...
+///     kopf::run!().await // `run -A`, `run --fake`, ...; --version: the crate's name and version
 /// }
 /// ```
 ///
@@ -430,6 +430,22 @@ pub enum Error {
     /// A resource could not be served.
     #[error(transparent)]
     Watch(#[from] kopf_watch::WatchError),
+    /// A resource of the handlers is not served by the embedded API server of `run --fake`
+    /// or `rbac`: the manifests applied to it lack its CustomResourceDefinition. (On a
+    /// cluster, it is [`WatchError::UnknownResource`](kopf_watch::WatchError::UnknownResource).)
+    #[error(
+        "no served resource matches {}{similar}; {fix}",
+        // A name in quotes; ("group", "version", "plural") as it is.
+        if .selector.starts_with('(') { .selector.clone() } else { format!("{:?}", .selector) }
+    )]
+    MissingCrd {
+        /// The selector.
+        selector: String,
+        /// Similar names, if any (`; similar: ...`).
+        similar: String,
+        /// What to do, for the command that failed (`--apply FILE`...).
+        fix: String,
+    },
     /// The embedded fake API server failed.
     #[cfg(feature = "testing")]
     #[error(transparent)]
@@ -494,6 +510,8 @@ pub struct Operator {
     request_timeout: Duration,
     grace_period: Duration,
     rbac_rules: Vec<serde_json::Value>,
+    /// The name, version and description of `--version` and `--help`.
+    about: Option<cli::About>,
     #[cfg(feature = "admission")]
     admission: kopf_admission::Admission,
 }
@@ -520,6 +538,7 @@ impl Default for Operator {
             request_timeout: client::DEFAULT_REQUEST_TIMEOUT,
             grace_period: Duration::from_secs(20),
             rbac_rules: Vec::new(),
+            about: None,
             #[cfg(feature = "admission")]
             admission: kopf_admission::Admission::default(),
         }
@@ -1148,18 +1167,43 @@ impl Operator {
     /// The whole program: parses the command line (`run -n NS -A --fake ...`), sets up
     /// logging, connects to the cluster of the current kubeconfig (or, with `--fake`, to an
     /// embedded fake API server with the given manifests), and runs until SIGINT/SIGTERM.
+    ///
+    /// `--version` and `--help` show the operator's [`about`](Self::about) (by default: the
+    /// binary's name and kopf-rs's version).
     pub async fn main(self) -> Result<(), Error> {
-        self.main_with(cli::Cli::parse_args()).await
+        let cli = cli::Cli::parse_args_for(&self.about_or_default());
+        self.main_with(cli).await
     }
 
     /// Like [`main`](Self::main) with an already parsed command line: `run`, `rbac` or
-    /// `fake-apiserver`.
+    /// `fake-apiserver` (or the hidden probe of `kopf run`, answered on stdout).
     pub async fn main_with(self, cli: cli::Cli) -> Result<(), Error> {
         match cli.command {
             cli::Command::Run(args) => self.run_with_args(args).await,
             cli::Command::Rbac(args) => self.print_rbac(args).await,
             cli::Command::FakeApiserver(args) => fake_apiserver(args).await,
+            cli::Command::Probe => {
+                use std::io::Write;
+                let line = format!("{}\n", self.about_or_default().probe_answer());
+                std::io::stdout()
+                    .write_all(line.as_bytes())
+                    .map_err(Error::Output)
+            }
         }
+    }
+
+    /// The operator's name, version and description for `--version` and `--help` of
+    /// [`main`](Self::main): `.about(kopf::about!())` takes them from the operator's Cargo
+    /// package (`my-operator 1.2.0 (kopf-rs 0.1.0)`), `.about(About::new("my-operator",
+    /// "1.2.0"))` sets them. Without it, the binary's name and kopf-rs's version are shown.
+    pub fn about(mut self, about: cli::About) -> Self {
+        self.about = Some(about);
+        self
+    }
+
+    /// The [`about`](Self::about) given, or what the binary tells.
+    fn about_or_default(&self) -> cli::About {
+        self.about.clone().unwrap_or_else(cli::About::from_binary)
     }
 
     /// `rbac`: prints the RBAC manifests the handlers need.
@@ -1177,6 +1221,10 @@ impl Operator {
     /// resolved on an embedded API server with the operator's
     /// [manifests](Self::fake_manifests) (or `args.apply`), or on the current cluster
     /// with `args.cluster`.
+    ///
+    /// A resource without its CRD there is an [`Error::MissingCrd`] that says how to give it
+    /// (`--apply`, `--cluster`); on the cluster, the [`WatchError`](kopf_watch::WatchError)
+    /// itself.
     pub async fn rbac(&self, args: &cli::RbacArgs) -> Result<String, Error> {
         let all = if args.cluster {
             kopf_watch::discover(&self.connect().await?).await?
@@ -1228,6 +1276,15 @@ impl Operator {
             &args.name,
             &args.account_namespace,
         )
+        .map_err(|e| {
+            if args.cluster {
+                e
+            } else {
+                cli::missing_crd(e, || {
+                    cli::crd_fix(cli::Embedded::Rbac, &args.apply, &self.fake_manifests)
+                })
+            }
+        })
     }
 
     /// A permission the handlers need beyond the served resources (children they create,
@@ -1249,10 +1306,13 @@ impl Operator {
     /// and returns `Ok`. A second signal exits the process at once (status 1), and so does
     /// `--shutdown-timeout` after the first signal, whatever is still running.
     pub async fn run_with_args(mut self, args: cli::RunArgs) -> Result<(), Error> {
+        // What a missing CRD's message says to do depends on the manifests the user gave.
+        let given = args.apply.clone();
         let args = args.with_default_manifests(&self.fake_manifests);
         logging::init(&args);
-        if !args.all_namespaces && !args.namespaces.is_empty() {
-            self = self.namespace_patterns(&args.namespaces);
+        let namespaces = args.namespace_patterns();
+        if !args.all_namespaces && !namespaces.is_empty() {
+            self = self.namespace_patterns(&namespaces);
         }
         self.rate_limit = (args.qps, args.burst);
         self.request_timeout = args.request_timeout;
@@ -1279,17 +1339,31 @@ impl Operator {
             }
             None => Vec::new(),
         };
-        let shutdown = stop_signal_then_deadline(args.grace_period, args.shutdown_timeout);
-        let result = self.run_process(&args, shutdown).await;
+        // Listening for SIGINT/SIGTERM from now on (a task, polled at once), not from when
+        // the watching starts: a stop signal that comes early still stops gracefully.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (grace, timeout) = (args.grace_period, args.shutdown_timeout);
+        let signals = tokio::spawn(async move {
+            stop_signal_then_deadline(grace, timeout).await;
+            let _ = stop.send(());
+        });
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let result = self.run_process(&args, &given, shutdown).await;
+        signals.abort();
         for task in endpoints {
             task.abort();
         }
         result
     }
 
+    /// Runs on the cluster, or with `--fake` on an embedded API server with the manifests of
+    /// `args.apply` (`given`: those of the command line, for the messages).
     async fn run_process(
         self,
         args: &cli::RunArgs,
+        given: &[std::path::PathBuf],
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
         if !args.fake {
@@ -1318,8 +1392,13 @@ impl Operator {
                 tracing::info!("applied {n} object(s) from {}", m.display());
             }
             server.write_kubeconfig(&args.fake_kubeconfig)?;
+            // The served resources, for kubectl (an in-process discovery: two requests).
+            let all = kopf_watch::discover(&server.try_client()?)
+                .await
+                .unwrap_or_default();
+            let get = cli::kubectl_get(&self.registrations, &all);
             tracing::info!(
-                "Running against the embedded fake API server at {}. Point kubectl at it: KUBECONFIG={} kubectl get all",
+                "Running against the embedded fake API server at {}. Point kubectl at it: KUBECONFIG={} {get}",
                 server.url(),
                 args.fake_kubeconfig.display()
             );
@@ -1329,8 +1408,16 @@ impl Operator {
                 kube::Client::try_from(config).map_err(Error::Client)?,
                 Some(&url),
             );
-            let result = self.run_until(client, shutdown).await;
+            let fake_manifests = self.fake_manifests.clone();
+            let result = self.run_until(client, shutdown).await.map_err(|e| {
+                cli::missing_crd(e, || {
+                    cli::crd_fix(cli::Embedded::RunFake, given, &fake_manifests)
+                })
+            });
             server.shutdown().await;
+            if args.fake_kubeconfig == cli::default_fake_kubeconfig() {
+                cli::remove_fake_kubeconfig(&args.fake_kubeconfig);
+            }
             result
         }
         #[cfg(not(feature = "testing"))]

@@ -12,5 +12,5 @@ async fn main() -> Result<(), kopf::Error> {
         println!("{crd}");
         return Ok(());
     }
-    my_operator::operator().main().await
+    my_operator::operator().about(kopf::about!()).main().await
 }

@@ -1,0 +1,336 @@
+//! The command line of operator binaries as a new user meets it: the operator's own name and
+//! version, the hint of `run --fake` for kubectl and its kubeconfig of its own, the namespaces
+//! it watches as given, and what to do when a CRD is missing, for the mode it runs in.
+//! The tests that run binaries run the `minimal` example (built here if missing).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use kopf::cli::{About, Cli, Command, PROBE_ANSWER};
+use kopf_testing::{FakeApiServer, OperatorRunner, Signal};
+
+/// An example's binary, built once per test process (`cargo test --test cli_operator`
+/// alone does not build the examples, and a stale one would test old code).
+fn example_binary(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-q", "-p", "kopf", "--example", name])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the example {name}");
+        built.push(name.to_string());
+    }
+    dir.join("examples").join(name)
+}
+
+/// Runs the minimal example to its end (30 s at most) in a fresh HOME, with no KUBECONFIG.
+fn minimal(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let home = tempfile::tempdir().expect("tempdir");
+    let mut command = std::process::Command::new(example_binary("minimal"));
+    command
+        .args(args)
+        .env("HOME", home.path())
+        .env_remove("KUBECONFIG")
+        .env_remove("RUST_LOG");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("the operator runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The one line of a failed start that says what went wrong.
+fn error_line(output: &Output) -> String {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("Error")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {stderr}");
+    errors[0].to_string()
+}
+
+/// A manifest without the example CRD (a ConfigMap).
+fn no_crd_manifest(dir: &tempfile::TempDir) -> PathBuf {
+    let path = dir.path().join("configmap.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: default}\n",
+    )
+    .expect("write");
+    path
+}
+
+/// What `--version` and `--help` print for this about (clap's rendering, as the binary
+/// prints it).
+fn rendered(about: &About, flag: &str) -> String {
+    let error = Cli::try_parse_for(about, ["my-operator", flag])
+        .err()
+        .unwrap_or_else(|| panic!("{flag} is answered"));
+    error.to_string()
+}
+
+#[test]
+fn the_operator_has_its_own_name_version_and_description() {
+    let version = env!("CARGO_PKG_VERSION");
+    let about = About::new("my-operator", "1.2.0").description("Greets everyone.");
+    assert_eq!(
+        rendered(&about, "--version"),
+        format!("my-operator 1.2.0 (kopf-rs {version})\n")
+    );
+    let help = rendered(&about, "--help");
+    assert!(help.starts_with("Greets everyone.\n"), "{help}");
+    assert!(
+        help.contains("run ") && help.contains("rbac ") && !help.contains("__kopf-probe"),
+        "the probe is hidden: {help}"
+    );
+    assert_eq!(
+        about.probe_answer(),
+        format!("{PROBE_ANSWER}my-operator 1.2.0 (kopf-rs {version})")
+    );
+
+    // What a binary knows without help from its crate: its name, kopf-rs's version.
+    let bare = About::from_binary();
+    assert_eq!(bare.version, None);
+    assert_eq!(bare.version_text(), format!("(kopf-rs {version})"));
+    assert!(rendered(&bare, "--help").starts_with("A Kubernetes operator built with kopf-rs.\n"));
+
+    // The macro reads the package of the crate it is written in: here, kopf's tests.
+    let here = kopf::about!();
+    assert_eq!(here.name, "kopf");
+    assert_eq!(here.version.as_deref(), Some(version));
+    assert_eq!(
+        here.description.as_deref(),
+        Some(env!("CARGO_PKG_DESCRIPTION"))
+    );
+    assert_eq!(
+        About::from_cargo(Some("op"), Some(""), Some("")),
+        About {
+            name: "op".into(),
+            version: None,
+            description: None
+        },
+        "empty values are none"
+    );
+
+    // clap's own parse (no about): a neutral name, kopf-rs's version.
+    let plain = clap::Parser::try_parse_from(["operator", "--version"])
+        .map(|cli: Cli| cli.command)
+        .expect_err("answered")
+        .to_string();
+    assert_eq!(plain, format!("operator (kopf-rs {version})\n"));
+    let probe: Cli = clap::Parser::try_parse_from(["operator", "__kopf-probe"]).expect("parses");
+    assert!(matches!(probe.command, Command::Probe));
+}
+
+#[test]
+fn the_binary_answers_version_and_the_probe() {
+    let version = env!("CARGO_PKG_VERSION");
+    let out = minimal(&["--version"], &[]);
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), format!("minimal (kopf-rs {version})\n"));
+    let out = minimal(&["__kopf-probe"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{PROBE_ANSWER}minimal (kopf-rs {version})\n")
+    );
+    assert_eq!(text(&out.stderr), "", "nothing else: no logging set up");
+}
+
+#[test]
+fn a_missing_crd_is_explained_for_the_mode_the_operator_runs_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = no_crd_manifest(&dir);
+    let manifest_text = manifest.to_string_lossy().into_owned();
+
+    // run --fake: --apply the CRD.
+    let line = error_line(&minimal(&["run", "--fake", "--apply", &manifest_text], &[]));
+    assert!(
+        line.contains(r#"no served resource matches "kopfexamples""#)
+            && line.contains(&format!(
+                "none of the manifests applied to the embedded API server of --fake ({manifest_text})"
+            ))
+            && line.contains("--apply FILE (`run --fake --apply crd.yaml`)")
+            && !line.contains("kubectl get crd"),
+        "{line}"
+    );
+
+    // rbac: --apply the CRD, or --cluster.
+    let line = error_line(&minimal(&["rbac", "--apply", &manifest_text], &[]));
+    assert!(
+        line.contains(r#"no served resource matches "kopfexamples""#)
+            && line.contains("the embedded API server of `rbac`")
+            && line.contains("`rbac --apply crd.yaml`")
+            && line.contains("`rbac --cluster`")
+            && !line.contains("kubectl get crd"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_crd_on_a_cluster_is_looked_for_with_kubectl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bare = FakeApiServer::start().await.expect("start");
+    let kubeconfig = dir.path().join("kubeconfig");
+    bare.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    // (A blocking process: on its own thread, the server keeps serving.)
+    let output = tokio::task::spawn_blocking(move || {
+        minimal(&["rbac", "--cluster"], &[("KUBECONFIG", &kubeconfig)])
+    })
+    .await
+    .expect("joined");
+    let line = error_line(&output);
+    assert!(
+        line.contains(r#"no served resource matches "kopfexamples""#)
+            && line.contains("is its CustomResourceDefinition applied? (kubectl get crd)")
+            && !line.contains("--apply"),
+        "{line}"
+    );
+}
+
+/// The `--fake` banner: where the API server is and how kubectl reaches it.
+fn banner(op: &OperatorRunner) -> String {
+    let logs = op.logs();
+    logs.lines()
+        .find(|l| l.contains("Point kubectl at it"))
+        .unwrap_or_else(|| panic!("a banner: {logs}"))
+        .to_string()
+}
+
+/// The kubeconfig path of a `--fake` banner.
+fn banner_kubeconfig(op: &OperatorRunner) -> PathBuf {
+    let banner = banner(op);
+    let path = banner
+        .split("KUBECONFIG=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("a kubeconfig in {banner}"));
+    PathBuf::from(path)
+}
+
+fn fake_operator(args: &[&str]) -> OperatorRunner {
+    OperatorRunner::command(example_binary("minimal"))
+        .args(["run", "--fake"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("KOPF_RUN_FAKE_KUBECONFIG")
+        .start()
+        .expect("the operator starts")
+}
+
+#[tokio::test]
+async fn fake_operators_side_by_side_have_their_own_kubeconfig_and_name_their_resources() {
+    let mut one = fake_operator(&["-n", "team-*"]);
+    let mut two = fake_operator(&[]);
+    for op in [&mut one, &mut two] {
+        op.wait_for_log("watching", Duration::from_secs(30))
+            .await
+            .expect("watching");
+    }
+    let (path_one, path_two) = (banner_kubeconfig(&one), banner_kubeconfig(&two));
+    assert_ne!(path_one, path_two, "one kubeconfig per process");
+    for (op, path) in [(&one, &path_one), (&two, &path_two)] {
+        assert!(
+            path.starts_with(std::env::temp_dir())
+                && path.to_string_lossy().contains(&format!(
+                    "kopf-fake-minimal-{}{}kubeconfig",
+                    op.pid(),
+                    std::path::MAIN_SEPARATOR
+                )),
+            "{}",
+            path.display()
+        );
+        assert!(path.is_file(), "{} is written", path.display());
+        let banner = banner(op);
+        assert!(
+            banner.ends_with(&format!(
+                "KUBECONFIG={} kubectl get kopfexamples",
+                path.display()
+            )),
+            "the served resource: {banner}"
+        );
+    }
+    // The namespaces watched, as given.
+    assert!(
+        one.has_logged("watching namespaces=team-* resource=kopfexamples"),
+        "{}",
+        one.logs()
+    );
+    assert!(
+        two.has_logged("watching namespaces=* resource=kopfexamples"),
+        "{}",
+        two.logs()
+    );
+    // Each removes its own at exit.
+    for (op, path) in [(&mut one, &path_one), (&mut two, &path_two)] {
+        op.signal(Signal::Term).await.expect("SIGTERM");
+        let status = op.wait(Duration::from_secs(30)).await.expect("exits");
+        assert!(status.success(), "{status}: {}", op.logs());
+        assert!(!path.exists(), "{} is removed", path.display());
+        assert!(
+            !path.parent().is_some_and(Path::exists),
+            "and its directory"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_chosen_fake_kubeconfig_is_kept_and_namespace_exclusions_stay_with_their_pattern() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chosen = dir.path().join("kc");
+    let mut op = fake_operator(&[
+        "--fake-kubeconfig",
+        &chosen.to_string_lossy(),
+        "-n",
+        "team-*,!team-legacy",
+        "-n",
+        "ops",
+    ]);
+    op.wait_for_log("watching", Duration::from_secs(30))
+        .await
+        .expect("watching");
+    assert_eq!(banner_kubeconfig(&op), chosen);
+    assert!(
+        op.has_logged("watching namespaces=team-*,!team-legacy,ops resource=kopfexamples"),
+        "{}",
+        op.logs()
+    );
+    // The example object is in `default`: not served.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !op.has_logged("Handler 'create_fn' succeeded"),
+        "{}",
+        op.logs()
+    );
+    op.signal(Signal::Term).await.expect("SIGTERM");
+    let status = op.wait(Duration::from_secs(30)).await.expect("exits");
+    assert!(status.success(), "{status}");
+    assert!(chosen.is_file(), "a kubeconfig the user chose is kept");
+}
+
+#[tokio::test]
+async fn a_stop_signal_right_after_the_banner_stops_gracefully_and_cleans_up() {
+    for _ in 0..3 {
+        let mut op = fake_operator(&[]);
+        op.wait_for_log("Point kubectl at it", Duration::from_secs(30))
+            .await
+            .expect("the banner");
+        let path = banner_kubeconfig(&op);
+        op.signal(Signal::Term).await.expect("SIGTERM");
+        let status = op.wait(Duration::from_secs(30)).await.expect("exits");
+        assert!(status.success(), "{status}: {}", op.logs());
+        assert!(op.has_logged("Stop requested"), "{}", op.logs());
+        assert!(!path.exists(), "{} is removed", path.display());
+    }
+}
