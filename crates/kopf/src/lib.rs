@@ -487,6 +487,32 @@ impl std::fmt::Debug for Error {
 }
 
 /// An operator: handlers per resource, run until stopped.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kopf::{HandlerError, Name, Operator, Options, Reason, Spec, TimerOptions};
+/// use serde_json::{Value, json};
+///
+/// async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
+///     Ok(json!({"message": format!("{name} has field {}", spec["field"])}))
+/// }
+///
+/// async fn check(Name(name): Name) -> Result<(), HandlerError> {
+///     tracing::info!("{name} is still there");
+///     Ok(())
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf::Error> {
+///     Operator::new()
+///         .on_create("kopfexamples", "create_fn", create_fn)
+///         .on_with(Reason::Update, "kopfexamples", "gold_fn", create_fn,
+///             Options::new().label("tier", "gold").retries(3))
+///         .timer("kopfexamples", "check", TimerOptions::every(Duration::from_secs(60)), check)
+///         .main()        // the command line: `run -A`, `run --fake`, `rbac`...
+///         .await
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Operator {
     registrations: Vec<(Selector, HandlerSpec)>,
@@ -734,7 +760,21 @@ impl Operator {
         self
     }
 
-    /// A creation handler.
+    /// A creation handler: runs once per object, when it is first seen with no diff-base
+    /// (Kopf's `@kopf.on.create`); what it returns lands in `status.<id>`.
+    ///
+    /// ```
+    /// use kopf::{HandlerError, Operator, Selector, Spec};
+    ///
+    /// async fn create_fn(Spec(spec): Spec) -> Result<String, HandlerError> {
+    ///     Ok(format!("created with {}", spec["field"]))
+    /// }
+    /// let operator = Operator::new()
+    ///     .on_create("kopfexamples", "create_fn", create_fn)
+    ///     // Or by type: Selector::of::<MyResource>() for a #[derive(CustomResource)] type.
+    ///     .on_create(Selector::of::<k8s_openapi::api::core::v1::ConfigMap>(), "cm_fn", create_fn);
+    /// # let _ = operator;
+    /// ```
     pub fn on_create<Args>(
         self,
         resource: impl Into<Selector>,
@@ -744,7 +784,17 @@ impl Operator {
         self.on_with(Reason::Create, resource, id, handler, Options::default())
     }
 
-    /// An update handler.
+    /// An update handler: runs when the object's essence (spec, labels, annotations...)
+    /// changed since the last handled state; `Diff`, `Old` and `New` tell what changed.
+    ///
+    /// ```
+    /// use kopf::{Diff, HandlerError, Operator};
+    ///
+    /// let operator = Operator::new().on_update("kopfexamples", "update_fn", |Diff(diff): Diff| async move {
+    ///     Ok::<_, HandlerError>(format!("{} change(s)", diff.len()))
+    /// });
+    /// # let _ = operator;
+    /// ```
     pub fn on_update<Args>(
         self,
         resource: impl Into<Selector>,
@@ -754,7 +804,19 @@ impl Operator {
         self.on_with(Reason::Update, resource, id, handler, Options::default())
     }
 
-    /// A deletion handler (requires the finalizer unless registered with `optional`).
+    /// A deletion handler: runs when the object is being deleted, before it goes (the
+    /// operator puts its finalizer on every object before any handler of it runs, unless the
+    /// handler is registered with `Options::optional`).
+    ///
+    /// ```
+    /// use kopf::{HandlerError, Name, Operator};
+    ///
+    /// let operator = Operator::new().on_delete("kopfexamples", "delete_fn", |Name(name): Name| async move {
+    ///     tracing::info!("cleaning up after {name}");
+    ///     Ok::<_, HandlerError>(())
+    /// });
+    /// # let _ = operator;
+    /// ```
     pub fn on_delete<Args>(
         self,
         resource: impl Into<Selector>,
@@ -764,7 +826,17 @@ impl Operator {
         self.on_with(Reason::Delete, resource, id, handler, Options::default())
     }
 
-    /// A resume handler: runs for objects found when the operator starts.
+    /// A resume handler: runs for objects found when the operator starts (already handled,
+    /// unchanged since), e.g. to restart in-memory work.
+    ///
+    /// ```
+    /// use kopf::{HandlerError, Operator};
+    ///
+    /// let operator = Operator::new().on_resume("kopfexamples", "resume_fn", || async {
+    ///     Ok::<_, HandlerError>(())
+    /// });
+    /// # let _ = operator;
+    /// ```
     pub fn on_resume<Args>(
         self,
         resource: impl Into<Selector>,
@@ -775,7 +847,17 @@ impl Operator {
     }
 
     /// A field handler: runs when the dotted `field` changes (also on creation when set).
-    /// Its id gets the field as a suffix: `<id>/<field>`.
+    /// Its id gets the field as a suffix: `<id>/<field>`; `Old` and `New` are the field's.
+    ///
+    /// ```
+    /// use kopf::{HandlerError, New, Old, Operator};
+    ///
+    /// let operator = Operator::new().on_field("kopfexamples", "field_fn", "spec.size",
+    ///     |Old(old): Old, New(new): New| async move {
+    ///         Ok::<_, HandlerError>(format!("{old:?} -> {new:?}"))
+    ///     });
+    /// # let _ = operator;
+    /// ```
     pub fn on_field<Args>(
         self,
         resource: impl Into<Selector>,
