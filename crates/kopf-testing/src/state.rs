@@ -1,5 +1,5 @@
 //! The API semantics: create, update, patch, delete, lists, CRD lifecycle, namespaces and
-//! garbage collection, on top of the [`Store`](crate::store::Store).
+//! garbage collection, on top of the [`Store`].
 //!
 //! Everything here is synchronous and runs under one lock, which keeps resourceVersions,
 //! history and watch fan-out strictly ordered.
