@@ -9,6 +9,9 @@
 //! (`xtask/chaos-operator`) SIGKILLed at random moments while the fake API server fails its
 //! writes, then invariants checked on what it leaves behind (see `chaos.rs`).
 //!
+//! `cargo xtask layout` checks the house rules: no import circle between a crate's modules,
+//! no source file over 800 lines of non-test code (see `layout.rs`).
+//!
 //! `cargo xtask coverage [--html] [--no-install]` runs the README's test command instrumented
 //! (cargo-llvm-cov, installed if missing) and prints line coverage per crate (see
 //! `coverage.rs`).
@@ -23,6 +26,7 @@ mod bench;
 mod chaos;
 mod coverage;
 mod e2e;
+mod layout;
 
 use std::time::{Duration, Instant};
 
@@ -77,6 +81,10 @@ enum Cmd {
     /// machine (about 10 the first time). Exits non-zero if a test fails (the report is
     /// still made).
     Coverage(coverage::CoverageArgs),
+    /// The house rules of the source tree: no import circle between the modules of a crate,
+    /// no source file over 800 lines of non-test code (unless it says why with a
+    /// `// layout: ...` comment). Exits non-zero on any problem.
+    Layout,
 }
 
 #[derive(Subcommand)]
@@ -151,6 +159,7 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Cmd::Layout => layout::run(),
         Cmd::Coverage(args) => {
             if let Err(e) = coverage::run(args) {
                 eprintln!("error: {e:#}");

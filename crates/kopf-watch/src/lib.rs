@@ -19,15 +19,23 @@
 
 mod apply;
 mod engine;
+mod events;
 mod namespaces;
+mod observe;
 mod orchestrator;
 mod outage;
 mod selector;
+mod settings;
+mod shared;
+mod spawning;
+mod worker;
+mod write;
 
-pub use engine::{Engine, IndexGate, Settings};
+pub use engine::Engine;
 pub use namespaces::{NamespacePattern, NamespaceSelector};
 pub use orchestrator::Orchestrator;
 pub use selector::{Discovered, Selector};
+pub use settings::{IndexGate, Settings};
 
 use kube::core::ApiResource;
 use kube::discovery::{Discovery, Scope};

@@ -387,7 +387,12 @@ async fn user_layers_wrap_every_handler_call() {
     api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
         .await
         .expect("create");
-    until_object(&api, "k", "the creation", |o| status_of(o, "ok_fn") == 1).await;
+    until_object(&api, "k", "the creation", |o| {
+        status_of(o, "ok_fn") == 1
+            && o.and_then(|o| o.metadata.annotations.as_ref())
+                .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
+    })
+    .await;
     let mut s = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
     s.sort();
     assert_eq!(

@@ -1,0 +1,114 @@
+//! How resources are watched and objects processed ([`Settings`], the same for every
+//! resource of an operator), and the [`IndexGate`] that holds handlers back until the
+//! indexed resources are indexed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kopf_core::events::Reporter;
+use kopf_core::handler::Extensions;
+use kopf_core::index::Indexes;
+use kopf_core::memo::MemoSeed;
+use kopf_core::metrics::Metrics;
+use kopf_core::throttle::KOPF_ERROR_DELAYS;
+use tokio::sync::watch;
+
+use crate::NamespaceSelector;
+
+/// How resources are watched and objects processed; the same for every resource of an
+/// operator.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Which namespaces are served: exact names get one watch each; globs and negations
+    /// filter one cluster-wide watch; empty serves all namespaces.
+    pub namespaces: NamespaceSelector,
+    /// At most this many objects are processed at the same time (None: no limit).
+    pub worker_limit: Option<usize>,
+    /// Events about one object: up to `event_burst` at once, then one per `event_interval`.
+    pub event_interval: Duration,
+    /// See `event_interval`.
+    pub event_burst: u32,
+    /// Start watches with a streaming list (`sendInitialEvents`) instead of list + watch.
+    pub streaming_lists: bool,
+    /// After our own PATCH, changing handlers wait this long at most for the written
+    /// resourceVersion to come back through the watch (Kopf's consistency timeout).
+    pub consistency_timeout: Duration,
+    /// When a handler's retry delay is over and nothing else happened, touch the object
+    /// (Kopf's touch-dummy annotation) to get a fresh event, instead of processing the last
+    /// known state again. Off by default: it costs a PATCH per retry.
+    pub touch_delays: bool,
+    /// Delays after consecutive framework errors of one object (Kopf's error delays).
+    pub error_delays: Vec<Duration>,
+    /// The operator-wide memo each object's memo starts from.
+    pub memo: Arc<MemoSeed>,
+    /// Who posts Events.
+    pub reporter: Reporter,
+    /// Operator-wide values for handlers' extractors (the engine adds its API client).
+    pub extensions: Extensions,
+    /// The operator's indexes (index handlers fill them).
+    pub indexes: Indexes,
+    /// Handlers wait here until every indexed resource has been listed and indexed.
+    pub gate: IndexGate,
+    /// Where the engine reports queue depth, tracked objects and its watch's health.
+    pub metrics: Option<Metrics>,
+    /// Keep `metadata.managedFields` in the bodies kept per object and given to handlers
+    /// (off by default: it is server bookkeeping, and often most of an object's size).
+    pub keep_managed_fields: bool,
+}
+
+/// Holds handlers back until the initial listing of every indexed resource has been
+/// indexed (Kopf's "operator indexed" condition).
+#[derive(Clone, Debug)]
+pub struct IndexGate(Arc<watch::Sender<HashSet<String>>>);
+
+impl Default for IndexGate {
+    fn default() -> Self {
+        IndexGate(Arc::new(watch::channel(HashSet::new()).0))
+    }
+}
+
+impl IndexGate {
+    /// Handlers wait for the engine with this key to report its first listing indexed.
+    pub fn expect(&self, key: &str) {
+        self.0.send_modify(|pending| {
+            pending.insert(key.to_string());
+        });
+    }
+
+    /// The engine with this key has indexed its first listing.
+    pub fn done(&self, key: &str) {
+        self.0.send_if_modified(|pending| pending.remove(key));
+    }
+
+    /// Completes once nothing is pending.
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(HashSet::is_empty).await;
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespaces: NamespaceSelector::default(),
+            worker_limit: None,
+            event_interval: Duration::from_secs(10),
+            event_burst: 5,
+            streaming_lists: false,
+            consistency_timeout: Duration::from_secs(5),
+            touch_delays: false,
+            error_delays: KOPF_ERROR_DELAYS
+                .iter()
+                .map(|s| Duration::from_secs(*s))
+                .collect(),
+            memo: Arc::default(),
+            reporter: Reporter::default(),
+            extensions: Extensions::default(),
+            indexes: Indexes::default(),
+            gate: IndexGate::default(),
+            metrics: None,
+            keep_managed_fields: false,
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! What the workers of one resource share: the processor, the handlers that run outside the
+//! changing cycle, the API client, settings and bookkeeping; and the small helpers all the
+//! worker's steps use (the object's log span, its resourceVersion, its API).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use kopf_core::causes::{EventKind, Reason};
+use kopf_core::events::RateLimiter;
+use kopf_core::handler::{Cause, Extensions, HandlerSpec};
+use kopf_core::layers::{HandlerCall, Invoke, Stack};
+use kopf_core::processing::Processor;
+use kube::api::{Api, DynamicObject};
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::ResourceRef;
+use crate::apply::Pruned;
+use crate::settings::Settings;
+
+/// One observed state of an object, for its worker.
+#[derive(Debug, Clone)]
+pub(crate) struct Observed {
+    pub(crate) body: Value,
+    pub(crate) event: EventKind,
+}
+
+pub(crate) struct WorkerShared {
+    pub(crate) client: kube::Client,
+    pub(crate) resource: ResourceRef,
+    pub(crate) processor: Processor,
+    pub(crate) stack: Stack,
+    pub(crate) extensions: Extensions,
+    pub(crate) indexers: Vec<HandlerSpec>,
+    pub(crate) watchers: Vec<HandlerSpec>,
+    pub(crate) spawners: Vec<HandlerSpec>,
+    /// Some timer waits for objects to be idle (their essence changes matter).
+    pub(crate) idle_timers: bool,
+    /// The engine stops: daemons stop with "operator exiting".
+    pub(crate) exiting: std::sync::atomic::AtomicBool,
+    pub(crate) handled_once: Mutex<HashSet<String>>,
+    pub(crate) limit: Option<Arc<tokio::sync::Semaphore>>,
+    pub(crate) events: Mutex<RateLimiter>,
+    /// Fields of results the API server dropped, already reported.
+    pub(crate) pruned: Mutex<HashSet<Pruned>>,
+    pub(crate) settings: Settings,
+}
+
+pub(crate) fn rv(body: &Value) -> Option<u64> {
+    body.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+impl WorkerShared {
+    pub(crate) fn was_handled(&self, uid: &str) -> bool {
+        self.handled_once
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(uid)
+    }
+
+    /// Forgets an object that is gone: its "handled once" mark and its event budget.
+    pub(crate) fn forget(&self, uid: &str) {
+        self.handled_once
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(uid);
+    }
+
+    pub(crate) fn api_for(&self, body: &Value) -> Api<DynamicObject> {
+        let namespace = body.pointer("/metadata/namespace").and_then(Value::as_str);
+        api_for(&self.client, &self.resource, namespace)
+    }
+
+    /// A new state waits for the worker of `pending`.
+    pub(crate) fn queued(&self, pending: &std::sync::atomic::AtomicBool) {
+        if !pending.swap(true, std::sync::atomic::Ordering::SeqCst)
+            && let Some(m) = &self.settings.metrics
+        {
+            m.queue(&self.resource.api_resource.plural, 1);
+        }
+    }
+
+    /// The worker of `pending` has taken its latest state.
+    pub(crate) fn picked(&self, pending: &std::sync::atomic::AtomicBool) {
+        if pending.swap(false, std::sync::atomic::Ordering::SeqCst)
+            && let Some(m) = &self.settings.metrics
+        {
+            m.queue(&self.resource.api_resource.plural, -1);
+        }
+    }
+
+    /// A cause for handlers outside the changing cycle (indexes, raw events).
+    pub(crate) fn plain_cause(&self, body: &Value) -> Cause {
+        let mut cause = Cause::for_body(Reason::Noop, body.clone());
+        cause.extensions = self.extensions.clone();
+        cause
+    }
+
+    /// One call of a handler, without retries (a panic is an error of the handler).
+    pub(crate) async fn invoke(
+        &self,
+        spec: &HandlerSpec,
+        cause: Cause,
+    ) -> kopf_core::layers::CallOutcome {
+        let call = HandlerCall {
+            spec: spec.clone(),
+            cause,
+            record: Default::default(),
+            now: jiff::Timestamp::now(),
+        };
+        match Invoke.oneshot(call).await {
+            Ok(outcome) => outcome,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// The API of a resource in a namespace (None, or a cluster-scoped resource: all).
+pub(crate) fn api_for(
+    client: &kube::Client,
+    resource: &ResourceRef,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) if resource.namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource.api_resource)
+        }
+        _ => Api::all_with(client.clone(), &resource.api_resource),
+    }
+}
+
+/// The log span of an object: every line inside carries its namespace and name.
+pub(crate) fn object_span(body: &Value) -> tracing::Span {
+    let field = |p: &str| body.pointer(p).and_then(Value::as_str).unwrap_or("");
+    tracing::info_span!(
+        "object",
+        namespace = %field("/metadata/namespace"),
+        name = %field("/metadata/name"),
+        kind = %field("/kind"),
+        uid = %field("/metadata/uid"),
+    )
+}

@@ -1,0 +1,360 @@
+//! One object's worker: strictly serial, always on the object's latest state. It runs the
+//! changing cycle ([`kopf_core::processing::Processor`]), writes its plan, posts its events,
+//! keeps the object's daemons and timers in step, waits for its own writes to come back
+//! (consistency), sleeps until retry delays are over, and throttles framework errors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kopf_core::causes::{EventKind, Reason};
+use kopf_core::daemons::StopReason;
+use kopf_core::events::failure_message;
+use kopf_core::memo::Memos;
+use kopf_core::plan::PatchPlan;
+use kopf_core::processing::{CycleOutcome, FinalizerChange, HandlerOutcome};
+use kopf_core::text::for_log;
+use kopf_core::throttle::Throttler;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::shared::{Observed, WorkerShared, object_span, rv};
+use crate::spawning::Spawned;
+use crate::write::CycleEnd;
+
+/// The longest a worker sleeps before looking at its object again (Kopf's keep-alive).
+const MAX_SLEEP: Duration = Duration::from_secs(600);
+
+/// After a write met a concurrent change and no newer state came, the object is processed
+/// again after this long.
+const CONFLICT_RECHECK: Duration = Duration::from_secs(1);
+
+/// Conflicts in a row on one object after which they are worth a warning.
+const CONFLICTS_WORTH_A_WARNING: u32 = 3;
+
+impl WorkerShared {
+    /// Processes one object serially, always on its latest observed state; stops its
+    /// daemons and timers when it ends.
+    pub(crate) async fn work(
+        self: Arc<Self>,
+        uid: String,
+        mut rx: watch::Receiver<Option<Observed>>,
+        pending: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        if let Some(m) = &self.settings.metrics {
+            m.tracked(&self.resource.api_resource.plural, 1);
+        }
+        self.work_tracked(&uid, &mut rx, &pending).await;
+        self.picked(&pending);
+        if let Some(m) = &self.settings.metrics {
+            m.tracked(&self.resource.api_resource.plural, -1);
+        }
+    }
+
+    pub(crate) async fn work_tracked(
+        self: &Arc<Self>,
+        uid: &str,
+        rx: &mut watch::Receiver<Option<Observed>>,
+        pending: &std::sync::atomic::AtomicBool,
+    ) {
+        let uid = uid.to_string();
+        // Nothing runs before the indexed resources are indexed (events meanwhile coalesce).
+        loop {
+            tokio::select! {
+                _ = self.settings.gate.wait() => break,
+                changed = rx.changed() => if changed.is_err() { return },
+            }
+        }
+        let memo = Memos::new(self.settings.memo.clone());
+        let mut spawned: Option<Spawned> = None;
+        self.work_loop(&uid, rx, pending, &memo, &mut spawned).await;
+        if let Some(mut s) = spawned {
+            let reason = if self.exiting.load(std::sync::atomic::Ordering::SeqCst) {
+                StopReason::OperatorExiting
+            } else {
+                StopReason::Deleted
+            };
+            Box::pin(s.daemons.stop_all(reason)).await;
+        }
+    }
+
+    pub(crate) async fn work_loop(
+        self: &Arc<Self>,
+        uid: &str,
+        rx: &mut watch::Receiver<Option<Observed>>,
+        pending: &std::sync::atomic::AtomicBool,
+        memo: &Memos,
+        spawned: &mut Option<Spawned>,
+    ) {
+        let uid = uid.to_string();
+        let mut throttler = Throttler::new(self.settings.error_delays.clone());
+        // First seen in a listing: resume handlers join until the object is handled once.
+        let mut listed = false;
+        // Our last write, until it comes back through the watch or the consistency timeout.
+        let mut expected_rv: Option<(u64, Instant)> = None;
+        // A handler's retry delay, when the cycle wrote nothing (a write brings its own event).
+        let mut retry_at: Option<Instant> = None;
+        // The retry delay ended with no new event: process (or touch) now.
+        let mut woken = false;
+        // Handlers whose results the API server refused in the last cycle.
+        let mut rejected: Arc<HashMap<String, String>> = Arc::default();
+        // Writes in a row that met a concurrent change.
+        let mut conflicts: u32 = 0;
+        // The pending wake-up is a re-check after a conflict (never a touch).
+        let mut recheck = false;
+        loop {
+            let observed = rx.borrow_and_update().clone();
+            let Some(observed) = observed else { return };
+            listed |= observed.event == EventKind::Listed;
+            if !self.spawners.is_empty() {
+                Box::pin(self.sync_daemons(&uid, &observed, memo, spawned)).await;
+            }
+            // States older than our last write are skipped until it comes back (or the
+            // consistency timeout passes); a DELETED event is never stale.
+            let stale = observed.event != EventKind::Deleted
+                && expected_rv.is_some_and(|(want, deadline)| {
+                    rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
+                });
+            if !stale {
+                expected_rv = None;
+                let permit = match &self.limit {
+                    Some(sem) => sem.clone().acquire_owned().await.ok(),
+                    None => None,
+                };
+                self.picked(pending);
+                let initial = listed && !self.was_handled(&uid);
+                let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
+                    Box::pin(self.touch(&observed.body)).await
+                } else {
+                    // Boxed: an idle worker (most of them, most of the time) then holds a
+                    // small state, not room for a whole cycle.
+                    let rejected = std::mem::take(&mut rejected);
+                    Box::pin(self.cycle(&uid, &observed, initial, memo, rejected)).await
+                };
+                recheck = false;
+                if !matches!(end, CycleEnd::Conflict(_)) {
+                    conflicts = 0;
+                }
+                drop(permit);
+                match end {
+                    CycleEnd::Gone => return,
+                    CycleEnd::Next { delay, rv } => {
+                        throttler.succeeded();
+                        let now = Instant::now();
+                        expected_rv = rv.map(|r| (r, now + self.settings.consistency_timeout));
+                        retry_at = match rv {
+                            Some(_) => None,
+                            None => delay.map(|d| now + d.min(MAX_SLEEP)),
+                        };
+                    }
+                    CycleEnd::Failed(error) => {
+                        let delay = throttler.failed().min(MAX_SLEEP);
+                        object_span(&observed.body).in_scope(|| {
+                            tracing::error!(
+                                "Throttling for {} seconds due to an unexpected error: {error}",
+                                delay.as_secs_f64()
+                            )
+                        });
+                        // Events arriving meanwhile wait; the latest state is processed next.
+                        let until = Instant::now() + delay;
+                        loop {
+                            tokio::select! {
+                                _ = tokio::time::sleep_until(until) => break,
+                                changed = rx.changed() => if changed.is_err() { return },
+                            }
+                        }
+                        rx.mark_changed();
+                        retry_at = None;
+                        continue;
+                    }
+                    CycleEnd::Rejected(refused) => {
+                        // Processed again at once: the refused handlers' attempts are
+                        // recorded as failures (nothing of this cycle was marked handled).
+                        rejected = Arc::new(refused);
+                        rx.mark_changed();
+                        retry_at = None;
+                        continue;
+                    }
+                    CycleEnd::Conflict(message) => {
+                        conflicts += 1;
+                        object_span(&observed.body).in_scope(|| {
+                            if conflicts >= CONFLICTS_WORTH_A_WARNING {
+                                tracing::warn!(
+                                    "The object keeps changing while it is written ({conflicts} times in a row): {message}"
+                                )
+                            } else {
+                                tracing::debug!(
+                                    "The object changed while it was written ({message}); its newer state is processed next."
+                                )
+                            }
+                        });
+                        // The newer state comes through the watch; if it does not, the
+                        // latest known state is processed again a little later.
+                        retry_at = Some(Instant::now() + CONFLICT_RECHECK);
+                        recheck = true;
+                        expected_rv = None;
+                    }
+                }
+            }
+            let wake = [retry_at, expected_rv.map(|(_, deadline)| deadline)]
+                .into_iter()
+                .flatten()
+                .min();
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    woken = false;
+                    recheck = false;
+                }
+                _ = async { match wake { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                    let now = Instant::now();
+                    if retry_at.is_some_and(|r| r <= now) {
+                        retry_at = None;
+                        woken = !std::mem::take(&mut recheck);
+                    }
+                    // Past the consistency deadline, the state at hand counts as consistent.
+                    if expected_rv.is_some_and(|(_, deadline)| deadline <= now) {
+                        expected_rv = None;
+                    }
+                    rx.mark_changed();
+                }
+            }
+        }
+    }
+
+    /// Touches the object so that its next state comes through the watch (Kopf's way of
+    /// waking up after a delay), through the same plan as any cycle's writes.
+    pub(crate) async fn touch(&self, body: &Value) -> CycleEnd {
+        let mut plan = PatchPlan::new();
+        plan.merge(
+            &self
+                .processor
+                .persistence()
+                .progress
+                .touch_patch(jiff::Timestamp::now()),
+        );
+        self.apply(body, &plan, &[], None).await
+    }
+
+    /// One cycle in the object's log span.
+    pub(crate) async fn cycle(
+        &self,
+        uid: &str,
+        observed: &Observed,
+        initial: bool,
+        memo: &Memos,
+        rejected: Arc<HashMap<String, String>>,
+    ) -> CycleEnd {
+        use tracing::Instrument;
+        let span = object_span(&observed.body);
+        self.cycle_in_span(uid, observed, initial, memo, rejected)
+            .instrument(span)
+            .await
+    }
+
+    pub(crate) async fn cycle_in_span(
+        &self,
+        uid: &str,
+        observed: &Observed,
+        initial: bool,
+        memo: &Memos,
+        rejected: Arc<HashMap<String, String>>,
+    ) -> CycleEnd {
+        let body = &observed.body;
+        let outcome = self
+            .processor
+            .process_with(observed.event, body, initial, memo, rejected)
+            .await;
+        log_cause(&outcome, body);
+        if outcome.reason == Reason::Gone {
+            self.forget(uid);
+            return CycleEnd::Gone;
+        }
+        let end = self
+            .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
+            .await;
+        // Outcomes are reported once the writes went through: a result the API server
+        // refused is not a success, and a cause whose writes failed is not processed.
+        let stored = matches!(end, CycleEnd::Next { .. });
+        log_handlers(&outcome, &end);
+        if outcome.done && stored {
+            self.handled_once
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid.to_string());
+        }
+        self.post_events(uid, body, outcome.events).await;
+        end
+    }
+}
+
+/// Kopf's log lines for the cause of a cycle, what it found on the object, and its
+/// finalizer change (before its writes).
+fn log_cause(outcome: &CycleOutcome, body: &Value) {
+    match outcome.reason {
+        Reason::Gone => tracing::debug!("Deleted, really deleted, and we are notified."),
+        Reason::Free => tracing::debug!("Deletion, but we are done with it, and we do not care."),
+        Reason::Noop => tracing::debug!(
+            "Something has changed, but we are not interested (the essence is the same)."
+        ),
+        reason => tracing::debug!("{} is in progress: {}", reason.title(), for_log(body)),
+    }
+    if let Some(why) = &outcome.corrupt_diffbase {
+        tracing::warn!("{why}; the object is handled as newly created.");
+    }
+    for why in &outcome.corrupt_records {
+        tracing::warn!("{why}");
+    }
+    if let Some(superseded) = &outcome.superseded {
+        tracing::info!("{superseded}");
+    }
+    match outcome.finalizer {
+        Some(FinalizerChange::Added) => {
+            tracing::debug!("Adding the finalizer, thus preventing the actual deletion.")
+        }
+        Some(FinalizerChange::Removed) if outcome.reason == Reason::Delete => {
+            tracing::debug!("Removing the finalizer, thus allowing the actual deletion.")
+        }
+        Some(FinalizerChange::Removed) => {
+            tracing::debug!("Removing the finalizer, as there are no handlers requiring it.")
+        }
+        None => {}
+    }
+}
+
+/// Kopf's log lines for the handlers of a cycle, once its writes are done: handlers whose
+/// results the API server refused are reported by the writer (and fail in the next cycle),
+/// and a cause is processed only when its writes went through.
+fn log_handlers(outcome: &CycleOutcome, end: &CycleEnd) {
+    let refused = match end {
+        CycleEnd::Rejected(refused) => Some(refused),
+        _ => None,
+    };
+    for (id, result) in &outcome.ran {
+        if refused.is_some_and(|r| r.contains_key(id)) {
+            continue;
+        }
+        match result {
+            HandlerOutcome::Succeeded => tracing::info!("Handler '{id}' succeeded."),
+            HandlerOutcome::Waiting => {
+                tracing::debug!("Handler '{id}' has unfinished sub-handlers. Will retry soon.")
+            }
+            HandlerOutcome::Retrying { message } => {
+                tracing::error!("{}", failure_message(id, message, true))
+            }
+            HandlerOutcome::Failed { message } => {
+                tracing::error!("{}", failure_message(id, message, false))
+            }
+        }
+    }
+    if outcome.done && !outcome.ran.is_empty() && matches!(end, CycleEnd::Next { .. }) {
+        let (succeeded, failed) = outcome.counts;
+        tracing::info!(
+            "{} is processed: {succeeded} succeeded; {failed} failed.",
+            outcome.reason.title()
+        );
+    }
+}

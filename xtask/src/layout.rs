@@ -1,0 +1,566 @@
+//! `cargo xtask layout`: the house rules of the source tree, checked.
+//!
+//! * **No import circle between the modules of a crate.** The edges are what a module's code
+//!   uses of another module of its crate: its `use crate::...`/`use super::...` statements
+//!   and the `crate::...`/`super::...` paths in its code. Re-exports (`pub use`,
+//!   `pub(crate) use`) are the crate's surface, not a dependency, and are not edges;
+//!   neither is `mod x;`. The test modules at the end of files (`#[cfg(test)]` then `mod`)
+//!   and `tests.rs` files are left out.
+//! * **No source file over 800 lines of non-test code**, unless its first lines say why with
+//!   a comment `// layout: <why this file is longer>` (listed in the report).
+//!
+//! Every crate of the workspace is read (its `src/`); the report lists the circles and the
+//! long files, and the command fails if there is any of either.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// The most lines of non-test code a source file may have.
+const MAX_LINES: usize = 800;
+/// The comment that lets a file be longer, with its reason.
+const LONGER: &str = "// layout:";
+
+/// One source file, read.
+#[derive(Debug)]
+struct Source {
+    /// The module path in its crate (`""` for the crate root, `layers::retry`...).
+    module: String,
+    /// The file.
+    path: PathBuf,
+    /// The non-test code.
+    code: String,
+    /// Its lines.
+    lines: usize,
+    /// Why it may be longer, if it says.
+    longer: Option<String>,
+}
+
+/// A crate's modules and the edges between them.
+#[derive(Debug, Default)]
+pub struct Graph {
+    /// Module -> the modules it uses.
+    pub edges: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The module of a file under `src/`: `lib.rs`/`main.rs` the root, `a/mod.rs` and `a.rs`
+/// `a`, `a/b.rs` `a::b`; `src/bin/*.rs` are crate roots of their own (None: not checked
+/// as part of the library).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if parts.first().is_some_and(|p| p == "bin") {
+        return None;
+    }
+    let mut names: Vec<String> = parts;
+    let last = names.pop()?;
+    let stem = last.strip_suffix(".rs")?;
+    if !(names.is_empty() && (stem == "lib" || stem == "main")) && stem != "mod" {
+        names.push(stem.to_string());
+    }
+    Some(names.join("::"))
+}
+
+/// The code before the test module at the end of a file.
+fn non_test(text: &str) -> &str {
+    let mut at = 0;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]")
+            && lines
+                .get(i + 1)
+                .is_some_and(|next| next.trim_start().starts_with("mod "))
+        {
+            return &text[..at];
+        }
+        at += line.len();
+    }
+    text
+}
+
+/// The text without comments and string literals (so that a path in a doc or a message is
+/// not an edge).
+fn strip(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut chars = code.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        break;
+                    }
+                    if c == '\n' {
+                        out.push('\n');
+                    }
+                    last = c;
+                }
+            }
+            '"' => {
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                    }
+                    if escaped {
+                        escaped = false;
+                    } else if c == '\\' {
+                        escaped = true;
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+                out.push_str("\"\"");
+            }
+            '\'' => {
+                // A char literal ('a', '\n', '{') or a lifetime ('a): skip a literal only.
+                let rest: String = chars.clone().take(3).collect();
+                let literal = rest.starts_with('\\') || rest.chars().nth(1) == Some('\'');
+                if literal {
+                    while let Some(c) = chars.next() {
+                        if c == '\'' {
+                            break;
+                        }
+                        if c == '\\' {
+                            chars.next();
+                        }
+                    }
+                    out.push_str("' '");
+                } else {
+                    out.push('\'');
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The paths a `use` tree stands for: `crate::{a, b::{c, d}}` → `crate::a`, `crate::b::c`...
+fn expand(tree: &str) -> Vec<String> {
+    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    fn go(prefix: &str, tree: &str, out: &mut Vec<String>) {
+        match tree.find('{') {
+            None => out.push(format!("{prefix}{tree}")),
+            Some(open) => {
+                let head = &tree[..open];
+                let inner = tree[open + 1..]
+                    .strip_suffix('}')
+                    .unwrap_or(&tree[open + 1..]);
+                let mut depth = 0;
+                let mut start = 0;
+                for (i, c) in inner.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            go(&format!("{prefix}{head}"), &inner[start..i], out);
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                if start < inner.len() {
+                    go(&format!("{prefix}{head}"), &inner[start..], out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go("", &tree, &mut out);
+    out
+}
+
+/// The `crate::`/`super::` paths a module's code uses (re-exports left out).
+fn used_paths(code: &str) -> Vec<String> {
+    let code = strip(code);
+    let mut paths = Vec::new();
+    // `use` statements, possibly over several lines; re-exports are not edges.
+    let mut rest = code.as_str();
+    let mut in_code = String::new();
+    while let Some(at) = find_use(rest) {
+        in_code.push_str(&rest[..at.start]);
+        let stmt = &rest[at.start..];
+        let end = stmt.find(';').unwrap_or(stmt.len());
+        if !at.reexport {
+            let tree = stmt[at.keyword_len..end].trim();
+            paths.extend(
+                expand(tree)
+                    .into_iter()
+                    .filter(|p| p.starts_with("crate::") || p.starts_with("super::")),
+            );
+        }
+        rest = &stmt[(end + 1).min(stmt.len())..];
+    }
+    in_code.push_str(rest);
+    // Paths in the code itself.
+    for anchor in ["crate::", "super::"] {
+        let mut from = 0;
+        while let Some(i) = in_code[from..].find(anchor) {
+            let start = from + i;
+            let before = in_code[..start].chars().next_back();
+            from = start + anchor.len();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                continue;
+            }
+            let tail: String = in_code[start..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            paths.push(tail);
+        }
+    }
+    paths
+}
+
+/// Where a `use` statement starts in `text`.
+struct UseAt {
+    start: usize,
+    keyword_len: usize,
+    reexport: bool,
+}
+
+fn find_use(text: &str) -> Option<UseAt> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find("use ") {
+        let start = from + i;
+        from = start + 4;
+        let line_start = text[..start].rfind('\n').map_or(0, |n| n + 1);
+        let prefix = text[line_start..start].trim();
+        let reexport = prefix.starts_with("pub");
+        let plain = prefix.is_empty() || prefix.starts_with("pub") || prefix.ends_with('}');
+        if !plain {
+            continue;
+        }
+        let line_start_of_stmt = if prefix.is_empty() || prefix.ends_with('}') {
+            start
+        } else {
+            line_start + text[line_start..start].find("pub").unwrap_or(0)
+        };
+        return Some(UseAt {
+            start: line_start_of_stmt,
+            keyword_len: start - line_start_of_stmt + 4,
+            reexport,
+        });
+    }
+    None
+}
+
+/// The module a path names, resolved against the modules that exist (the longest prefix);
+/// `super::` relative to `from`.
+fn target(path: &str, from: &str, modules: &BTreeSet<String>) -> Option<String> {
+    let mut segments: Vec<&str> = Vec::new();
+    let mut rest = path;
+    if let Some(r) = rest.strip_prefix("crate::") {
+        rest = r;
+    } else {
+        let mut base: Vec<&str> = if from.is_empty() {
+            Vec::new()
+        } else {
+            from.split("::").collect()
+        };
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        segments.extend(base);
+    }
+    segments.extend(rest.split("::").filter(|s| !s.is_empty() && *s != "self"));
+    for n in (0..=segments.len()).rev() {
+        let candidate = segments[..n].join("::");
+        if modules.contains(&candidate) {
+            return Some(candidate);
+        }
+    }
+    None
+}
+
+fn read_crate(src: &Path) -> Result<Vec<Source>> {
+    let mut files = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && path.file_name().is_some_and(|n| n != "tests.rs")
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let Some(module) = module_of(src, &path) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let code = non_test(&text).to_string();
+        let longer = text.lines().take(20).find_map(|l| {
+            l.trim()
+                .strip_prefix(LONGER)
+                .map(|why| why.trim().to_string())
+        });
+        out.push(Source {
+            module,
+            lines: code.lines().count(),
+            code,
+            path,
+            longer,
+        });
+    }
+    Ok(out)
+}
+
+/// The import graph of one crate's modules.
+fn graph(sources: &[Source]) -> Graph {
+    let modules: BTreeSet<String> = sources.iter().map(|s| s.module.clone()).collect();
+    let mut g = Graph::default();
+    for s in sources {
+        let entry = g.edges.entry(s.module.clone()).or_default();
+        for path in used_paths(&s.code) {
+            if let Some(t) = target(&path, &s.module, &modules)
+                && t != s.module
+            {
+                entry.insert(t);
+            }
+        }
+    }
+    g
+}
+
+/// The circles of a graph (its strongly connected components of two or more modules).
+pub fn circles(g: &Graph) -> Vec<Vec<String>> {
+    // Tarjan's algorithm, iterative enough for crates of a few dozen modules.
+    struct State<'a> {
+        g: &'a Graph,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        next: usize,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        s.index.insert(v, s.next);
+        s.low.insert(v, s.next);
+        s.next += 1;
+        s.stack.push(v);
+        s.on.insert(v);
+        if let Some(ws) = s.g.edges.get(v) {
+            for w in ws {
+                let w = w.as_str();
+                if !s.index.contains_key(w) {
+                    visit(s, w);
+                    let lw = s.low[w];
+                    if lw < s.low[v] {
+                        s.low.insert(v, lw);
+                    }
+                } else if s.on.contains(w) {
+                    let iw = s.index[w];
+                    if iw < s.low[v] {
+                        s.low.insert(v, iw);
+                    }
+                }
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut scc = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on.remove(w);
+                scc.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if scc.len() > 1 {
+                scc.sort();
+                s.out.push(scc);
+            }
+        }
+    }
+    let mut s = State {
+        g,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in g.edges.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+/// The crates of the workspace: (name, src directory).
+fn crates(root: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let meta = crate::cargo_metadata()?;
+    let mut out = Vec::new();
+    for p in meta["packages"].as_array().into_iter().flatten() {
+        let (Some(name), Some(manifest)) = (p["name"].as_str(), p["manifest_path"].as_str()) else {
+            continue;
+        };
+        let dir = Path::new(manifest)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        if dir.starts_with(root) {
+            out.push((name.to_string(), dir.join("src")));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+pub fn run() -> Result<()> {
+    let meta = crate::cargo_metadata()?;
+    let root = PathBuf::from(
+        meta["workspace_root"]
+            .as_str()
+            .context("no workspace_root")?,
+    );
+    let mut failures = 0;
+    for (name, src) in crates(&root)? {
+        let sources = read_crate(&src)?;
+        let g = graph(&sources);
+        let found = circles(&g);
+        let long: Vec<&Source> = sources.iter().filter(|s| s.lines > MAX_LINES).collect();
+        let edges: usize = g.edges.values().map(BTreeSet::len).sum();
+        println!(
+            "{name}: {} modules, {edges} edges, {} circle(s), {} file(s) over {MAX_LINES} lines",
+            sources.len(),
+            found.len(),
+            long.len()
+        );
+        for c in &found {
+            failures += 1;
+            println!("  CIRCLE: {}", c.join(" <-> "));
+            for m in c {
+                let within: Vec<&String> = g.edges[m].iter().filter(|t| c.contains(t)).collect();
+                println!("    {m} uses {within:?}");
+            }
+        }
+        for s in long {
+            let rel = s.path.strip_prefix(&root).unwrap_or(&s.path).display();
+            match &s.longer {
+                Some(why) => println!("  longer, allowed: {rel} ({} lines): {why}", s.lines),
+                None => {
+                    failures += 1;
+                    println!(
+                        "  TOO LONG: {rel}: {} lines of non-test code (split it by concern, or say why with `{LONGER} ...` in its first lines)",
+                        s.lines
+                    );
+                }
+            }
+        }
+    }
+    if failures > 0 {
+        bail!("{failures} layout problem(s)");
+    }
+    println!("layout: no circles, no file over {MAX_LINES} lines without a reason");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modules_from_files() {
+        let src = Path::new("/x/src");
+        assert_eq!(
+            module_of(src, Path::new("/x/src/lib.rs")).as_deref(),
+            Some("")
+        );
+        assert_eq!(
+            module_of(src, Path::new("/x/src/a.rs")).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            module_of(src, Path::new("/x/src/a/mod.rs")).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            module_of(src, Path::new("/x/src/a/b.rs")).as_deref(),
+            Some("a::b")
+        );
+        assert_eq!(module_of(src, Path::new("/x/src/bin/tool.rs")), None);
+    }
+
+    #[test]
+    fn uses_code_paths_and_supers_are_edges_reexports_and_comments_are_not() {
+        let code = r#"
+//! See crate::docs_only.
+use crate::{a, b::{c, d::D}};
+pub use crate::e::E;
+pub(crate) use crate::f::F;
+use super::G;
+fn x() { crate::h::call("crate::in_a_string"); let _ = '{'; }
+"#;
+        let mut paths = used_paths(code);
+        paths.sort();
+        assert_eq!(
+            paths,
+            vec![
+                "crate::a",
+                "crate::b::c",
+                "crate::b::d::D",
+                "crate::h::call",
+                "super::G"
+            ]
+        );
+        let modules: BTreeSet<String> = ["", "a", "b", "b::c", "b::d", "h", "m", "m::n"]
+            .map(String::from)
+            .into();
+        assert_eq!(
+            target("crate::b::d::D", "m", &modules).as_deref(),
+            Some("b::d")
+        );
+        assert_eq!(target("crate::Error", "m", &modules).as_deref(), Some(""));
+        assert_eq!(target("super::G", "m::n", &modules).as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn circles_are_found_and_chains_are_not() {
+        let mut g = Graph::default();
+        for (a, b) in [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e")] {
+            g.edges.entry(a.into()).or_default().insert(b.into());
+            g.edges.entry(b.into()).or_default();
+        }
+        assert_eq!(
+            circles(&g),
+            vec![vec!["a".to_string(), "b".into(), "c".into()]]
+        );
+        g.edges.get_mut("c").expect("c").remove("a");
+        assert!(circles(&g).is_empty());
+    }
+
+    #[test]
+    fn the_test_module_at_the_end_is_not_code() {
+        let text = "fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::x;\n}\n";
+        assert_eq!(non_test(text), "fn a() {}\n");
+    }
+}
