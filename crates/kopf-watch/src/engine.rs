@@ -84,7 +84,7 @@ impl Engine {
         api_for(&self.client, &self.resource, self.namespace.as_deref())
     }
 
-    /// The key of this engine in the [`IndexGate`].
+    /// The key of this engine in the [`IndexGate`](crate::IndexGate).
     pub fn gate_key(&self) -> String {
         let ar = &self.resource.api_resource;
         format!(
