@@ -98,17 +98,9 @@ nightly), xtask, bench/systems, examples/my-operator.";
 
 pub fn run(args: CoverageArgs) -> Result<()> {
     let started = Instant::now();
-    let metadata = crate::cargo_metadata()?;
-    let root = PathBuf::from(
-        metadata["workspace_root"]
-            .as_str()
-            .context("`cargo metadata` without workspace_root")?,
-    );
-    let target = PathBuf::from(
-        metadata["target_directory"]
-            .as_str()
-            .context("`cargo metadata` without target_directory")?,
-    );
+    let metadata = crate::cargo::metadata()?;
+    let crate::cargo::Workspace { root, target } =
+        crate::cargo::Workspace::from_metadata(&metadata)?;
     let crates = measured_crates(&metadata, &root)?;
     let cov_target = target.join("llvm-cov-target");
     let out_dir = target.join("coverage");

@@ -417,7 +417,7 @@ pub fn circles(g: &Graph) -> Vec<Vec<String>> {
 
 /// The crates of the workspace: (name, src directory).
 fn crates(root: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let meta = crate::cargo_metadata()?;
+    let meta = crate::cargo::metadata()?;
     let mut out = Vec::new();
     for p in meta["packages"].as_array().into_iter().flatten() {
         let (Some(name), Some(manifest)) = (p["name"].as_str(), p["manifest_path"].as_str()) else {
@@ -436,7 +436,7 @@ fn crates(root: &Path) -> Result<Vec<(String, PathBuf)>> {
 }
 
 pub fn run() -> Result<()> {
-    let meta = crate::cargo_metadata()?;
+    let meta = crate::cargo::metadata()?;
     let root = PathBuf::from(
         meta["workspace_root"]
             .as_str()

@@ -23,6 +23,7 @@
 //! says which).
 
 mod bench;
+mod cargo;
 mod chaos;
 mod coverage;
 mod e2e;
@@ -101,22 +102,6 @@ enum Bench {
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
     },
-}
-
-/// `cargo metadata` of the workspace (no dependencies): its root, target directory, packages.
-pub(crate) fn cargo_metadata() -> anyhow::Result<serde_json::Value> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = std::process::Command::new(&cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .output()
-        .context("running `cargo metadata`")?;
-    if !out.status.success() {
-        bail!(
-            "`cargo metadata` failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("parsing `cargo metadata`")
 }
 
 fn rss_bytes() -> Option<u64> {

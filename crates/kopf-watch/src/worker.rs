@@ -239,7 +239,8 @@ impl WorkerShared {
         self.apply(body, &plan, &[], None).await
     }
 
-    /// One cycle in the object's log span.
+    /// One cycle, in the object's log span: the processor's outcome, its writes, then its
+    /// log lines and events.
     pub(crate) async fn cycle(
         &self,
         uid: &str,
@@ -250,44 +251,35 @@ impl WorkerShared {
     ) -> CycleEnd {
         use tracing::Instrument;
         let span = object_span(&observed.body);
-        self.cycle_in_span(uid, observed, initial, memo, rejected)
-            .instrument(span)
-            .await
-    }
-
-    pub(crate) async fn cycle_in_span(
-        &self,
-        uid: &str,
-        observed: &Observed,
-        initial: bool,
-        memo: &Memos,
-        rejected: Arc<HashMap<String, String>>,
-    ) -> CycleEnd {
-        let body = &observed.body;
-        let outcome = self
-            .processor
-            .process_with(observed.event, body, initial, memo, rejected)
-            .await;
-        log_cause(&outcome, body);
-        if outcome.reason == Reason::Gone {
-            self.forget(uid);
-            return CycleEnd::Gone;
+        async move {
+            let body = &observed.body;
+            let outcome = self
+                .processor
+                .process_with(observed.event, body, initial, memo, rejected)
+                .await;
+            log_cause(&outcome, body);
+            if outcome.reason == Reason::Gone {
+                self.forget(uid);
+                return CycleEnd::Gone;
+            }
+            let end = self
+                .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
+                .await;
+            // Outcomes are reported once the writes went through: a result the API server
+            // refused is not a success, and a cause whose writes failed is not processed.
+            let stored = matches!(end, CycleEnd::Next { .. });
+            log_handlers(&outcome, &end);
+            if outcome.done && stored {
+                self.handled_once
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(uid.to_string());
+            }
+            self.post_events(uid, body, outcome.events).await;
+            end
         }
-        let end = self
-            .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
-            .await;
-        // Outcomes are reported once the writes went through: a result the API server
-        // refused is not a success, and a cause whose writes failed is not processed.
-        let stored = matches!(end, CycleEnd::Next { .. });
-        log_handlers(&outcome, &end);
-        if outcome.done && stored {
-            self.handled_once
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(uid.to_string());
-        }
-        self.post_events(uid, body, outcome.events).await;
-        end
+        .instrument(span)
+        .await
     }
 }
 

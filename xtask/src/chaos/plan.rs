@@ -8,6 +8,8 @@ use rand::{Rng, SeedableRng};
 
 /// The namespace of the objects.
 pub const NAMESPACE: &str = "default";
+/// The resource of the objects (`examples/crd.yaml`).
+pub const RESOURCE: &str = "kopfexamples";
 
 /// How many objects a run makes and how long it goes on.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,0 +1,60 @@
+//! The vocabulary of the benchmark: the systems, the plan of a run, and what one system did.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The User-Agent of the harness's own requests (left out of the operators' counts).
+pub(super) const DRIVER: &str = "kopf-bench-driver";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum System {
+    /// kopf-rs: the `minimal` example.
+    KopfRs,
+    /// kopf-rs: the `minimal` example's job plus a delete handler (the finalizer's cost).
+    KopfRsDelete,
+    /// Python Kopf 1.45.
+    Kopf,
+    /// kube-rs `Controller`.
+    KubeRs,
+    /// A plain client: diff-base and status PATCHes, high concurrency.
+    Limit,
+    /// A plain client: the status PATCH only.
+    LimitStatus,
+}
+
+impl System {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            System::KopfRs => "kopf-rs",
+            System::KopfRsDelete => "kopf-rs-delete",
+            System::Kopf => "kopf",
+            System::KubeRs => "kube-rs",
+            System::Limit => "limit",
+            System::LimitStatus => "limit-status",
+        }
+    }
+}
+
+pub(super) struct Plan {
+    pub(super) n: usize,
+    pub(super) churn_rate: f64,
+    pub(super) churn_seconds: u64,
+    /// Longest wait for a burst to complete.
+    pub(super) burst_timeout: Duration,
+}
+
+/// What one system did.
+#[derive(Debug, Default, serde::Serialize)]
+pub(super) struct Measured {
+    pub(super) system: &'static str,
+    pub(super) n: usize,
+    pub(super) burst_seconds: f64,
+    pub(super) burst_requests_per_object: BTreeMap<String, f64>,
+    pub(super) burst_cpu_seconds: f64,
+    pub(super) peak_rss_mb: f64,
+    pub(super) churn_updates: usize,
+    pub(super) churn_latency_ms: BTreeMap<&'static str, f64>,
+    pub(super) churn_requests_per_update: BTreeMap<String, f64>,
+    pub(super) idle_rss_mb: f64,
+    pub(super) idle_requests: usize,
+}

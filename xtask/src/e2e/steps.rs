@@ -1,0 +1,423 @@
+//! One example's run through its scenario: create, restart, update, delete, stop, each step
+//! waited for and checked against the cluster and the operator's logs.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use kopf_testing::{Cluster, OperatorRunner};
+use serde_json::Value;
+
+use super::scenarios::Check::*;
+use super::scenarios::*;
+
+/// One example's run.
+pub(crate) struct E2e<'a> {
+    pub(crate) cluster: &'a Cluster,
+    pub(crate) scenario: &'a Scenario,
+    pub(crate) name: String,
+    pub(crate) binary: PathBuf,
+    /// The ConfigMap found by `OwnedConfigMap`.
+    pub(crate) child: Option<String>,
+    /// The step under way (or the last one).
+    pub(crate) step: &'static str,
+    /// More arguments for `run` (the webhook server's port and host).
+    pub(crate) run_args: Vec<String>,
+}
+
+impl E2e<'_> {
+    pub(crate) async fn run(&mut self, template: &str) -> Result<()> {
+        let sc = self.scenario;
+        let object = object_yaml(template, &self.name, sc.edits)?;
+        force_delete(self.cluster, &self.name).await;
+
+        let t = self.begin("create");
+        let mut first = self.start_operator(1)?;
+        self.wait_ready(&mut first).await?;
+        self.cluster
+            .kubectl_with_input(["apply", "-n", NAMESPACE, "-f", "-"], &object)
+            .await?;
+        self.wait(&mut first, sc.created, true).await?;
+        self.done(t);
+
+        let t = self.begin("restart");
+        stop_cleanly(&mut first, "the operator").await?;
+        self.wait(&mut first, sc.stopped, false).await?;
+        // A line that the first process never logged proves nothing by its absence later.
+        let never: Vec<String> = sc
+            .never_after_restart
+            .iter()
+            .map(|l| l.replace("{name}", &self.name))
+            .collect();
+        for line in &never {
+            if !first.has_logged(line) {
+                bail!(
+                    "the scenario expects {line:?} in the first process's logs (and not in the second's), but it is not there; the logs:\n{}",
+                    first.logs()
+                );
+            }
+        }
+        let mut second = self.start_operator(2)?;
+        self.wait_ready(&mut second).await?;
+        self.wait(&mut second, sc.resumed, true).await?;
+        self.done(t);
+
+        let t = self.begin("update");
+        self.kubectl_object(&["patch", "--type", "merge", "-p", sc.update])
+            .await?;
+        self.wait(&mut second, sc.updated, true).await?;
+        self.done(t);
+
+        let t = self.begin("delete");
+        self.kubectl_object(&["delete", "--wait=false"]).await?;
+        let mut checks = vec![Gone];
+        checks.extend_from_slice(sc.deleted);
+        self.wait(&mut second, &checks, true).await?;
+        self.done(t);
+
+        let t = self.begin("stop");
+        stop_cleanly(&mut second, "the restarted operator").await?;
+        let logs = second.logs();
+        for line in &never {
+            if logs.contains(line.as_str()) {
+                bail!(
+                    "after the restart, the operator logged {line:?} (the creation was handled again); its logs:\n{logs}"
+                );
+            }
+        }
+        self.done(t);
+        Ok(())
+    }
+
+    /// Waits for the scenario's readiness line, if it has one.
+    async fn wait_ready(&mut self, op: &mut OperatorRunner) -> Result<()> {
+        match self.scenario.setup.ready {
+            Some(line) => self.wait(op, &[Log(line)], true).await,
+            None => Ok(()),
+        }
+    }
+
+    fn begin(&mut self, step: &'static str) -> Instant {
+        self.step = step;
+        Instant::now()
+    }
+
+    fn done(&self, started: Instant) {
+        println!(
+            "   {:<8} ok ({:.1} s)",
+            self.step,
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    fn start_operator(&self, run: u32) -> Result<OperatorRunner> {
+        OperatorRunner::command(&self.binary)
+            .args(["run", "-A", "--standalone"])
+            .args(&self.run_args)
+            .env("KUBECONFIG", self.cluster.kubeconfig())
+            // Settings from the caller's environment that would change what is checked.
+            .env_remove("KOPF_RUN_NAMESPACE")
+            .env_remove("KOPF_RUN_LOG_FORMAT")
+            .name(format!("{}#{run}", self.scenario.example))
+            .start()
+            .with_context(|| format!("starting the operator {}", self.binary.display()))
+    }
+
+    async fn kubectl_object(&self, args: &[&str]) -> Result<String> {
+        let mut all = vec![args[0], RESOURCE, &self.name, "-n", NAMESPACE];
+        all.extend_from_slice(&args[1..]);
+        Ok(self.cluster.kubectl(all).await?)
+    }
+
+    /// `kubectl get configmap NAME -o OUTPUT` in the namespace (empty if it is not there).
+    async fn configmap(&self, name: &str, output: &str) -> Result<String, String> {
+        self.cluster
+            .kubectl([
+                "get",
+                "configmap",
+                name,
+                "-n",
+                NAMESPACE,
+                "--ignore-not-found",
+                "-o",
+                output,
+            ])
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn get_object(&self) -> Result<Option<Value>> {
+        let out = self
+            .kubectl_object(&["get", "--ignore-not-found", "-o", "json"])
+            .await?;
+        if out.trim().is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            serde_json::from_str(&out).context("parsing the object")?,
+        ))
+    }
+
+    /// Polls until every check passes; fails after [`STEP_TIMEOUT`] with what is still
+    /// missing, or at once if the operator (expected to run) exits.
+    async fn wait(
+        &mut self,
+        op: &mut OperatorRunner,
+        checks: &[Check],
+        running: bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        let baseline = self.get_object().await?;
+        loop {
+            if running && let Some(status) = op.try_status() {
+                bail!(
+                    "the operator exited unexpectedly ({status}); the last lines:\n{}",
+                    op.tail(30)
+                );
+            }
+            let object = self.get_object().await?;
+            let mut missing = Vec::new();
+            for check in checks {
+                if let Err(why) = self
+                    .check(*check, op, object.as_ref(), baseline.as_ref())
+                    .await
+                {
+                    missing.push(why);
+                }
+            }
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "after {STEP_TIMEOUT:?}:\n  - {}\nthe object: {}\nthe operator's last lines:\n{}",
+                    missing.join("\n  - "),
+                    object.map_or("(none)".into(), brief),
+                    op.tail(30)
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Ok, or what is wrong.
+    async fn check(
+        &mut self,
+        check: Check,
+        op: &OperatorRunner,
+        object: Option<&Value>,
+        baseline: Option<&Value>,
+    ) -> Result<(), String> {
+        let at = |pointer: &str| object.and_then(|o| o.pointer(pointer)).cloned();
+        match check {
+            Eq(pointer, json) => {
+                let want: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+                let got = at(pointer).unwrap_or(Value::Null);
+                (got == want)
+                    .then_some(())
+                    .ok_or_else(|| format!("{pointer} is {got}, expected {want}"))
+            }
+            AtLeast(pointer, n) => {
+                let got = at(pointer);
+                (got.as_ref().and_then(Value::as_u64) >= Some(n))
+                    .then_some(())
+                    .ok_or_else(|| format!("{pointer} is {got:?}, expected at least {n}"))
+            }
+            Changes(pointer) => {
+                let before = baseline.and_then(|o| o.pointer(pointer)).cloned();
+                let got = at(pointer);
+                (got.is_some() && got != before)
+                    .then_some(())
+                    .ok_or_else(|| format!("{pointer} stays {got:?}"))
+            }
+            Finalizer(want) => {
+                let has = object
+                    .and_then(|o| o.pointer("/metadata/finalizers"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|f| f.iter().any(|f| f == FINALIZER));
+                (has == want).then_some(()).ok_or_else(|| {
+                    format!("the finalizer is {}", if has { "there" } else { "missing" })
+                })
+            }
+            Handled => {
+                let diffbase = object
+                    .and_then(|o| o.pointer("/metadata/annotations"))
+                    .and_then(|a| a.get(DIFFBASE))
+                    .and_then(Value::as_str)
+                    .and_then(|t| serde_json::from_str::<Value>(t).ok());
+                let spec = at("/spec");
+                (diffbase.as_ref().and_then(|d| d.get("spec")) == spec.as_ref())
+                    .then_some(())
+                    .ok_or_else(|| {
+                        format!("the last handled spec is {diffbase:?}, not the current {spec:?}")
+                    })
+            }
+            Log(text) => {
+                let text = text.replace("{name}", &self.name);
+                op.has_logged(&text)
+                    .then_some(())
+                    .ok_or_else(|| format!("no log line with {text:?}"))
+            }
+            Event(reason) => {
+                let out = self
+                    .cluster
+                    .kubectl(["get", "events", "-n", NAMESPACE, "-o", "json"])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let events: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+                let found = events["items"].as_array().is_some_and(|items| {
+                    items.iter().any(|e| {
+                        e["involvedObject"]["name"] == self.name.as_str() && e["reason"] == reason
+                    })
+                });
+                found
+                    .then_some(())
+                    .ok_or_else(|| format!("no Event {reason:?} about the object"))
+            }
+            OwnedConfigMap(pointer) => {
+                let child = at(pointer)
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .ok_or_else(|| format!("{pointer} has no ConfigMap name"))?;
+                let out = self.configmap(&child, "json").await?;
+                let cm: Value = serde_json::from_str(&out)
+                    .map_err(|_| format!("the ConfigMap {child} does not exist"))?;
+                let uid = at("/metadata/uid");
+                let owned = cm["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|refs| refs.iter().any(|r| Some(&r["uid"]) == uid.as_ref()));
+                self.child = Some(child.clone());
+                owned
+                    .then_some(())
+                    .ok_or_else(|| format!("the ConfigMap {child} is not owned by the object"))
+            }
+            ChildGone => {
+                let child = self.child.clone().ok_or("no child ConfigMap was seen")?;
+                let out = self.configmap(&child, "name").await?;
+                out.trim()
+                    .is_empty()
+                    .then_some(())
+                    .ok_or_else(|| format!("the ConfigMap {child} is still there"))
+            }
+            Gone => object
+                .is_none()
+                .then_some(())
+                .ok_or_else(|| "the object is still there".to_string()),
+            Denied(patch, text) => match self.dry_run_patch(patch).await? {
+                (false, stderr) if stderr.contains(text) => Ok(()),
+                (false, stderr) => Err(format!(
+                    "the dry-run patch {patch} was refused, but not with {text:?}: {stderr}"
+                )),
+                (true, _) => Err(format!(
+                    "the dry-run patch {patch} was admitted (expected a denial with {text:?})"
+                )),
+            },
+            Warned(patch, text) => match self.dry_run_patch(patch).await? {
+                (true, stderr) if stderr.contains("Warning:") && stderr.contains(text) => Ok(()),
+                (true, stderr) => Err(format!(
+                    "the dry-run patch {patch} was admitted without a warning with {text:?} (kubectl printed {stderr:?})"
+                )),
+                (false, stderr) => Err(format!("the dry-run patch {patch} was refused: {stderr}")),
+            },
+            Served(version, pointer, json) => {
+                let want: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+                let resource = format!("kopfexamples.{version}.kopf.dev");
+                let out = self
+                    .cluster
+                    .kubectl(["get", &resource, &self.name, "-n", NAMESPACE, "-o", "json"])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let served: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+                let got = served.pointer(pointer).cloned().unwrap_or(Value::Null);
+                (got == want)
+                    .then_some(())
+                    .ok_or_else(|| format!("in {version}, {pointer} is {got}, expected {want}"))
+            }
+        }
+    }
+
+    /// `kubectl patch --dry-run=server` of the object with a merge patch: admitted or not,
+    /// and what kubectl printed on stderr (denials, warnings).
+    async fn dry_run_patch(&self, patch: &str) -> Result<(bool, String), String> {
+        let args = [
+            "patch",
+            RESOURCE,
+            &self.name,
+            "-n",
+            NAMESPACE,
+            "--type",
+            "merge",
+            "--dry-run=server",
+            "-p",
+            patch,
+        ];
+        let mut cmd = self.cluster.kubectl_command(args);
+        cmd.kill_on_drop(true);
+        let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
+            .await
+            .map_err(|_| format!("kubectl patch --dry-run=server took over {STEP_TIMEOUT:?}"))?
+            .map_err(|e| format!("running kubectl: {e}"))?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
+    }
+}
+
+/// The object for messages, without the bulky managedFields and last-applied annotation.
+pub(crate) fn brief(mut object: Value) -> String {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+        if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        }
+    }
+    object.to_string()
+}
+
+/// `examples/obj.yaml` renamed, with the scenario's edits.
+pub(crate) fn object_yaml(template: &str, name: &str, edits: &[(&str, &str)]) -> Result<String> {
+    let rename = format!("name: {name}");
+    let mut text = template.to_string();
+    for (from, to) in
+        std::iter::once(("name: kopf-example-1", rename.as_str())).chain(edits.iter().copied())
+    {
+        if text.matches(from).count() != 1 {
+            bail!("examples/obj.yaml no longer has exactly one `{from}` to replace");
+        }
+        text = text.replace(from, to);
+    }
+    Ok(text)
+}
+
+/// Removes the object even if no operator releases its finalizer (after a failure).
+pub(crate) async fn force_delete(cluster: &Cluster, name: &str) {
+    let object = [RESOURCE, name, "-n", NAMESPACE];
+    let _ = cluster
+        .kubectl(
+            ["delete"]
+                .iter()
+                .chain(&object)
+                .chain(&["--ignore-not-found", "--wait=false"]),
+        )
+        .await;
+    let _ = cluster
+        .kubectl(["patch"].iter().chain(&object).chain(&[
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]))
+        .await;
+}
+
+/// SIGTERM, and an error unless the operator exits with 0 in time (with its last lines).
+async fn stop_cleanly(op: &mut OperatorRunner, which: &str) -> Result<()> {
+    let status = op.stop(STOP_TIMEOUT).await?;
+    if !status.success() {
+        bail!(
+            "{which} exited with {status} on SIGTERM (expected 0); the last lines:\n{}",
+            op.tail(30)
+        );
+    }
+    Ok(())
+}
