@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::causes::Reason;
-use crate::daemons::first_record;
+use crate::daemons::tasks::first_record;
 use crate::handler::{Cause, Extensions, HandlerSpec};
 use crate::layers::{Attempt, HandlerCall, Stack, Verdict};
 use crate::memo::Memos;
