@@ -27,10 +27,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::causes::Reason;
+use crate::daemons::stopped::Stopped;
 use crate::handler::context::{EventsHandle, PatchHandle};
 use crate::handler::error::{HandlerError, HandlerResult};
 use crate::handler::options::Options;
 use crate::handler::spec::{BoxFuture, Cause, Handler, HandlerSpec, SubHandlers};
+use crate::index::{Index, Indexes};
 use crate::memo::Memo;
 
 pub use crate::handler::error::{PermanentError, TemporaryError};
@@ -309,13 +311,33 @@ impl FromCause for EventType {
 }
 
 /// The stop flag of a daemon or timer; other handlers cannot ask for it.
-impl FromCause for crate::daemons::Stopped {
+impl FromCause for Stopped {
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         c.stopped.clone().ok_or_else(|| {
             HandlerError::permanent(
                 "only daemons and timers can ask for `Stopped`: this handler is neither",
             )
         })
+    }
+}
+
+/// All indexes of the operator (for picking one by id).
+impl FromCause for Indexes {
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
+        Ok(cause
+            .extensions
+            .get::<Indexes>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+/// The one index of types `K` → `V`; a missing or ambiguous one fails the handler for good.
+impl<K: Send + 'static, V: Send + 'static> FromCause for Index<K, V> {
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
+        Indexes::from_cause(cause)?
+            .find::<K, V>()
+            .map_err(|e| HandlerError::permanent(e.to_string()))
     }
 }
 

@@ -13,6 +13,11 @@ use super::context::{EventsHandle, Extensions, PatchHandle};
 use super::error::{ErrorsMode, HandlerResult};
 use super::options::{FieldFilter, MetaFilter, Options, WhenFilter, split_field};
 use crate::causes::Reason;
+use crate::daemons::options::{DaemonOptions, TimerOptions};
+use crate::daemons::stopped::Stopped;
+use crate::index::IndexTypes;
+use crate::memo::Memos;
+use crate::progress::format_time;
 
 /// A boxed future, as handlers return them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -41,12 +46,12 @@ pub struct Cause {
     /// Sub-handlers registered during the call; they run when the handler returns.
     pub subhandlers: SubHandlers,
     /// The object's memo: in-memory values kept per object while the operator runs.
-    pub memo: crate::memo::Memos,
+    pub memo: Memos,
     /// The watch event type for raw event handlers: None for the initial listing, else
     /// `ADDED`, `MODIFIED` or `DELETED`.
     pub event: Option<String>,
     /// The stop flag of daemons and timers (None for other handlers).
-    pub stopped: Option<crate::daemons::Stopped>,
+    pub stopped: Option<Stopped>,
     /// Operator-wide values handlers can ask for (the API client, the indexes...).
     pub extensions: Extensions,
 }
@@ -61,11 +66,11 @@ impl Cause {
             old: None,
             new: None,
             retry: 0,
-            started: crate::progress::format_time(jiff::Timestamp::now()),
+            started: format_time(jiff::Timestamp::now()),
             patch: PatchHandle::default(),
             events: EventsHandle::default(),
             subhandlers: SubHandlers::default(),
-            memo: crate::memo::Memos::default(),
+            memo: Memos::default(),
             event: None,
             stopped: None,
             extensions: Extensions::default(),
@@ -147,11 +152,11 @@ pub enum HandlerKind {
     /// Raw watch events (`on_event`): no state, errors logged and ignored.
     Event,
     /// An index: the handler's key/value pairs per object.
-    Index(crate::index::IndexTypes),
+    Index(IndexTypes),
     /// A timer per object.
-    Timer(crate::daemons::TimerOptions),
+    Timer(TimerOptions),
     /// A daemon per object.
-    Daemon(crate::daemons::DaemonOptions),
+    Daemon(DaemonOptions),
 }
 
 /// A registered handler.
@@ -271,7 +276,7 @@ impl HandlerSpec {
 
     /// An index handler (its results are read as `Index<K, V>` with these types). Errors
     /// keep the object's previous entries by default (`ErrorsMode::Ignored`).
-    pub fn index(id: &str, types: crate::index::IndexTypes, handler: Arc<dyn Handler>) -> Self {
+    pub fn index(id: &str, types: IndexTypes, handler: Arc<dyn Handler>) -> Self {
         let mut spec = HandlerSpec::from_arc(id, None, handler);
         spec.kind = HandlerKind::Index(types);
         spec.errors = ErrorsMode::Ignored;
@@ -280,11 +285,7 @@ impl HandlerSpec {
 
     /// A timer per object; it requires the finalizer, so that it stops before the object
     /// goes.
-    pub fn timer(
-        id: &str,
-        options: crate::daemons::TimerOptions,
-        handler: Arc<dyn Handler>,
-    ) -> Self {
+    pub fn timer(id: &str, options: TimerOptions, handler: Arc<dyn Handler>) -> Self {
         let mut spec = HandlerSpec::from_arc(id, None, handler);
         spec.kind = HandlerKind::Timer(options);
         spec.requires_finalizer = true;
@@ -293,11 +294,7 @@ impl HandlerSpec {
 
     /// A daemon per object; it requires the finalizer, so that it stops before the object
     /// goes.
-    pub fn daemon(
-        id: &str,
-        options: crate::daemons::DaemonOptions,
-        handler: Arc<dyn Handler>,
-    ) -> Self {
+    pub fn daemon(id: &str, options: DaemonOptions, handler: Arc<dyn Handler>) -> Self {
         let mut spec = HandlerSpec::from_arc(id, None, handler);
         spec.kind = HandlerKind::Daemon(options);
         spec.requires_finalizer = true;
