@@ -27,7 +27,8 @@ use tracing::Instrument;
 
 use crate::causes::Reason;
 use crate::daemons::tasks::first_record;
-use crate::handler::{Cause, Extensions, HandlerSpec};
+use crate::handler::context::Extensions;
+use crate::handler::spec::{Cause, HandlerSpec};
 use crate::layers::{Attempt, HandlerCall, Stack, Verdict};
 use crate::memo::Memos;
 use crate::progress::ProgressRecord;

@@ -35,6 +35,11 @@
 //! assert_eq!(daemon.await.ok(), Some(StopReason::Deleted));
 //! # }
 //! ```
+//!
+//! The modules, bottom-up: `stopped` (the flag) and `options` are vocabulary that handler
+//! specs and extractors use; `context` (what an object's tasks share), `tasks` (the call
+//! loops), `stopping` (the staged stopping) and `object` ([`ObjectDaemons`]) run them. This
+//! module only re-exports.
 
 pub(crate) mod context;
 mod object;

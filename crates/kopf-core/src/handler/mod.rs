@@ -1,12 +1,16 @@
 //! Handlers: what they receive (a [`Cause`]), what they return, and how they are registered
 //! ([`HandlerSpec`]).
 //!
-//! * [`error`](HandlerError): how a handler fails, and what becomes of other errors;
-//! * the [`context`](PatchHandle) a call carries: its patch, its events, the operator-wide
-//!   [`Extensions`];
-//! * the registration [`Options`] and filters;
-//! * the [`spec`](HandlerSpec): the [`Handler`] function, the [`Cause`] it gets, the
-//!   [`SubHandlers`] it registers, and when it runs.
+//! The vocabulary that extractors, layers, daemons and the processing cycle share, in leaf
+//! modules that import nothing above them (this module only re-exports them):
+//!
+//! * `error`: how a handler fails ([`HandlerError`], [`ErrorsMode`]) and how other errors
+//!   become a handler error;
+//! * `context`: the handles a call carries ([`PatchHandle`], [`EventsHandle`],
+//!   [`Extensions`]);
+//! * `options`: the registration [`Options`] and the filters;
+//! * `spec`: the [`Handler`] function, the [`Cause`] it is called with, the [`SubHandlers`]
+//!   it registers, and the [`HandlerSpec`] that says when it runs.
 
 pub(crate) mod context;
 pub(crate) mod error;
