@@ -26,8 +26,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::causes::Reason;
-use crate::daemons::first_record;
-use crate::handler::{Cause, Extensions, HandlerSpec};
+use crate::daemons::tasks::first_record;
+use crate::handler::context::Extensions;
+use crate::handler::spec::{Cause, HandlerSpec};
 use crate::layers::{Attempt, HandlerCall, Stack, Verdict};
 use crate::memo::Memos;
 use crate::progress::ProgressRecord;

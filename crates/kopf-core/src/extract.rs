@@ -27,10 +27,15 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::causes::Reason;
-use crate::handler::{
-    BoxFuture, Cause, EventsHandle, Handler, HandlerError, HandlerResult, PatchHandle, SubHandlers,
-};
+use crate::daemons::stopped::Stopped;
+use crate::handler::context::{EventsHandle, PatchHandle};
+use crate::handler::error::{HandlerError, HandlerResult};
+use crate::handler::options::Options;
+use crate::handler::spec::{BoxFuture, Cause, Handler, HandlerSpec, SubHandlers};
+use crate::index::{Index, Indexes};
 use crate::memo::Memo;
+
+pub use crate::handler::error::{PermanentError, TemporaryError};
 
 /// Builds a handler argument from the cause. A failure is a permanent error of the handler
 /// (the object does not fit the type it asks for; retrying would not help).
@@ -306,13 +311,33 @@ impl FromCause for EventType {
 }
 
 /// The stop flag of a daemon or timer; other handlers cannot ask for it.
-impl FromCause for crate::daemons::Stopped {
+impl FromCause for Stopped {
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         c.stopped.clone().ok_or_else(|| {
             HandlerError::permanent(
                 "only daemons and timers can ask for `Stopped`: this handler is neither",
             )
         })
+    }
+}
+
+/// All indexes of the operator (for picking one by id).
+impl FromCause for Indexes {
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
+        Ok(cause
+            .extensions
+            .get::<Indexes>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+/// The one index of types `K` → `V`; a missing or ambiguous one fails the handler for good.
+impl<K: Send + 'static, V: Send + 'static> FromCause for Index<K, V> {
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
+        Indexes::from_cause(cause)?
+            .find::<K, V>()
+            .map_err(|e| HandlerError::permanent(e.to_string()))
     }
 }
 
@@ -577,137 +602,17 @@ impl_into_handler!(A1, A2, A3, A4, A5, A6);
 impl_into_handler!(A1, A2, A3, A4, A5, A6, A7);
 impl_into_handler!(A1, A2, A3, A4, A5, A6, A7, A8);
 
-/// Retry after `delay` (Kopf's `TemporaryError`).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct TemporaryError {
-    /// The error text.
-    pub message: String,
-    /// When to retry (None: at once).
-    pub delay: Option<Duration>,
-}
-
-impl From<TemporaryError> for HandlerError {
-    fn from(e: TemporaryError) -> Self {
-        HandlerError::Temporary {
-            message: e.message,
-            delay: e.delay,
-        }
+/// Registering functions of extractors as sub-handlers (here, where [`IntoHandler`] is).
+impl SubHandlers {
+    /// Registers a sub-handler with default options.
+    pub fn register<Args>(&self, id: &str, handler: impl IntoHandler<Args>) {
+        self.register_with(id, handler, Options::default());
     }
-}
 
-/// Fail for good (Kopf's `PermanentError`).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct PermanentError(pub String);
-
-impl From<PermanentError> for HandlerError {
-    fn from(e: PermanentError) -> Self {
-        HandlerError::Permanent { message: e.0 }
-    }
-}
-
-impl From<Box<dyn std::error::Error + Send + Sync>> for HandlerError {
-    fn from(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
-        HandlerError::other(e)
-    }
-}
-
-/// A child that cannot be adopted will not become adoptable by retrying.
-impl From<crate::hierarchy::HierarchyError> for HandlerError {
-    fn from(e: crate::hierarchy::HierarchyError) -> Self {
-        HandlerError::permanent(e.to_string())
-    }
-}
-
-/// How long a handler waits before it retries after a conflict (409) of its own request.
-const API_CONFLICT_DELAY: Duration = Duration::from_secs(1);
-/// How long after a `429 Too Many Requests` without a `retryAfterSeconds`.
-const API_BUSY_DELAY: Duration = Duration::from_secs(5);
-/// How long after a server error (5xx) or a request that got no answer.
-const API_DOWN_DELAY: Duration = Duration::from_secs(10);
-
-/// `?` on the errors of kube's client in a handler, classified as Kopf classifies API errors:
-/// what may work on a later attempt is temporary — a conflict (409, retried after 1 s), the
-/// server being busy (429, after its `retryAfterSeconds` or 5 s), a server error (5xx) or no
-/// answer at all (a connection error, a timeout: after 10 s) — and any other refusal (400,
-/// 401, 403, 404, 422...) is permanent. The message is one short line: the status code, its
-/// reason and the API server's message.
-///
-/// ```
-/// use kopf_core::handler::HandlerError;
-///
-/// async fn read_settings(api: kube::Api<kube::api::DynamicObject>) -> Result<(), HandlerError> {
-///     let settings = api.get("settings").await?; // a 404 fails for good, a 503 retries
-///     let _ = settings;
-///     Ok(())
-/// }
-/// # let _ = read_settings;
-/// ```
-impl From<kube::Error> for HandlerError {
-    fn from(e: kube::Error) -> Self {
-        match &e {
-            kube::Error::Api(s) => {
-                let message = format!(
-                    "the API server answered {}{}: {}",
-                    s.code,
-                    if s.reason.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" {}", s.reason)
-                    },
-                    crate::text::excerpt(&s.message, 500)
-                );
-                let retry_after = s
-                    .details
-                    .as_ref()
-                    .map(|d| d.retry_after_seconds)
-                    .filter(|secs| *secs > 0)
-                    .map(|secs| Duration::from_secs(u64::from(secs)));
-                match s.code {
-                    409 => HandlerError::temporary(message, API_CONFLICT_DELAY),
-                    429 => HandlerError::temporary(message, retry_after.unwrap_or(API_BUSY_DELAY)),
-                    500..=599 => {
-                        HandlerError::temporary(message, retry_after.unwrap_or(API_DOWN_DELAY))
-                    }
-                    _ => HandlerError::permanent(message),
-                }
-            }
-            kube::Error::HyperError(_) | kube::Error::Service(_) => HandlerError::temporary(
-                format!(
-                    "no answer from the API server: {}",
-                    crate::text::for_log(&e)
-                ),
-                API_DOWN_DELAY,
-            ),
-            other => HandlerError::other(crate::text::for_log(other)),
-        }
-    }
-}
-
-impl From<serde_json::Error> for HandlerError {
-    fn from(e: serde_json::Error) -> Self {
-        HandlerError::other(e)
-    }
-}
-
-impl From<std::io::Error> for HandlerError {
-    fn from(e: std::io::Error) -> Self {
-        HandlerError::other(e)
-    }
-}
-
-impl From<String> for HandlerError {
-    fn from(message: String) -> Self {
-        HandlerError::Other { message }
-    }
-}
-
-impl From<&str> for HandlerError {
-    fn from(message: &str) -> Self {
-        HandlerError::Other {
-            message: message.into(),
-        }
+    /// Registers a sub-handler with options (filters, retries, timeout, backoff, errors).
+    pub fn register_with<Args>(&self, id: &str, handler: impl IntoHandler<Args>, options: Options) {
+        let spec = HandlerSpec::from_arc(id, None, handler.into_handler()).with_options(options);
+        self.push(spec);
     }
 }
 
@@ -804,47 +709,6 @@ mod tests {
         );
         let whole = (|c: Cause| async move { Ok::<_, HandlerError>(c.retry) }).into_handler();
         assert_eq!(whole.call(cause()).await, Ok(Some(json!(2))));
-    }
-
-    #[test]
-    fn kube_errors_are_classified_as_kopf_classifies_api_errors() {
-        let api = |code: u16, reason: &str, retry_after: u32| {
-            let status: kube::core::Status = serde_json::from_value(json!({
-                "code": code, "reason": reason, "message": format!("what happened {code}"),
-                "details": {"retryAfterSeconds": retry_after},
-            }))
-            .expect("a Status");
-            HandlerError::from(kube::Error::Api(Box::new(status)))
-        };
-        assert_eq!(
-            api(404, "NotFound", 0),
-            HandlerError::permanent("the API server answered 404 NotFound: what happened 404")
-        );
-        assert!(matches!(
-            api(403, "Forbidden", 0),
-            HandlerError::Permanent { .. }
-        ));
-        assert!(matches!(
-            api(422, "Invalid", 0),
-            HandlerError::Permanent { .. }
-        ));
-        assert!(matches!(
-            api(409, "Conflict", 0),
-            HandlerError::Temporary { delay: Some(d), .. } if d == API_CONFLICT_DELAY
-        ));
-        assert!(matches!(
-            api(429, "TooManyRequests", 7),
-            HandlerError::Temporary { delay: Some(d), .. } if d == Duration::from_secs(7)
-        ));
-        assert!(matches!(
-            api(503, "ServiceUnavailable", 0),
-            HandlerError::Temporary { delay: Some(d), .. } if d == API_DOWN_DELAY
-        ));
-        let decode = serde_json::from_str::<Value>("{").expect_err("not JSON");
-        assert!(matches!(
-            HandlerError::from(kube::Error::SerdeError(decode)),
-            HandlerError::Other { .. }
-        ));
     }
 
     #[test]

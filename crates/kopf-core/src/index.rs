@@ -28,9 +28,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::extract::FromCause;
-use crate::handler::{Cause, HandlerError};
-
 /// The key and value types of an index (how [`Index<K, V>`] finds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexTypes {
@@ -343,24 +340,6 @@ where
                 (k, values)
             })
             .collect()
-    }
-}
-
-impl FromCause for Indexes {
-    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
-        Ok(cause
-            .extensions
-            .get::<Indexes>()
-            .cloned()
-            .unwrap_or_default())
-    }
-}
-
-impl<K: Send + 'static, V: Send + 'static> FromCause for Index<K, V> {
-    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
-        Indexes::from_cause(cause)?
-            .find::<K, V>()
-            .map_err(|e| HandlerError::permanent(e.to_string()))
     }
 }
 

@@ -30,7 +30,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tower::{Layer, Service};
 
-use crate::handler::{BoxFuture, HandlerError};
+use crate::handler::error::HandlerError;
+use crate::handler::spec::BoxFuture;
 use crate::layers::{CallOutcome, HandlerCall, HandlerService};
 
 type Labels = Vec<(&'static str, String)>;

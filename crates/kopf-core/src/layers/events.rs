@@ -9,7 +9,7 @@ use tower::{Layer, Service};
 
 use super::{Attempt, HandlerCall};
 use crate::events::{EventSpec, failure_message};
-use crate::handler::BoxFuture;
+use crate::handler::spec::BoxFuture;
 
 /// Adds outcome events to an [`Attempt`].
 ///

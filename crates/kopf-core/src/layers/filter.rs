@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::{Attempt, HandlerCall};
-use crate::handler::BoxFuture;
+use crate::handler::spec::BoxFuture;
 
 /// Answers [`Attempt::Skipped`] for objects the handler's filters reject.
 ///

@@ -18,7 +18,7 @@ use tower::{Layer, Service};
 
 use crate::causes::Reason;
 use crate::finalizers;
-use crate::handler::BoxFuture;
+use crate::handler::spec::BoxFuture;
 use crate::plan::FinalizerEdit;
 use crate::processing::{CycleCall, CycleOutcome, FinalizerChange};
 

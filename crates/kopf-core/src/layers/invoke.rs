@@ -7,7 +7,8 @@ use std::task::{Context, Poll};
 use tower::Service;
 
 use super::{CallOutcome, HandlerCall};
-use crate::handler::{BoxFuture, HandlerError};
+use crate::handler::error::HandlerError;
+use crate::handler::spec::BoxFuture;
 
 /// Runs the handler of a [`HandlerCall`] and collects its result, patch, events and
 /// sub-handlers.

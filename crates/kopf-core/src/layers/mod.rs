@@ -45,7 +45,8 @@ use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
 
 use crate::events::EventSpec;
-use crate::handler::{Cause, HandlerError, HandlerSpec};
+use crate::handler::error::HandlerError;
+use crate::handler::spec::{Cause, HandlerSpec};
 use crate::progress::{ProgressRecord, parse_time};
 
 /// One call of one handler.
@@ -275,7 +276,7 @@ pub(crate) mod testing {
 
     use super::*;
     use crate::causes::Reason;
-    use crate::handler::BoxFuture;
+    use crate::handler::spec::BoxFuture;
 
     pub fn call_with(spec: HandlerSpec, record: ProgressRecord) -> HandlerCall {
         let mut cause = Cause::for_body(

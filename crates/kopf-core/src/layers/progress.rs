@@ -10,7 +10,8 @@ use jiff::Timestamp;
 use tower::{Layer, Service};
 
 use super::{Attempt, CallOutcome, HandlerCall};
-use crate::handler::{BoxFuture, HandlerError};
+use crate::handler::error::HandlerError;
+use crate::handler::spec::BoxFuture;
 use crate::progress::{ProgressRecord, format_time};
 
 /// Produces an [`Attempt`] with the next progress record.

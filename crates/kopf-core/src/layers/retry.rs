@@ -9,7 +9,8 @@ use std::time::Duration;
 use tower::{Layer, Service};
 
 use super::{CallOutcome, HandlerCall};
-use crate::handler::{BoxFuture, ErrorsMode, HandlerError};
+use crate::handler::error::{ErrorsMode, HandlerError};
+use crate::handler::spec::BoxFuture;
 
 /// Applies `retries`, `timeout` and the errors mode of the handler.
 ///

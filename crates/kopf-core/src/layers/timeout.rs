@@ -9,7 +9,8 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 use super::{CallOutcome, HandlerCall};
-use crate::handler::{BoxFuture, HandlerError};
+use crate::handler::error::HandlerError;
+use crate::handler::spec::BoxFuture;
 
 /// Cancels the call when the handler's timeout runs out.
 ///
