@@ -65,21 +65,48 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
     Some(names.join("::"))
 }
 
-/// The code before the test module at the end of a file.
-fn non_test(text: &str) -> &str {
-    let mut at = 0;
-    let lines: Vec<&str> = text.split_inclusive('\n').collect();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim_start().starts_with("#[cfg(test)]")
-            && lines
-                .get(i + 1)
-                .is_some_and(|next| next.trim_start().starts_with("mod "))
-        {
-            return &text[..at];
+/// The code without its test modules: every `#[cfg(test)]` module, declared (`mod x;`) or
+/// inline (`[pub(crate)] mod x { ... }`, to its closing brace), wherever it stands.
+fn non_test(text: &str) -> String {
+    let raw: Vec<&str> = text.split_inclusive('\n').collect();
+    // Braces are counted on the text without comments and strings (same lines).
+    let bare = strip(text);
+    let bare: Vec<&str> = bare.split_inclusive('\n').collect();
+    let is_mod = |line: &str| {
+        let line = line.trim_start();
+        let line = match line.strip_prefix("pub") {
+            Some(rest) if rest.starts_with('(') => rest.find(')').map_or(rest, |i| &rest[i + 1..]),
+            Some(rest) => rest,
+            None => line,
+        };
+        line.trim_start().starts_with("mod ")
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let gated = raw[i].trim_start().starts_with("#[cfg(test)]");
+        // The item after the attribute (other attributes may stand between).
+        let mut item = i + 1;
+        while gated && raw.get(item).is_some_and(|l| l.trim_start().starts_with("#[")) {
+            item += 1;
         }
-        at += line.len();
+        if !gated || !raw.get(item).is_some_and(|l| is_mod(l)) {
+            out.push_str(raw[i]);
+            i += 1;
+            continue;
+        }
+        let mut depth: i64 = 0;
+        let mut end = item;
+        for (j, line) in bare.iter().enumerate().skip(item) {
+            end = j;
+            depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+            if depth <= 0 && (line.contains('}') || line.trim_end().ends_with(';')) {
+                break;
+            }
+        }
+        i = end + 1;
     }
-    text
+    out
 }
 
 /// The text without comments and string literals (so that a path in a doc or a message is
@@ -150,9 +177,15 @@ fn strip(code: &str) -> String {
     out
 }
 
-/// The paths a `use` tree stands for: `crate::{a, b::{c, d}}` → `crate::a`, `crate::b::c`...
+/// The paths a `use` tree stands for: `crate::{a, b::{c, d}}` → `crate::a`, `crate::b::c`...;
+/// an alias stays after a `~` (`a::X as Y` → `a::X~Y`).
 fn expand(tree: &str) -> Vec<String> {
-    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    let tree = tree.split_whitespace().collect::<Vec<_>>().join(" ");
+    let tree: String = tree
+        .replace(" as ", "~")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
     fn go(prefix: &str, tree: &str, out: &mut Vec<String>) {
         match tree.find('{') {
             None => out.push(format!("{prefix}{tree}")),
@@ -227,6 +260,34 @@ fn used_paths(code: &str) -> Vec<String> {
     paths
 }
 
+/// The names a module re-exports (`pub use`, `pub(crate) use`) and the paths they stand for,
+/// as written there.
+fn reexports(code: &str) -> BTreeMap<String, String> {
+    let code = strip(code);
+    let mut out = BTreeMap::new();
+    let mut rest = code.as_str();
+    while let Some(at) = find_use(rest) {
+        let stmt = &rest[at.start..];
+        let end = stmt.find(';').unwrap_or(stmt.len());
+        if at.reexport {
+            for path in expand(stmt[at.keyword_len..end].trim()) {
+                let (path, name) = match path.split_once('~') {
+                    Some((path, alias)) => (path.to_string(), alias.to_string()),
+                    None => {
+                        let name = path.rsplit("::").next().unwrap_or_default().to_string();
+                        (path, name)
+                    }
+                };
+                if name != "*" && name != "self" && !name.is_empty() {
+                    out.insert(name, path);
+                }
+            }
+        }
+        rest = &stmt[(end + 1).min(stmt.len())..];
+    }
+    out
+}
+
 /// Where a `use` statement starts in `text`.
 struct UseAt {
     start: usize,
@@ -260,9 +321,11 @@ fn find_use(text: &str) -> Option<UseAt> {
     None
 }
 
-/// The module a path names, resolved against the modules that exist (the longest prefix);
-/// `super::` relative to `from`.
-fn target(path: &str, from: &str, modules: &BTreeSet<String>) -> Option<String> {
+/// The module a path names, resolved against the modules that exist (the longest prefix),
+/// and the segments after it; `super::` relative to `from`, other paths (`self::`, or a
+/// child's name) relative to `from`.
+fn locate(path: &str, from: &str, modules: &BTreeSet<String>) -> Option<(String, Vec<String>)> {
+    let path = path.split('~').next().unwrap_or(path);
     let mut segments: Vec<&str> = Vec::new();
     let mut rest = path;
     if let Some(r) = rest.strip_prefix("crate::") {
@@ -283,10 +346,50 @@ fn target(path: &str, from: &str, modules: &BTreeSet<String>) -> Option<String> 
     for n in (0..=segments.len()).rev() {
         let candidate = segments[..n].join("::");
         if modules.contains(&candidate) {
-            return Some(candidate);
+            let after = segments[n..].iter().map(|s| s.to_string()).collect();
+            return Some((candidate, after));
         }
     }
     None
+}
+
+/// The module a path names (see [`locate`]).
+#[cfg(test)]
+fn target(path: &str, from: &str, modules: &BTreeSet<String>) -> Option<String> {
+    locate(path, from, modules).map(|(module, _)| module)
+}
+
+/// The module that really holds what a path names: a name that its module only re-exports
+/// is followed to where the re-export points (so that a facade module of re-exports does not
+/// hide a dependency on one of its children).
+fn resolve(
+    path: &str,
+    from: &str,
+    modules: &BTreeSet<String>,
+    exports: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Option<String> {
+    let (mut module, mut after) = locate(path, from, modules)?;
+    // A re-export may point at another re-export; a few steps are enough (and end loops).
+    for _ in 0..8 {
+        let Some(first) = after.first() else { break };
+        let Some(to) = exports.get(&module).and_then(|e| e.get(first)) else {
+            break;
+        };
+        let to = if to.starts_with("crate::") || to.starts_with("super::") {
+            to.clone()
+        } else {
+            format!("self::{to}")
+        };
+        let Some((next, next_after)) = locate(&to, &module, modules) else {
+            break;
+        };
+        if next == module {
+            break;
+        }
+        module = next;
+        after = next_after.into_iter().chain(after.into_iter().skip(1)).collect();
+    }
+    Some(module)
 }
 
 fn read_crate(src: &Path) -> Result<Vec<Source>> {
@@ -314,7 +417,7 @@ fn read_crate(src: &Path) -> Result<Vec<Source>> {
         };
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let code = non_test(&text).to_string();
+        let code = non_test(&text);
         let longer = text.lines().take(20).find_map(|l| {
             l.trim()
                 .strip_prefix(LONGER)
@@ -334,11 +437,15 @@ fn read_crate(src: &Path) -> Result<Vec<Source>> {
 /// The import graph of one crate's modules.
 fn graph(sources: &[Source]) -> Graph {
     let modules: BTreeSet<String> = sources.iter().map(|s| s.module.clone()).collect();
+    let exports: BTreeMap<String, BTreeMap<String, String>> = sources
+        .iter()
+        .map(|s| (s.module.clone(), reexports(&s.code)))
+        .collect();
     let mut g = Graph::default();
     for s in sources {
         let entry = g.edges.entry(s.module.clone()).or_default();
         for path in used_paths(&s.code) {
-            if let Some(t) = target(&path, &s.module, &modules)
+            if let Some(t) = resolve(&path, &s.module, &modules, &exports)
                 && t != s.module
             {
                 entry.insert(t);
@@ -559,8 +666,33 @@ fn x() { crate::h::call("crate::in_a_string"); let _ = '{'; }
     }
 
     #[test]
-    fn the_test_module_at_the_end_is_not_code() {
+    fn test_modules_are_not_code_wherever_they_stand() {
         let text = "fn a() {}\n#[cfg(test)]\nmod tests {\n    use crate::x;\n}\n";
         assert_eq!(non_test(text), "fn a() {}\n");
+        let text = "#[cfg(test)]\nmod tests;\nfn a() {}\n#[cfg(test)]\n#[allow(dead_code)]\npub(crate) mod testing {\n    fn f() { let _ = \"}\"; }\n}\nfn b() {}\n";
+        assert_eq!(non_test(text), "fn a() {}\nfn b() {}\n");
+        // A test-only function is code of the file (only modules are left out).
+        let text = "#[cfg(test)]\nfn helper() {}\n";
+        assert_eq!(non_test(text), text);
+    }
+
+    #[test]
+    fn a_name_only_reexported_leads_to_the_module_that_holds_it() {
+        let modules: BTreeSet<String> = ["", "h", "h::spec", "h::error", "x"]
+            .map(String::from)
+            .into();
+        let mut exports = BTreeMap::new();
+        exports.insert(
+            "h".to_string(),
+            reexports("pub use spec::{Spec, Cause as Why};\npub use self::error::*;\n"),
+        );
+        exports.insert("".to_string(), reexports("pub use h::Spec;\n"));
+        let to = |path: &str| resolve(path, "x", &modules, &exports);
+        assert_eq!(to("crate::h::Spec::new").as_deref(), Some("h::spec"));
+        assert_eq!(to("crate::h::Why").as_deref(), Some("h::spec"));
+        assert_eq!(to("crate::Spec").as_deref(), Some("h::spec"));
+        // A glob re-export names nothing: the path stays with the module.
+        assert_eq!(to("crate::h::Error").as_deref(), Some("h"));
+        assert_eq!(to("super::h::spec::Spec").as_deref(), Some("h::spec"));
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod activities;
 pub mod causes;
+mod cycle;
 pub mod daemons;
 pub mod events;
 pub mod extract;

@@ -1,6 +1,6 @@
 //! One processing cycle of one object: detect the cause, keep the finalizer right, run every
 //! ready handler (and the sub-handlers they register), and fold all outcomes into one
-//! [`PatchPlan`].
+//! [`PatchPlan`](crate::plan::PatchPlan).
 //!
 //! Unlike Kopf's default (one handler per cycle, a PATCH per handler), all ready handlers run
 //! in the same cycle; a cycle in which they all finish writes no progress records, only the
@@ -37,6 +37,8 @@ use kopf_diff::{Diff, diff, reduce, resolve};
 use serde_json::{Value, json};
 use tower::{Layer, Service, ServiceExt};
 
+pub use crate::cycle::{CycleCall, CycleOutcome, FinalizerChange, HandlerOutcome};
+
 use crate::causes::{ChangingCause, EventKind, Reason, detect};
 use crate::events::EventSpec;
 use crate::finalizers;
@@ -44,7 +46,6 @@ use crate::handler::context::Extensions;
 use crate::handler::spec::{BoxFuture, Cause, HandlerKind, HandlerSpec};
 use crate::layers::{Attempt, FinalizerLayer, HandlerCall, Stack, retrying};
 use crate::memo::Memos;
-use crate::plan::PatchPlan;
 use crate::progress::{ProgressRecord, ProgressStorage, format_time, parse_time};
 
 /// Which of the ready handlers run in one cycle.
@@ -96,101 +97,6 @@ impl Persistence {
         }
         p
     }
-}
-
-/// How one handler ended in this cycle.
-#[derive(Debug, Clone, PartialEq)]
-pub enum HandlerOutcome {
-    /// Returned successfully.
-    Succeeded,
-    /// Returned, but some of its sub-handlers have not finished yet: called again later.
-    Waiting,
-    /// Will be retried.
-    Retrying {
-        /// The error.
-        message: String,
-    },
-    /// Failed for good.
-    Failed {
-        /// The error.
-        message: String,
-    },
-}
-
-/// What a cycle produced.
-#[derive(Debug, Clone)]
-pub struct CycleOutcome {
-    /// The detected cause.
-    pub reason: Reason,
-    /// Everything to write.
-    pub plan: PatchPlan,
-    /// Run another cycle after this long even without new events (retries).
-    pub delay: Option<Duration>,
-    /// All handlers of the cause finished (or none matched).
-    pub done: bool,
-    /// Handlers (and sub-handlers) that ran, with their outcomes.
-    pub ran: Vec<(String, HandlerOutcome)>,
-    /// Why the stored diff-base was ignored, if it was unreadable.
-    pub corrupt_diffbase: Option<String>,
-    /// The finalizer change this cycle sends, if any.
-    pub finalizer: Option<FinalizerChange>,
-    /// Events to post about the object: the handlers' own, and warnings about failures.
-    pub events: Vec<EventSpec>,
-    /// Handlers of the cause that have succeeded and failed so far (this cycle and before).
-    pub counts: (usize, usize),
-    /// Kopf's note on records of another cause that this one supersedes (they are purged).
-    pub superseded: Option<String>,
-    /// What each handler put into the object's status this cycle (its result under
-    /// `status.<id>`, and the status part of its own patch), as merge-patch fragments
-    /// `{"status": ...}`: the writer checks them against what the API server stored, and
-    /// blames the right handler when the server rejects them.
-    pub delivered: Vec<(String, Value)>,
-    /// Progress records that could not be read (each is treated as absent), as messages.
-    pub corrupt_records: Vec<String>,
-}
-
-impl CycleOutcome {
-    /// An outcome that changes nothing (yet).
-    pub fn new(reason: Reason) -> Self {
-        CycleOutcome {
-            reason,
-            plan: PatchPlan::new(),
-            delay: None,
-            done: false,
-            ran: Vec::new(),
-            corrupt_diffbase: None,
-            finalizer: None,
-            events: Vec::new(),
-            counts: (0, 0),
-            superseded: None,
-            delivered: Vec::new(),
-            corrupt_records: Vec::new(),
-        }
-    }
-}
-
-/// A change of the operator's finalizer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinalizerChange {
-    /// Added: handlers (or daemons) need it.
-    Added,
-    /// Removed: the object is released (deletion handled) or no handler needs it.
-    Removed,
-}
-
-/// One cycle of one object, as the cycle-level layers see it.
-#[derive(Debug, Clone)]
-pub struct CycleCall {
-    /// The object.
-    pub body: Value,
-    /// Its changing cause.
-    pub cause: ChangingCause,
-    /// The object's memo.
-    pub memo: Memos,
-    /// Handlers whose results the API server rejected in an earlier cycle (id → the
-    /// server's message): this cycle records that outcome as their failed attempt, by
-    /// their errors mode, instead of calling them.
-    pub rejected: Arc<HashMap<String, String>>,
 }
 
 /// Runs the changing handlers of a resource on objects, one cycle at a time.

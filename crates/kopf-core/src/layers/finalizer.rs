@@ -17,10 +17,10 @@ use serde_json::Value;
 use tower::{Layer, Service};
 
 use crate::causes::Reason;
+use crate::cycle::{CycleCall, CycleOutcome, FinalizerChange};
 use crate::finalizers;
 use crate::handler::spec::BoxFuture;
 use crate::plan::FinalizerEdit;
-use crate::processing::{CycleCall, CycleOutcome, FinalizerChange};
 
 /// Whether an object needs the finalizer (its handlers' "prematch").
 pub type RequiresFinalizer = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
