@@ -9,8 +9,12 @@
 //! * **No source file over 800 lines of non-test code**, unless its first lines say why with
 //!   a comment `// layout: <why this file is longer>` (listed in the report).
 //!
-//! Every crate of the workspace is read (its `src/`); the report lists the circles and the
-//! long files, and the command fails if there is any of either.
+//! * **ARCHITECTURE.md names only what exists**: every module path it names
+//!   (`kopf_core::layers::finalizer`, `apiserver::http`; a last segment may be an item of the
+//!   module) and every source file (`kopf-core/src/extract.rs`).
+//!
+//! Every crate of the workspace is read (its `src/`); the report lists the circles, the long
+//! files and the missing names, and the command fails if there is any.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -87,7 +91,11 @@ fn non_test(text: &str) -> String {
         let gated = raw[i].trim_start().starts_with("#[cfg(test)]");
         // The item after the attribute (other attributes may stand between).
         let mut item = i + 1;
-        while gated && raw.get(item).is_some_and(|l| l.trim_start().starts_with("#[")) {
+        while gated
+            && raw
+                .get(item)
+                .is_some_and(|l| l.trim_start().starts_with("#["))
+        {
             item += 1;
         }
         if !gated || !raw.get(item).is_some_and(|l| is_mod(l)) {
@@ -387,7 +395,10 @@ fn resolve(
             break;
         }
         module = next;
-        after = next_after.into_iter().chain(after.into_iter().skip(1)).collect();
+        after = next_after
+            .into_iter()
+            .chain(after.into_iter().skip(1))
+            .collect();
     }
     Some(module)
 }
@@ -542,6 +553,91 @@ fn crates(root: &Path) -> Result<Vec<(String, PathBuf)>> {
     Ok(out)
 }
 
+/// The module paths (`kopf_core::layers::finalizer`, `apiserver::http::routing`, with an
+/// item at the end or not) and source files (`kopf-core/src/extract.rs`) a text names.
+fn named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let word = |c: char| {
+        c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '/' || c == '.' || c == '-'
+    };
+    for token in text.split(|c: char| !word(c)) {
+        let token = token.trim_end_matches([':', '.', '/']);
+        let path =
+            token.starts_with("kopf") && token.contains("::") || token.starts_with("apiserver::");
+        let file = token.ends_with(".rs") && token.contains('/');
+        if path || file {
+            out.insert(token.to_string());
+        }
+    }
+    out
+}
+
+/// What a text names that the code does not have: a module path whose modules do not exist
+/// (the last segment may be an item of the last module: it must be defined or re-exported
+/// there), or a source file that no crate has.
+fn missing_names(text: &str, crates: &BTreeMap<String, Vec<Source>>, root: &Path) -> Vec<String> {
+    let mut missing = Vec::new();
+    for name in named(text) {
+        let found = if name.ends_with(".rs") {
+            let candidates = [root.join(&name), root.join("crates").join(&name)];
+            candidates.iter().any(|p| p.is_file())
+                || crates
+                    .values()
+                    .flatten()
+                    .any(|s| s.path.to_string_lossy().ends_with(&format!("/{name}")))
+        } else {
+            let (krate, path) = match name.split_once("::") {
+                Some(("apiserver", _)) => ("kopf_testing", name.as_str()),
+                Some((krate, path)) => (krate, path),
+                None => continue,
+            };
+            crates
+                .get(krate)
+                .is_some_and(|sources| path_exists(path, sources))
+        };
+        if !found {
+            missing.push(name);
+        }
+    }
+    missing
+}
+
+/// Whether `a::b::c` is a module of the crate, or the segments after its longest module
+/// prefix are defined there (items, inline modules and their items, re-exports).
+fn path_exists(path: &str, sources: &[Source]) -> bool {
+    let segments: Vec<&str> = path.split("::").collect();
+    for n in (0..=segments.len()).rev() {
+        let prefix = segments[..n].join("::");
+        if let Some(source) = sources.iter().find(|s| s.module == prefix) {
+            return segments[n..].iter().all(|seg| defines(&source.code, seg));
+        }
+    }
+    false
+}
+
+/// Whether code defines or re-exports a name.
+fn defines(code: &str, name: &str) -> bool {
+    let kinds = [
+        "fn",
+        "struct",
+        "enum",
+        "trait",
+        "type",
+        "const",
+        "static",
+        "mod",
+        "macro_rules!",
+    ];
+    kinds.iter().any(|k| {
+        code.contains(&format!("{k} {name}("))
+            || code.contains(&format!("{k} {name} "))
+            || code.contains(&format!("{k} {name}<"))
+            || code.contains(&format!("{k} {name};"))
+            || code.contains(&format!("{k} {name}:"))
+    }) || reexports(code).contains_key(name)
+        || code.contains(&format!("fn {name}<"))
+}
+
 pub fn run() -> Result<()> {
     let meta = crate::cargo::metadata()?;
     let root = PathBuf::from(
@@ -550,6 +646,7 @@ pub fn run() -> Result<()> {
             .context("no workspace_root")?,
     );
     let mut failures = 0;
+    let mut all: BTreeMap<String, Vec<Source>> = BTreeMap::new();
     for (name, src) in crates(&root)? {
         let sources = read_crate(&src)?;
         let g = graph(&sources);
@@ -583,11 +680,28 @@ pub fn run() -> Result<()> {
                 }
             }
         }
+        all.insert(name.replace('-', "_"), sources);
+    }
+    let doc = root.join("ARCHITECTURE.md");
+    let text =
+        std::fs::read_to_string(&doc).with_context(|| format!("reading {}", doc.display()))?;
+    let missing = missing_names(&text, &all, &root);
+    println!(
+        "ARCHITECTURE.md: {} module path(s) and file(s) named, {} missing",
+        named(&text).len(),
+        missing.len()
+    );
+    for m in &missing {
+        failures += 1;
+        println!("  MISSING: ARCHITECTURE.md names `{m}`, which is not in the code (keep it true)");
     }
     if failures > 0 {
         bail!("{failures} layout problem(s)");
     }
-    println!("layout: no circles, no file over {MAX_LINES} lines without a reason");
+    println!(
+        "layout: no circles, no file over {MAX_LINES} lines without a reason, every module \
+         ARCHITECTURE.md names exists"
+    );
     Ok(())
 }
 
@@ -694,5 +808,39 @@ fn x() { crate::h::call("crate::in_a_string"); let _ = '{'; }
         // A glob re-export names nothing: the path stays with the module.
         assert_eq!(to("crate::h::Error").as_deref(), Some("h"));
         assert_eq!(to("super::h::spec::Spec").as_deref(), Some("h::spec"));
+    }
+
+    #[test]
+    fn the_architecture_names_only_what_exists() {
+        let source = |module: &str, code: &str| Source {
+            module: module.into(),
+            path: PathBuf::from(format!("/r/crates/k/src/{module}.rs")),
+            code: code.into(),
+            lines: 0,
+            longer: None,
+        };
+        let mut crates = BTreeMap::new();
+        crates.insert(
+            "kopf_core".to_string(),
+            vec![
+                source(
+                    "",
+                    "pub mod causes;\npub mod on {\n    pub use m::create;\n}\n",
+                ),
+                source("causes", "pub fn detect(x: u8) {}\npub struct Reason;\n"),
+            ],
+        );
+        let text = "The `kopf_core::causes::detect` of kopf_core::causes, kopf_core::on::create; \
+                    kopf_core::gone, kopf_core::causes::Missing, kopf_watch::engine and \
+                    crates/k/src/causes.rs, k/src/nowhere.rs.";
+        assert_eq!(
+            missing_names(text, &crates, Path::new("/nonexistent")),
+            vec![
+                "k/src/nowhere.rs",
+                "kopf_core::causes::Missing",
+                "kopf_core::gone",
+                "kopf_watch::engine"
+            ]
+        );
     }
 }

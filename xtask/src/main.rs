@@ -10,7 +10,8 @@
 //! writes, then invariants checked on what it leaves behind (see `chaos.rs`).
 //!
 //! `cargo xtask layout` checks the house rules: no import circle between a crate's modules,
-//! no source file over 800 lines of non-test code (see `layout.rs`).
+//! no source file over 800 lines of non-test code, no module named in ARCHITECTURE.md that
+//! the code lacks (see `layout.rs`).
 //!
 //! `cargo xtask coverage [--html] [--no-install]` runs the README's test command instrumented
 //! (cargo-llvm-cov, installed if missing) and prints line coverage per crate (see
