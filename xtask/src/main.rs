@@ -85,7 +85,8 @@ enum Cmd {
     Coverage(coverage::CoverageArgs),
     /// The house rules of the source tree: no import circle between the modules of a crate,
     /// no source file over 800 lines of non-test code (unless it says why with a
-    /// `// layout: ...` comment). Exits non-zero on any problem.
+    /// `// layout: ...` comment), every module and file ARCHITECTURE.md names exists. Exits
+    /// non-zero on any problem.
     Layout,
 }
 
