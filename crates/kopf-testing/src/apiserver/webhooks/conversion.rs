@@ -15,7 +15,7 @@
 //!   is restored from the original, as kube-apiserver does. A failure answers the client
 //!   with a 500 `conversion webhook for <group>/<version>, Kind=<Kind> failed: <why>`.
 //!
-//! The calls go through [`webhook`](crate::webhook) (HTTPS, `caBundle`, services mapped by
+//! The calls go through [`client`](super::client) (HTTPS, `caBundle`, services mapped by
 //! the server settings), with kube-apiserver's 30 s timeout.
 
 use std::sync::Arc;
@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::catalog::ResourceDef;
-use crate::error::{ApiError, ApiResult, Cause, cause};
-use crate::server::{Shared, lock};
-use crate::state::State;
-use crate::webhook::{self, WebhookCall, WebhookOutcome};
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::error::{ApiError, ApiResult, Cause, cause};
+use crate::apiserver::http::{Shared, lock};
+use crate::apiserver::semantics::State;
+use crate::apiserver::webhooks::client::{self, WebhookCall, WebhookOutcome};
 
 /// The timeout kube-apiserver gives conversion webhooks.
 const CONVERSION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -279,7 +279,7 @@ async fn exchange(
     }
     let client_config = webhook.get("clientConfig").cloned().unwrap_or(Value::Null);
     let services = lock(&shared.settings).webhook_services.clone();
-    let answer = webhook::post_json(
+    let answer = client::post_json(
         &shared.webhooks,
         &services,
         &client_config,
@@ -421,10 +421,12 @@ pub(crate) fn validate_crd_conversion(crd: &Value) -> Vec<Cause> {
                         "spec.conversion.webhook.clientConfig",
                         "Required value: required when strategy is set to Webhook",
                     )),
-                    Some(cc) => causes.extend(crate::admission::validate_client_config(
-                        cc,
-                        "spec.conversion.webhook.clientConfig",
-                    )),
+                    Some(cc) => causes.extend(
+                        crate::apiserver::webhooks::admission::validate_client_config(
+                            cc,
+                            "spec.conversion.webhook.clientConfig",
+                        ),
+                    ),
                 }
                 let versions: Vec<&str> = w
                     .get("conversionReviewVersions")

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha512};
 
-use crate::catalog::{ResourceDef, version_priority};
+use crate::apiserver::catalog::{ResourceDef, version_priority};
 
 /// Groups with their versions in preference order.
 pub fn groups(defs: &[&ResourceDef]) -> Vec<(String, Vec<String>)> {
@@ -408,7 +408,7 @@ pub fn openapi_index(defs: &[&ResourceDef], k8s_version: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::builtins;
+    use crate::apiserver::catalog::builtins;
 
     #[test]
     fn core_resource_list_has_subresources() {

@@ -4,18 +4,19 @@
 //! Everything here is synchronous and runs under one lock, which keeps resourceVersions,
 //! history and watch fan-out strictly ordered.
 
+pub mod events;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::catalog::{self, ResourceDef};
-use crate::error::{ApiError, ApiResult, cause};
-use crate::events;
-use crate::managed;
-use crate::patch::{self, PatchError};
-use crate::schema;
-use crate::store::{ObjKey, ResKey, Store, object_rv};
+use crate::apiserver::catalog::{self, ResourceDef};
+use crate::apiserver::error::{ApiError, ApiResult, cause};
+use crate::apiserver::managed_fields;
+use crate::apiserver::patch::{self, PatchError};
+use crate::apiserver::schema;
+use crate::apiserver::storage::{ObjKey, ResKey, Store, object_rv};
 
 /// The finalizer apiextensions puts on CRDs while their objects are removed.
 pub const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
@@ -563,19 +564,19 @@ impl State {
         if !validate {
             return Ok(obj);
         }
-        let manager = managed::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
+        let manager = managed_fields::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
         }
         if opts.apply {
             let applied = obj.clone();
             if let Ok(with_fields) =
-                managed::apply(&obj, &applied, def, &manager, true, None, &now())
+                managed_fields::apply(&obj, &applied, def, &manager, true, None, &now())
             {
                 obj = with_fields;
             }
         } else {
-            managed::record_update(None, &mut obj, def, &manager, None, &now());
+            managed_fields::record_update(None, &mut obj, def, &manager, None, &now());
         }
         let res = Self::res_key(def);
         let key = Self::key_of(def, namespace, &name);
@@ -762,9 +763,11 @@ impl State {
                 "validatingwebhookconfigurations" | "mutatingwebhookconfigurations",
             ) => {
                 let mutating = def.plural == "mutatingwebhookconfigurations";
-                crate::admission::default_configuration(obj, mutating);
+                crate::apiserver::webhooks::admission::default_configuration(obj, mutating);
                 if validate {
-                    crate::admission::validate_configuration(obj, &def.kind, mutating)?;
+                    crate::apiserver::webhooks::admission::validate_configuration(
+                        obj, &def.kind, mutating,
+                    )?;
                 }
             }
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
@@ -966,7 +969,15 @@ impl State {
                 }
                 let manager = opts.field_manager.clone().unwrap_or_default();
                 let force = opts.force.unwrap_or(false);
-                match managed::apply(current, &applied, def, &manager, force, subresource, &now()) {
+                match managed_fields::apply(
+                    current,
+                    &applied,
+                    def,
+                    &manager,
+                    force,
+                    subresource,
+                    &now(),
+                ) {
                     Ok(merged) => Ok(merged),
                     Err(conflicts) => {
                         let causes: Vec<Value> = conflicts
@@ -981,7 +992,7 @@ impl State {
                         return Err(ApiError::new(
                             409,
                             "Conflict",
-                            managed::conflict_message(&conflicts),
+                            managed_fields::conflict_message(&conflicts),
                         )
                         .with_details(details));
                     }
@@ -1171,8 +1182,15 @@ impl State {
             }
             None => {
                 let manager =
-                    managed::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
-                managed::record_update(Some(old), &mut new, def, &manager, subresource, &now());
+                    managed_fields::manager_name(opts.field_manager.as_deref(), &opts.user_agent);
+                managed_fields::record_update(
+                    Some(old),
+                    &mut new,
+                    def,
+                    &manager,
+                    subresource,
+                    &now(),
+                );
             }
         }
         if def.generation
@@ -1944,7 +1962,7 @@ fn validate_crd(crd: &Value) -> ApiResult<()> {
             "Invalid value: null: must have exactly one version marked as storage version",
         )),
     }
-    causes.extend(crate::conversion::validate_crd_conversion(crd));
+    causes.extend(crate::apiserver::webhooks::conversion::validate_crd_conversion(crd));
     if causes.is_empty() {
         Ok(())
     } else {

@@ -51,14 +51,16 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use crate::catalog::ResourceDef;
-use crate::conversion::{self, CrdConversion};
-use crate::error::{ApiError, Cause, cause};
-use crate::schema;
-use crate::selectors::LabelSelector;
-use crate::server::{Shared, lock};
-use crate::state::{DeleteOptions, PatchTarget, PatchType, State, WriteOptions, Written, rv_of};
-use crate::webhook::{self, WebhookCall, WebhookOutcome};
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::error::{ApiError, Cause, cause};
+use crate::apiserver::http::{Shared, lock};
+use crate::apiserver::schema;
+use crate::apiserver::selectors::LabelSelector;
+use crate::apiserver::semantics::{
+    DeleteOptions, PatchTarget, PatchType, State, WriteOptions, Written, rv_of,
+};
+use crate::apiserver::webhooks::client::{self, WebhookCall, WebhookOutcome};
+use crate::apiserver::webhooks::conversion::{self, CrdConversion};
 
 const GROUP: &str = "admissionregistration.k8s.io";
 /// How often a write starts over when the object changed while webhooks were called.
@@ -648,7 +650,7 @@ impl<'a> Admission<'a> {
             ))
         } else {
             let services = lock(&self.shared.settings).webhook_services.clone();
-            match webhook::post_json(
+            match client::post_json(
                 &self.shared.webhooks,
                 &services,
                 &w.client_config,
@@ -758,7 +760,7 @@ impl<'a> Admission<'a> {
                     } else {
                         obj
                     };
-                    let patched = crate::patch::apply_json_patch(&in_target, &patch)
+                    let patched = crate::apiserver::patch::apply_json_patch(&in_target, &patch)
                         .map_err(|e| self.reject(ApiError::internal(e.to_string())))?;
                     let mut back = if hook.target.version != self.def.version {
                         self.convert(patched, &self.def.version)
@@ -1578,7 +1580,7 @@ mod tests {
     use super::*;
 
     fn def(group: &str, version: &str, plural: &str, namespaced: bool) -> ResourceDef {
-        crate::catalog::builtins()
+        crate::apiserver::catalog::builtins()
             .into_iter()
             .next()
             .map(|mut d| {

@@ -12,20 +12,20 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::admission::{self, Edit, Rejected};
-use crate::catalog::ResourceDef;
-use crate::control::{
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::control::{
     CONTROL_PREFIX, CounterKey, Counters, FaultRule, Faults, LatencyRule, RequestRecord,
     RequestTarget,
 };
-use crate::conversion::{self, CrdConversion};
-use crate::discovery;
-use crate::error::{ApiError, ApiResult};
-use crate::selectors::{FieldSelector, LabelSelector, field_value};
-use crate::state::{DeleteOptions, PatchType, State, StateConfig, WriteOptions};
-use crate::store::{Change, ChangeType};
-use crate::table;
-use crate::webhook::{ServiceRef, WebhookRuntime};
+use crate::apiserver::discovery;
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::selectors::{FieldSelector, LabelSelector, field_value};
+use crate::apiserver::semantics::{DeleteOptions, PatchType, State, StateConfig, WriteOptions};
+use crate::apiserver::storage::{Change, ChangeType};
+use crate::apiserver::tables;
+use crate::apiserver::webhooks::admission::{self, Edit, Rejected};
+use crate::apiserver::webhooks::client::{ServiceRef, WebhookRuntime};
+use crate::apiserver::webhooks::conversion::{self, CrdConversion};
 
 /// The version reported by `/version`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -463,7 +463,9 @@ fn rejected_response(r: &Rejected) -> Response<Body> {
     resp
 }
 
-fn written_response(result: Result<crate::state::Written, Rejected>) -> Response<Body> {
+fn written_response(
+    result: Result<crate::apiserver::semantics::Written, Rejected>,
+) -> Response<Body> {
     match result {
         Ok(w) => json_response(w.code, &w.body, &w.warnings),
         Err(r) => rejected_response(&r),
@@ -775,7 +777,7 @@ fn decode_body(content_type: &str, body: &Bytes, allow_patch: bool) -> ApiResult
     let base = content_type.split(';').next().unwrap_or("").trim();
     match base {
         "" | "application/json" | "*/*" => {}
-        crate::protobuf::MEDIA_TYPE => return crate::protobuf::decode(body),
+        crate::apiserver::protobuf::MEDIA_TYPE => return crate::apiserver::protobuf::decode(body),
         "application/yaml" => {
             let text = std::str::from_utf8(body)
                 .map_err(|_| ApiError::bad_request("the YAML body is not UTF-8 text"))?;
@@ -1007,7 +1009,7 @@ async fn serve_resource(
                 .unwrap_or(Value::Null);
             if let Some(include) = table_request(headers, query) {
                 let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
-                let t = table::table(&def, def.printer_columns.as_ref(), &[obj], meta, include);
+                let t = tables::table(&def, def.printer_columns.as_ref(), &[obj], meta, include);
                 return Ok(json_response(200, &t, &[]));
             }
             Ok(json_response(200, &obj, &[]))
@@ -1119,8 +1121,8 @@ fn serve_scale(
                 ApiError::unsupported_media_type(&["application/merge-patch+json"])
             })?;
             let r = match pt {
-                PatchType::Json => crate::patch::apply_json_patch(&current, body),
-                _ => crate::patch::apply_merge_patch(&current, body),
+                PatchType::Json => crate::apiserver::patch::apply_json_patch(&current, body),
+                _ => crate::apiserver::patch::apply_merge_patch(&current, body),
             };
             r.map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
         }
@@ -1175,9 +1177,9 @@ fn serve_scale(
 }
 
 /// The Table options when the client asked for a Table.
-fn table_request(headers: &HeaderMap, query: &Query) -> Option<table::IncludeObject> {
-    table::wants_table(&header_str(headers, header::ACCEPT))
-        .then(|| table::IncludeObject::parse(query.get("includeObject")))
+fn table_request(headers: &HeaderMap, query: &Query) -> Option<tables::IncludeObject> {
+    tables::wants_table(&header_str(headers, header::ACCEPT))
+        .then(|| tables::IncludeObject::parse(query.get("includeObject")))
 }
 
 async fn list(
@@ -1185,7 +1187,7 @@ async fn list(
     def: &ResourceDef,
     ns: Option<&str>,
     query: &Query,
-    as_table: Option<table::IncludeObject>,
+    as_table: Option<tables::IncludeObject>,
 ) -> ApiResult<Response<Body>> {
     let sel = Selectors::parse(def, query)?;
     let limit: Option<usize> = match query.get("limit") {
@@ -1203,7 +1205,7 @@ async fn list(
             "meta.k8s.io",
             "ListOptions",
             "",
-            vec![crate::error::cause(
+            vec![crate::apiserver::error::cause(
                 "FieldValueForbidden",
                 "resourceVersionMatch",
                 "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
@@ -1290,7 +1292,7 @@ async fn list(
         .map(|o| list_item(def, o))
         .collect();
     if let Some(include) = as_table {
-        let t = table::table(def, def.printer_columns.as_ref(), &items, metadata, include);
+        let t = tables::table(def, def.printer_columns.as_ref(), &items, metadata, include);
         return Ok(json_response(200, &t, &[]));
     }
     Ok(json_response(
@@ -1323,7 +1325,7 @@ struct WatchSpec {
     namespace: Option<String>,
     selectors: Selectors,
     bookmarks: bool,
-    as_table: Option<table::IncludeObject>,
+    as_table: Option<tables::IncludeObject>,
     /// The CRD's conversion when it is by webhook.
     conversion: Option<CrdConversion>,
 }
@@ -1396,7 +1398,7 @@ impl WatchSpec {
             None => o,
             Some(include) => {
                 let meta = json!({"resourceVersion": o.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
-                table::table(
+                tables::table(
                     &self.def,
                     self.def.printer_columns.as_ref(),
                     &[o],
@@ -1428,7 +1430,7 @@ fn watch(
     ns: Option<&str>,
     name: Option<&str>,
     query: &Query,
-    as_table: Option<table::IncludeObject>,
+    as_table: Option<tables::IncludeObject>,
 ) -> ApiResult<Response<Body>> {
     let mut selectors = Selectors::parse(def, query)?;
     if let Some(name) = name {
@@ -1447,7 +1449,7 @@ fn watch(
             "meta.k8s.io",
             "ListOptions",
             "",
-            vec![crate::error::cause(
+            vec![crate::apiserver::error::cause(
                 "FieldValueForbidden",
                 "sendInitialEvents",
                 "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
@@ -1459,7 +1461,7 @@ fn watch(
             "meta.k8s.io",
             "ListOptions",
             "",
-            vec![crate::error::cause(
+            vec![crate::apiserver::error::cause(
                 "FieldValueForbidden",
                 "resourceVersionMatch",
                 "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
