@@ -84,8 +84,9 @@ pub use apiserver::webhooks::{ServiceRef, WebhookCall, WebhookOutcome};
 pub use e2e::cluster::{Cluster, ClusterBuilder, ClusterError, ClusterKind};
 pub use e2e::runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
 
-use apiserver::http::{Shared, lock};
+use apiserver::http::Shared;
 use apiserver::semantics::{PatchType, WriteOptions};
+use apiserver::sync::lock;
 
 /// Errors of the fake API server's Rust API.
 #[derive(Debug, thiserror::Error)]

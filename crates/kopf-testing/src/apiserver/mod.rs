@@ -17,5 +17,6 @@ pub mod schema;
 pub mod selectors;
 pub mod semantics;
 pub mod storage;
+pub(crate) mod sync;
 pub mod tables;
 pub mod webhooks;

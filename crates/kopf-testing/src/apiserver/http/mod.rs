@@ -1,10 +1,9 @@
 //! The HTTP front of the fake API server: routing, content negotiation, the verbs,
 //! watch streams, the control endpoints, the request log and fault injection.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
@@ -21,170 +20,18 @@ use crate::apiserver::discovery;
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::selectors::{FieldSelector, LabelSelector, field_value};
 use crate::apiserver::semantics::{DeleteOptions, PatchType, State, StateConfig, WriteOptions};
+use crate::apiserver::sync::lock;
+
+mod shared;
+
+pub use crate::apiserver::control::OpenWatch;
 use crate::apiserver::storage::{Change, ChangeType};
 use crate::apiserver::tables;
 use crate::apiserver::webhooks::admission::{self, Edit, Rejected};
-use crate::apiserver::webhooks::client::{ServiceRef, WebhookRuntime};
+use crate::apiserver::webhooks::client::ServiceRef;
 use crate::apiserver::webhooks::conversion::{self, CrdConversion};
-
-/// The version reported by `/version`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VersionInfo {
-    /// Major version, `"1"`.
-    pub major: String,
-    /// Minor version; selects the kubectl the dispatcher runs.
-    pub minor: String,
-    /// Full version, `v1.31.0`.
-    pub git_version: String,
-}
-
-impl Default for VersionInfo {
-    /// 1.31: its kubectl talks JSON for every command (1.32+ sends protobuf for typed creates).
-    fn default() -> Self {
-        VersionInfo {
-            major: "1".into(),
-            minor: "31".into(),
-            git_version: "v1.31.0".into(),
-        }
-    }
-}
-
-/// Run-time settings of the server.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// The reported version.
-    pub version: VersionInfo,
-    /// How many changes the history retains (older resourceVersions get 410).
-    pub history_limit: usize,
-    /// Interval between watch bookmarks (when a client asks for them).
-    pub bookmark_interval: Duration,
-    /// Watch duration when the client gives no `timeoutSeconds`; None = random 30–60 minutes.
-    pub default_watch_timeout: Option<Duration>,
-    /// Delay between CRD creation and `Established`.
-    pub crd_establish_delay: Duration,
-    /// Answer the aggregated-discovery Accept with aggregated documents (else legacy).
-    pub aggregated_discovery: bool,
-    /// The longest a deleted, scheduled Pod stays Terminating before the simulated kubelet
-    /// confirms (the Pod's grace period, capped by this).
-    pub pod_termination_cap: Duration,
-    /// Where webhooks given as `clientConfig.service` are reached (`host:port`): the fake
-    /// has no service network. Calls to unmapped services fail as unreachable.
-    pub webhook_services: BTreeMap<ServiceRef, String>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            version: VersionInfo::default(),
-            history_limit: 100_000,
-            bookmark_interval: Duration::from_secs(60),
-            default_watch_timeout: None,
-            crd_establish_delay: Duration::ZERO,
-            aggregated_discovery: true,
-            pod_termination_cap: Duration::from_secs(1),
-            webhook_services: BTreeMap::new(),
-        }
-    }
-}
-
-/// A watch stream that is currently open (for introspection).
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OpenWatch {
-    /// Watch id.
-    pub id: u64,
-    /// group/version/plural.
-    pub resource: String,
-    /// Namespace, empty for all.
-    pub namespace: String,
-    /// The label selector.
-    pub label_selector: String,
-    /// The field selector.
-    pub field_selector: String,
-    /// The start resourceVersion as requested.
-    pub resource_version: String,
-}
-
-#[derive(Default)]
-pub(crate) struct Introspection {
-    pub log: Vec<RequestRecord>,
-    pub counters: Counters,
-    pub seq: u64,
-    pub watches: Vec<OpenWatch>,
-    pub watch_seq: u64,
-}
-
-/// Everything the request handlers share.
-pub(crate) struct Shared {
-    pub state: Mutex<State>,
-    pub settings: Mutex<Settings>,
-    pub intro: Mutex<Introspection>,
-    pub faults: Mutex<Faults>,
-    /// Closes watch streams: Some(resource plural) or None for all.
-    pub close_tx: broadcast::Sender<Option<String>>,
-    pub started: Instant,
-    pub address: Mutex<String>,
-    /// The webhook client: TLS configurations and the call log.
-    pub webhooks: WebhookRuntime,
-}
-
-/// Locks a mutex, recovering from poisoning (a panicking handler must not wedge the server).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    pub fn new(settings: Settings) -> Arc<Self> {
-        let state = State::new(
-            settings.history_limit,
-            StateConfig {
-                establish_immediately: settings.crd_establish_delay.is_zero(),
-                pod_termination_cap: settings.pod_termination_cap,
-            },
-        );
-        let (close_tx, _) = broadcast::channel(64);
-        Arc::new(Shared {
-            state: Mutex::new(state),
-            settings: Mutex::new(settings),
-            intro: Mutex::new(Introspection::default()),
-            faults: Mutex::new(Faults::default()),
-            close_tx,
-            started: Instant::now(),
-            address: Mutex::new(String::new()),
-            webhooks: WebhookRuntime::default(),
-        })
-    }
-
-    /// Starts the delayed work a request left: CRD establishment, Pod termination.
-    pub fn schedule_establish(self: &Arc<Self>) {
-        let (pending, reap) = {
-            let mut state = lock(&self.state);
-            (
-                std::mem::take(&mut state.to_establish),
-                std::mem::take(&mut state.to_reap),
-            )
-        };
-        for (res, key, wait) in reap {
-            let shared = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                lock(&shared.state).reap(&res, &key);
-            });
-        }
-        if pending.is_empty() {
-            return;
-        }
-        let delay = lock(&self.settings).crd_establish_delay;
-        for name in pending {
-            let shared = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                lock(&shared.state).establish_crd(&name);
-            });
-        }
-    }
-}
+pub(crate) use shared::Shared;
+pub use shared::{Settings, VersionInfo};
 
 // ---------------------------------------------------------------------------------------------
 // Request parsing
@@ -1002,7 +849,7 @@ async fn serve_resource(
                 };
                 (raw, conv)
             };
-            let obj = conversion::present_all(shared, conv.as_ref(), &def, vec![raw])
+            let obj = conversion::present_all(&**shared, conv.as_ref(), &def, vec![raw])
                 .await?
                 .into_iter()
                 .next()
@@ -1030,7 +877,7 @@ async fn serve_resource(
             let obj = decode_body(&content_type, body, false)?;
             let opts = write_options(query, headers)?;
             Ok(written_response(
-                admission::create(shared, &def, ns, obj, &opts).await,
+                admission::create(&**shared, &def, ns, obj, &opts).await,
             ))
         }
         "update" => {
@@ -1040,7 +887,7 @@ async fn serve_resource(
             let obj = decode_body(&content_type, body, false)?;
             let opts = write_options(query, headers)?;
             Ok(written_response(
-                admission::update(shared, &def, ns, &name, sub, Edit::Put(obj), &opts).await,
+                admission::update(&**shared, &def, ns, &name, sub, Edit::Put(obj), &opts).await,
             ))
         }
         "patch" => {
@@ -1057,20 +904,29 @@ async fn serve_resource(
             }
             let opts = write_options(query, headers)?;
             Ok(written_response(
-                admission::update(shared, &def, ns, &name, sub, Edit::Patch(pt, body), &opts).await,
+                admission::update(
+                    &**shared,
+                    &def,
+                    ns,
+                    &name,
+                    sub,
+                    Edit::Patch(pt, body),
+                    &opts,
+                )
+                .await,
             ))
         }
         "delete" => {
             let opts = delete_options(query, body)?;
             Ok(written_response(
-                admission::delete(shared, &def, ns, &name, &opts).await,
+                admission::delete(&**shared, &def, ns, &name, &opts).await,
             ))
         }
         "deletecollection" => {
             let sel = Selectors::parse(&def, query)?;
             let opts = delete_options(query, body)?;
             let matching = |o: &Value| sel.matches(o);
-            match admission::delete_collection(shared, &def, ns, &matching, &opts).await {
+            match admission::delete_collection(&**shared, &def, ns, &matching, &opts).await {
                 Ok((list, warnings)) => Ok(json_response(200, &list, &warnings)),
                 Err(r) => Ok(rejected_response(&r)),
             }
@@ -1286,7 +1142,7 @@ async fn list(
         }
     }
     let raws: Vec<Arc<Value>> = out.into_iter().map(|(_, o)| o).collect();
-    let items: Vec<Value> = conversion::present_all(shared, conv.as_ref(), def, raws)
+    let items: Vec<Value> = conversion::present_all(&**shared, conv.as_ref(), def, raws)
         .await?
         .into_iter()
         .map(|o| list_item(def, o))
@@ -1376,7 +1232,7 @@ impl WatchSpec {
             })
             .collect();
         let mut presented =
-            conversion::present_all(shared, self.conversion.as_ref(), &self.def, raws)
+            conversion::present_all(&**shared, self.conversion.as_ref(), &self.def, raws)
                 .await?
                 .into_iter();
         let mut out = Vec::with_capacity(pending.len());

@@ -5,6 +5,7 @@
 //! history and watch fan-out strictly ordered.
 
 pub mod events;
+pub(crate) mod webhook_configs;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::apiserver::catalog::{self, ResourceDef};
-use crate::apiserver::error::{ApiError, ApiResult, cause};
+use crate::apiserver::error::{ApiError, ApiResult, Cause, cause};
 use crate::apiserver::managed_fields;
 use crate::apiserver::patch::{self, PatchError};
 use crate::apiserver::schema;
@@ -763,11 +764,9 @@ impl State {
                 "validatingwebhookconfigurations" | "mutatingwebhookconfigurations",
             ) => {
                 let mutating = def.plural == "mutatingwebhookconfigurations";
-                crate::apiserver::webhooks::admission::default_configuration(obj, mutating);
+                webhook_configs::default_configuration(obj, mutating);
                 if validate {
-                    crate::apiserver::webhooks::admission::validate_configuration(
-                        obj, &def.kind, mutating,
-                    )?;
+                    webhook_configs::validate_configuration(obj, &def.kind, mutating)?;
                 }
             }
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
@@ -1962,7 +1961,7 @@ fn validate_crd(crd: &Value) -> ApiResult<()> {
             "Invalid value: null: must have exactly one version marked as storage version",
         )),
     }
-    causes.extend(crate::apiserver::webhooks::conversion::validate_crd_conversion(crd));
+    causes.extend(validate_crd_conversion(crd));
     if causes.is_empty() {
         Ok(())
     } else {
@@ -2017,4 +2016,106 @@ impl State {
 /// Reads `metadata.resourceVersion` of a stored object.
 pub fn rv_of(obj: &Value) -> u64 {
     object_rv(obj).unwrap_or(0)
+}
+
+/// Validates `spec.conversion` of a CRD.
+pub(crate) fn validate_crd_conversion(crd: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let Some(conversion) = crd.pointer("/spec/conversion").filter(|c| !c.is_null()) else {
+        return causes;
+    };
+    let strategy = conversion
+        .get("strategy")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let webhook = conversion.get("webhook").filter(|w| !w.is_null());
+    match strategy {
+        "None" => {
+            if webhook.is_some() {
+                causes.push(cause(
+                    "FieldValueForbidden",
+                    "spec.conversion.webhook",
+                    "Forbidden: should not be set when strategy is not set to Webhook",
+                ));
+            }
+        }
+        "Webhook" => match webhook {
+            None => causes.push(cause(
+                "FieldValueRequired",
+                "spec.conversion.webhook",
+                "Required value: required when strategy is set to Webhook",
+            )),
+            Some(w) => {
+                match w.get("clientConfig").filter(|c| !c.is_null()) {
+                    None => causes.push(cause(
+                        "FieldValueRequired",
+                        "spec.conversion.webhook.clientConfig",
+                        "Required value: required when strategy is set to Webhook",
+                    )),
+                    Some(cc) => causes.extend(webhook_configs::validate_client_config(
+                        cc,
+                        "spec.conversion.webhook.clientConfig",
+                    )),
+                }
+                let versions: Vec<&str> = w
+                    .get("conversionReviewVersions")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                if versions.is_empty() {
+                    causes.push(cause(
+                        "FieldValueRequired",
+                        "spec.conversion.webhook.conversionReviewVersions",
+                        "Required value: must include at least one of v1, v1beta1",
+                    ));
+                } else if !versions.iter().any(|v| *v == "v1" || *v == "v1beta1") {
+                    causes.push(cause(
+                        "FieldValueInvalid",
+                        "spec.conversion.webhook.conversionReviewVersions",
+                        format!(
+                            "Invalid value: []string{{{}}}: must include at least one of v1, v1beta1",
+                            versions
+                                .iter()
+                                .map(|v| format!("{v:?}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+        },
+        "" => causes.push(cause(
+            "FieldValueRequired",
+            "spec.conversion.strategy",
+            "Required value",
+        )),
+        other => causes.push(cause(
+            "FieldValueNotSupported",
+            "spec.conversion.strategy",
+            format!("Unsupported value: \"{other}\": supported values: \"None\", \"Webhook\""),
+        )),
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates_strategies() {
+        let crd = |c: Value| json!({"spec": {"conversion": c}});
+        assert!(validate_crd_conversion(&crd(json!({"strategy": "None"}))).is_empty());
+        assert_eq!(
+            validate_crd_conversion(&crd(json!({"strategy": "Webhook"})))[0].field,
+            "spec.conversion.webhook"
+        );
+        assert_eq!(
+            validate_crd_conversion(&crd(json!({"strategy": "Bogus"})))[0].reason,
+            "FieldValueNotSupported"
+        );
+        let ok = crd(json!({"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": "https://127.0.0.1:1/convert"}, "conversionReviewVersions": ["v1"]}}));
+        assert!(validate_crd_conversion(&ok).is_empty());
+    }
 }

@@ -44,7 +44,6 @@
 //! admission. Webhook configurations themselves are never subject to webhooks (as
 //! upstream).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,17 +51,17 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use crate::apiserver::catalog::ResourceDef;
-use crate::apiserver::error::{ApiError, Cause, cause};
-use crate::apiserver::http::{Shared, lock};
+use crate::apiserver::error::ApiError;
 use crate::apiserver::schema;
 use crate::apiserver::selectors::LabelSelector;
+use crate::apiserver::semantics::webhook_configs::{GROUP, strings};
 use crate::apiserver::semantics::{
     DeleteOptions, PatchTarget, PatchType, State, WriteOptions, Written, rv_of,
 };
 use crate::apiserver::webhooks::client::{self, WebhookCall, WebhookOutcome};
 use crate::apiserver::webhooks::conversion::{self, CrdConversion};
+use crate::apiserver::webhooks::host::Host;
 
-const GROUP: &str = "admissionregistration.k8s.io";
 /// How often a write starts over when the object changed while webhooks were called.
 const ATTEMPTS: usize = 5;
 
@@ -120,17 +119,6 @@ struct Webhook {
     side_effects: String,
     timeout: Duration,
     review_versions: Vec<String>,
-}
-
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn webhooks_of(config: &Value, mutating: bool) -> Vec<Webhook> {
@@ -342,7 +330,7 @@ enum Answer {
 
 /// One admission request in progress.
 struct Admission<'a> {
-    shared: &'a Arc<Shared>,
+    host: &'a dyn Host,
     plan: Plan,
     def: &'a ResourceDef,
     sub: Option<&'a str>,
@@ -509,7 +497,7 @@ fn denial(name: &str, status: Option<&Value>) -> ApiError {
 
 impl<'a> Admission<'a> {
     fn new(
-        shared: &'a Arc<Shared>,
+        host: &'a dyn Host,
         plan: Plan,
         def: &'a ResourceDef,
         sub: Option<&'a str>,
@@ -518,7 +506,7 @@ impl<'a> Admission<'a> {
         options: Value,
     ) -> Self {
         Admission {
-            shared,
+            host,
             plan,
             def,
             sub,
@@ -539,7 +527,7 @@ impl<'a> Admission<'a> {
     /// Converts an object of this request's resource to another version.
     async fn convert(&self, obj: Value, version: &str) -> Result<Value, ApiError> {
         match &self.plan.conversion {
-            Some(c) => conversion::convert_one(self.shared, c, obj, version).await,
+            Some(c) => conversion::convert_one(self.host, c, obj, version).await,
             None => Ok(obj),
         }
     }
@@ -649,9 +637,9 @@ impl<'a> Admission<'a> {
                 w.review_versions
             ))
         } else {
-            let services = lock(&self.shared.settings).webhook_services.clone();
+            let services = self.host.services();
             match client::post_json(
-                &self.shared.webhooks,
+                self.host.client(),
                 &services,
                 &w.client_config,
                 w.timeout,
@@ -696,7 +684,7 @@ impl<'a> Admission<'a> {
             }
             Err(why) => self.failure(w, why),
         };
-        self.shared.webhooks.record(WebhookCall {
+        self.host.client().record(WebhookCall {
             configuration_kind: if w.mutating {
                 "MutatingWebhookConfiguration"
             } else {
@@ -880,7 +868,7 @@ fn staged(plan: &Plan, def: &ResourceDef, old: Option<&Value>) -> bool {
 
 /// POST through admission.
 pub(crate) async fn create(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     def: &ResourceDef,
     namespace: Option<&str>,
     body: Value,
@@ -892,7 +880,7 @@ pub(crate) async fn create(
         .is_none_or(str::is_empty);
     let mut warnings = Vec::new();
     let (plan, candidate) = {
-        let mut state = lock(&shared.state);
+        let mut state = host.state();
         let plan = Plan::new(&state, def, None, Operation::Create, namespace);
         if !staged(&plan, def, None) {
             return state.create(def, namespace, body, opts).map_err(Into::into);
@@ -903,7 +891,7 @@ pub(crate) async fn create(
         (plan, candidate)
     };
     let options = write_options_json("CreateOptions", opts);
-    let mut adm = Admission::new(shared, plan, def, None, namespace, opts.dry_run, options);
+    let mut adm = Admission::new(host, plan, def, None, namespace, opts.dry_run, options);
     // What admission sees of a create: no uid or creationTimestamp yet, no generated name.
     let mut view = State::present(def, &candidate);
     if let Some(m) = view.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -926,7 +914,7 @@ pub(crate) async fn create(
         .await?
         .unwrap_or(view);
     let validated = {
-        let mut state = lock(&shared.state);
+        let mut state = host.state();
         let mut obj = mutated;
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
@@ -950,7 +938,8 @@ pub(crate) async fn create(
         .await?;
     let stored = adm.to_storage(validated).await?;
     let commit_def = adm.commit_def();
-    let w = lock(&shared.state)
+    let w = host
+        .state()
         .create_commit(&commit_def, namespace, stored, warnings, opts.dry_run)
         .map_err(|e| adm.reject(e))?;
     adm.answer_from_storage(w).await
@@ -966,7 +955,7 @@ pub(crate) enum Edit<'b> {
 
 /// PUT or PATCH through admission.
 pub(crate) async fn update(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     def: &ResourceDef,
     namespace: Option<&str>,
     name: &str,
@@ -986,7 +975,7 @@ pub(crate) async fn update(
         attempt += 1;
         // Stage 1: the stored object and what applies to the request.
         let (stage1, creation) = {
-            let mut state = lock(&shared.state);
+            let mut state = host.state();
             let existing = state.get_stored(def, namespace, name).ok();
             let creates = existing.is_none()
                 && matches!(change, Edit::Patch(PatchType::Apply, _))
@@ -1027,14 +1016,14 @@ pub(crate) async fn update(
         let (plan, old_raw) = match (stage1, creation) {
             (Some(found), _) => found,
             (None, Some((applied, opts))) => {
-                return create(shared, def, namespace, applied, &opts).await;
+                return create(host, def, namespace, applied, &opts).await;
             }
             (None, None) => return Err(ApiError::not_found(&def.group, &def.plural, name).into()),
         };
         let seen_rv = rv_of(&old_raw);
         let is_put = matches!(change, Edit::Put(_));
         let options = write_options_json("UpdateOptions", opts);
-        let mut adm = Admission::new(shared, plan, def, sub, namespace, opts.dry_run, options);
+        let mut adm = Admission::new(host, plan, def, sub, namespace, opts.dry_run, options);
         let old = adm.old_in_request_version(&old_raw).await?;
         let changed_meanwhile = |state: &State| -> bool {
             state
@@ -1047,7 +1036,7 @@ pub(crate) async fn update(
         // Stage 2: the new object, defaulted, for the mutating webhooks.
         let mut warnings = Vec::new();
         let (new, write_opts, candidate) = {
-            let mut state = lock(&shared.state);
+            let mut state = host.state();
             if changed_meanwhile(&state) {
                 if explicit_rv || attempt >= ATTEMPTS {
                     return Err(conflict().into());
@@ -1093,7 +1082,7 @@ pub(crate) async fn update(
             .await?;
         // Stage 3: validation of the (mutated) object.
         let validated = {
-            let mut state = lock(&shared.state);
+            let mut state = host.state();
             if changed_meanwhile(&state) {
                 if explicit_rv || attempt >= ATTEMPTS {
                     return Err(adm.reject(conflict()));
@@ -1118,7 +1107,7 @@ pub(crate) async fn update(
         let commit_def = adm.commit_def();
         // Stage 4: commit unless the object changed meanwhile.
         let w = {
-            let mut state = lock(&shared.state);
+            let mut state = host.state();
             if changed_meanwhile(&state) {
                 if (explicit_rv && is_put) || attempt >= ATTEMPTS {
                     return Err(adm.reject(conflict()));
@@ -1136,19 +1125,19 @@ pub(crate) async fn update(
 /// DELETE through admission; also returns the deleted object as the request's version
 /// presents it.
 pub(crate) async fn delete(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     def: &ResourceDef,
     namespace: Option<&str>,
     name: &str,
     opts: &DeleteOptions,
 ) -> Result<Written, Rejected> {
-    delete_one(shared, def, namespace, name, opts, false)
+    delete_one(host, def, namespace, name, opts, false)
         .await
         .map(|(w, _)| w)
 }
 
 async fn delete_one(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     def: &ResourceDef,
     namespace: Option<&str>,
     name: &str,
@@ -1159,7 +1148,7 @@ async fn delete_one(
     loop {
         attempt += 1;
         let (plan, old_raw) = {
-            let mut state = lock(&shared.state);
+            let mut state = host.state();
             let existing = state.get_stored(def, namespace, name).ok();
             let plan = Plan::new(&state, def, None, Operation::Delete, namespace);
             if !staged(&plan, def, existing.as_deref()) {
@@ -1177,7 +1166,7 @@ async fn delete_one(
         };
         let seen_rv = rv_of(&old_raw);
         let options = delete_options_json(opts);
-        let mut adm = Admission::new(shared, plan, def, None, namespace, opts.dry_run, options);
+        let mut adm = Admission::new(host, plan, def, None, namespace, opts.dry_run, options);
         let old = adm.old_in_request_version(&old_raw).await?;
         let old_view = State::present(def, &old);
         adm.mutate(Operation::Delete, name, None, Some(&old_view))
@@ -1186,7 +1175,7 @@ async fn delete_one(
             .await?;
         let commit_def = adm.commit_def();
         let w = {
-            let mut state = lock(&shared.state);
+            let mut state = host.state();
             let now = state.get_stored(def, namespace, name).map(|o| rv_of(&o));
             match now {
                 Ok(rv) if rv == seen_rv => {}
@@ -1209,14 +1198,14 @@ async fn delete_one(
 
 /// DELETE on a collection through admission: one admission per object.
 pub(crate) async fn delete_collection(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     def: &ResourceDef,
     namespace: Option<&str>,
     matching: &(dyn Fn(&Value) -> bool + Sync),
     opts: &DeleteOptions,
 ) -> Result<(Value, Vec<String>), Rejected> {
     let targets: Vec<(String, String)> = {
-        let mut state = lock(&shared.state);
+        let mut state = host.state();
         let plan = Plan::new(&state, def, None, Operation::Delete, namespace);
         if !plan.has_hooks() && plan.webhook_conversion().is_none() {
             return state
@@ -1237,7 +1226,7 @@ pub(crate) async fn delete_collection(
     let mut warnings = Vec::new();
     for (ns, name) in targets {
         let ns = (!ns.is_empty()).then_some(ns.as_str());
-        match delete_one(shared, def, ns, &name, opts, true).await {
+        match delete_one(host, def, ns, &name, opts, true).await {
             Ok((w, old)) => {
                 warnings.extend(w.warnings);
                 if w.body.get("kind") == Some(&json!("Status")) {
@@ -1258,7 +1247,7 @@ pub(crate) async fn delete_collection(
             }
         }
     }
-    let rv = lock(&shared.state).store.rv();
+    let rv = host.state().store.rv();
     let list = json!({
         "kind": format!("{}List", def.kind),
         "apiVersion": def.api_version(),
@@ -1266,313 +1255,6 @@ pub(crate) async fn delete_collection(
         "items": items,
     });
     Ok((list, warnings))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Defaulting and validation of configurations
-
-/// Applies kube-apiserver's defaults to a webhook configuration.
-pub(crate) fn default_configuration(obj: &mut Value, mutating: bool) {
-    let Some(list) = obj.get_mut("webhooks").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for w in list.iter_mut().filter_map(Value::as_object_mut) {
-        w.entry("failurePolicy").or_insert_with(|| json!("Fail"));
-        w.entry("matchPolicy")
-            .or_insert_with(|| json!("Equivalent"));
-        w.entry("namespaceSelector").or_insert_with(|| json!({}));
-        w.entry("objectSelector").or_insert_with(|| json!({}));
-        w.entry("timeoutSeconds").or_insert_with(|| json!(10));
-        if mutating {
-            w.entry("reinvocationPolicy")
-                .or_insert_with(|| json!("Never"));
-        }
-        if let Some(rules) = w.get_mut("rules").and_then(Value::as_array_mut) {
-            for r in rules.iter_mut().filter_map(Value::as_object_mut) {
-                r.entry("scope").or_insert_with(|| json!("*"));
-            }
-        }
-        if let Some(svc) = w
-            .get_mut("clientConfig")
-            .and_then(|c| c.get_mut("service"))
-            .and_then(Value::as_object_mut)
-        {
-            svc.entry("port").or_insert_with(|| json!(443));
-        }
-    }
-}
-
-fn go_strings(v: &[String]) -> String {
-    format!(
-        "[]string{{{}}}",
-        v.iter()
-            .map(|s| format!("{s:?}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-}
-
-/// Validates a `clientConfig` (of a webhook or a CRD conversion).
-pub(crate) fn validate_client_config(cc: &Value, field: &str) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let url = cc.get("url").filter(|u| !u.is_null());
-    let service = cc.get("service").filter(|s| !s.is_null());
-    match (url, service) {
-        (Some(_), Some(_)) | (None, None) => causes.push(cause(
-            "FieldValueRequired",
-            field,
-            "Required value: exactly one of url or service is required",
-        )),
-        (Some(u), None) => {
-            let text = u.as_str().unwrap_or("");
-            match text.parse::<hyper::Uri>() {
-                Ok(uri) if uri.scheme_str() != Some("https") => causes.push(cause(
-                    "FieldValueInvalid",
-                    &format!("{field}.url"),
-                    format!("Invalid value: \"{text}\": 'https' is the only allowed URL scheme"),
-                )),
-                Ok(uri) if uri.host().is_none_or(str::is_empty) => causes.push(cause(
-                    "FieldValueInvalid",
-                    &format!("{field}.url"),
-                    format!("Invalid value: \"{text}\": host must be specified"),
-                )),
-                Ok(_) => {}
-                Err(e) => causes.push(cause(
-                    "FieldValueInvalid",
-                    &format!("{field}.url"),
-                    format!("Invalid value: \"{text}\": url must be a valid URL: {e}"),
-                )),
-            }
-        }
-        (None, Some(s)) => {
-            for key in ["namespace", "name"] {
-                if s.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
-                    causes.push(cause(
-                        "FieldValueRequired",
-                        &format!("{field}.service.{key}"),
-                        format!("Required value: service {key} is required"),
-                    ));
-                }
-            }
-            if let Some(port) = s.get("port")
-                && !port.as_u64().is_some_and(|p| (1..=65535).contains(&p))
-            {
-                causes.push(cause(
-                    "FieldValueInvalid",
-                    &format!("{field}.service.port"),
-                    format!(
-                        "Invalid value: {port}: port is not valid: must be between 1 and 65535, inclusive"
-                    ),
-                ));
-            }
-            if let Some(path) = s.get("path").and_then(Value::as_str)
-                && !path.is_empty()
-                && !path.starts_with('/')
-            {
-                causes.push(cause(
-                    "FieldValueInvalid",
-                    &format!("{field}.service.path"),
-                    format!("Invalid value: \"{path}\": must start with a '/'"),
-                ));
-            }
-        }
-    }
-    if let Some(bundle) = cc.get("caBundle").and_then(Value::as_str) {
-        let compact: String = bundle.chars().filter(|c| !c.is_whitespace()).collect();
-        if base64::engine::general_purpose::STANDARD
-            .decode(compact.as_bytes())
-            .is_err()
-        {
-            causes.push(cause(
-                "FieldValueInvalid",
-                &format!("{field}.caBundle"),
-                "Invalid value: \"...\": must be base64-encoded PEM certificates",
-            ));
-        }
-    }
-    causes
-}
-
-fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
-    cause(
-        "FieldValueNotSupported",
-        field,
-        format!(
-            "Unsupported value: \"{value}\": supported values: {}",
-            supported
-                .iter()
-                .map(|s| format!("\"{s}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    )
-}
-
-/// Validates a webhook configuration as kube-apiserver (v1) does.
-pub(crate) fn validate_configuration(
-    obj: &Value,
-    kind: &str,
-    mutating: bool,
-) -> Result<(), ApiError> {
-    let config_name = obj
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let mut causes = Vec::new();
-    let list = obj
-        .get("webhooks")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, w) in list.iter().enumerate() {
-        let f = |k: &str| format!("webhooks[{i}].{k}");
-        let s = |k: &str| w.get(k).and_then(Value::as_str);
-        match s("name") {
-            None | Some("") => {
-                causes.push(cause("FieldValueRequired", &f("name"), "Required value"))
-            }
-            Some(n) => {
-                if n.split('.').filter(|p| !p.is_empty()).count() < 3
-                    || n.split('.').any(str::is_empty)
-                {
-                    causes.push(cause(
-                        "FieldValueInvalid",
-                        &f("name"),
-                        format!("Invalid value: \"{n}\": should be a domain with at least three segments separated by dots"),
-                    ));
-                }
-                if seen.insert(n.to_string(), i).is_some() {
-                    causes.push(cause(
-                        "FieldValueDuplicate",
-                        &f("name"),
-                        format!("Duplicate value: \"{n}\""),
-                    ));
-                }
-            }
-        }
-        match w.get("clientConfig").filter(|c| !c.is_null()) {
-            Some(cc) => causes.extend(validate_client_config(cc, &f("clientConfig"))),
-            None => causes.push(cause(
-                "FieldValueRequired",
-                &f("clientConfig"),
-                "Required value: exactly one of url or service is required",
-            )),
-        }
-        let rules = w
-            .get("rules")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        for (j, r) in rules.iter().enumerate() {
-            let rf = |k: &str| format!("webhooks[{i}].rules[{j}].{k}");
-            for key in ["operations", "apiGroups", "apiVersions", "resources"] {
-                if strings(r.get(key)).is_empty() {
-                    causes.push(cause("FieldValueRequired", &rf(key), "Required value"));
-                }
-            }
-            for (k, op) in strings(r.get("operations")).iter().enumerate() {
-                if !matches!(
-                    op.as_str(),
-                    "*" | "CREATE" | "UPDATE" | "DELETE" | "CONNECT"
-                ) {
-                    causes.push(not_supported(
-                        &format!("webhooks[{i}].rules[{j}].operations[{k}]"),
-                        op,
-                        &["*", "CONNECT", "CREATE", "DELETE", "UPDATE"],
-                    ));
-                }
-            }
-            if let Some(scope) = r.get("scope").and_then(Value::as_str)
-                && !matches!(scope, "*" | "Cluster" | "Namespaced")
-            {
-                causes.push(not_supported(
-                    &rf("scope"),
-                    scope,
-                    &["*", "Cluster", "Namespaced"],
-                ));
-            }
-        }
-        if let Some(v) = s("failurePolicy")
-            && !matches!(v, "Fail" | "Ignore")
-        {
-            causes.push(not_supported(&f("failurePolicy"), v, &["Fail", "Ignore"]));
-        }
-        if let Some(v) = s("matchPolicy")
-            && !matches!(v, "Exact" | "Equivalent")
-        {
-            causes.push(not_supported(
-                &f("matchPolicy"),
-                v,
-                &["Equivalent", "Exact"],
-            ));
-        }
-        if mutating
-            && let Some(v) = s("reinvocationPolicy")
-            && !matches!(v, "Never" | "IfNeeded")
-        {
-            causes.push(not_supported(
-                &f("reinvocationPolicy"),
-                v,
-                &["IfNeeded", "Never"],
-            ));
-        }
-        match s("sideEffects") {
-            None | Some("") => causes.push(cause(
-                "FieldValueRequired",
-                &f("sideEffects"),
-                "Required value: must specify one of None, NoneOnDryRun",
-            )),
-            Some("None" | "NoneOnDryRun") => {}
-            Some(v) => causes.push(not_supported(
-                &f("sideEffects"),
-                v,
-                &["None", "NoneOnDryRun"],
-            )),
-        }
-        if let Some(t) = w.get("timeoutSeconds")
-            && !t.as_i64().is_some_and(|t| (1..=30).contains(&t))
-        {
-            causes.push(cause(
-                "FieldValueInvalid",
-                &f("timeoutSeconds"),
-                format!("Invalid value: {t}: the timeout value must be between 1 and 30 seconds"),
-            ));
-        }
-        let versions = strings(w.get("admissionReviewVersions"));
-        if versions.is_empty() {
-            causes.push(cause(
-                "FieldValueRequired",
-                &f("admissionReviewVersions"),
-                "Required value: must specify one of v1, v1beta1",
-            ));
-        } else if !versions.iter().any(|v| v == "v1" || v == "v1beta1") {
-            causes.push(cause(
-                "FieldValueInvalid",
-                &f("admissionReviewVersions"),
-                format!(
-                    "Invalid value: {}: must include at least one of v1, v1beta1",
-                    go_strings(&versions)
-                ),
-            ));
-        }
-        for key in ["namespaceSelector", "objectSelector"] {
-            if let Some(sel) = w.get(key)
-                && let Err(e) = LabelSelector::from_spec(sel)
-            {
-                causes.push(cause(
-                    "FieldValueInvalid",
-                    &f(key),
-                    format!("Invalid value: {sel}: {e}"),
-                ));
-            }
-        }
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(GROUP, kind, config_name, causes))
-    }
 }
 
 #[cfg(test)]
@@ -1669,38 +1351,5 @@ mod tests {
             e.message,
             "admission webhook \"w.kopf.dev\" denied the request without explanation"
         );
-    }
-
-    #[test]
-    fn configuration_defaults_and_validation() {
-        let mut cfg = json!({"metadata": {"name": "c"}, "webhooks": [{
-            "name": "a.kopf.dev", "clientConfig": {"service": {"namespace": "n", "name": "s"}},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-            "sideEffects": "None", "admissionReviewVersions": ["v1"]}]});
-        default_configuration(&mut cfg, true);
-        let w = &cfg["webhooks"][0];
-        assert_eq!(w["failurePolicy"], "Fail");
-        assert_eq!(w["matchPolicy"], "Equivalent");
-        assert_eq!(w["timeoutSeconds"], 10);
-        assert_eq!(w["reinvocationPolicy"], "Never");
-        assert_eq!(w["rules"][0]["scope"], "*");
-        assert_eq!(w["clientConfig"]["service"]["port"], 443);
-        assert!(validate_configuration(&cfg, "MutatingWebhookConfiguration", true).is_ok());
-        let mut bad = cfg.clone();
-        bad["webhooks"][0]["sideEffects"] = json!("Some");
-        bad["webhooks"][0]["timeoutSeconds"] = json!(31);
-        bad["webhooks"][0]["name"] = json!("short.name");
-        bad["webhooks"][0]["clientConfig"] = json!({"url": "http://127.0.0.1/"});
-        let e = validate_configuration(&bad, "MutatingWebhookConfiguration", true)
-            .expect_err("invalid");
-        assert_eq!(e.code, 422);
-        for needle in [
-            "webhooks[0].sideEffects: Unsupported value: \"Some\"",
-            "webhooks[0].timeoutSeconds: Invalid value: 31",
-            "webhooks[0].name: Invalid value: \"short.name\"",
-            "webhooks[0].clientConfig.url: Invalid value: \"http://127.0.0.1/\": 'https' is the only allowed URL scheme",
-        ] {
-            assert!(e.message.contains(needle), "{needle} not in {}", e.message);
-        }
     }
 }

@@ -4,5 +4,6 @@
 pub(crate) mod admission;
 pub mod client;
 pub(crate) mod conversion;
+pub(crate) mod host;
 
 pub use client::{ServiceRef, WebhookCall, WebhookOutcome};
