@@ -12,11 +12,7 @@ use super::meta::{meta_mut, meta_str, now};
 use super::options::{PatchTarget, PatchType, WriteOptions, Written};
 use super::state::State;
 
-fn check_apply_manager(
-    def: &ResourceDef,
-    name: &str,
-    opts: &WriteOptions,
-) -> ApiResult<()> {
+fn check_apply_manager(def: &ResourceDef, name: &str, opts: &WriteOptions) -> ApiResult<()> {
     if opts.field_manager.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::invalid(
             &def.group,

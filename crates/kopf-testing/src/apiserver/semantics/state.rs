@@ -14,8 +14,7 @@ use crate::apiserver::storage::{ObjKey, ResKey, Store};
 use super::events;
 use super::options::{StateConfig, WriteOptions};
 
-const INITIAL_NAMESPACES: &[&str] =
-    &["default", "kube-system", "kube-public", "kube-node-lease"];
+const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// The whole API state.
 pub struct State {
