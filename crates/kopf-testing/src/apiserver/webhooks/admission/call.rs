@@ -101,12 +101,7 @@ impl<'a> Admission<'a> {
     }
 
     /// Whether a hook's selectors match the request's objects.
-    fn selected(
-        &self,
-        hook: &Hook,
-        object: Option<&Value>,
-        old: Option<&Value>,
-    ) -> bool {
+    fn selected(&self, hook: &Hook, object: Option<&Value>, old: Option<&Value>) -> bool {
         let w = &hook.webhook;
         let is_namespace = self.def.group.is_empty() && self.def.plural == "namespaces";
         let ns_ok = if is_namespace {
