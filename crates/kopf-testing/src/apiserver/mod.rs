@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod error;
 pub mod http;
 pub mod managed_fields;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod schema;

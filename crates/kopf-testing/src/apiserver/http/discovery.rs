@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::apiserver::discovery;
 use crate::apiserver::error::ApiError;
+use crate::apiserver::openapi;
 use crate::apiserver::sync::lock;
 
 use super::negotiation::{AGGREGATED_ACCEPT, decode_body, header_str};
@@ -87,7 +88,7 @@ pub(super) fn serve(
         Route::OpenApiIndex => only_get(&|| {
             let version = lock(&shared.settings).version.git_version.clone();
             let state = lock(&shared.state);
-            json_response(200, &discovery::openapi_index(&state.defs(), &version), &[])
+            json_response(200, &openapi::openapi_index(&state.defs(), &version), &[])
         }),
         Route::OpenApiDoc(g, v) => only_get(&|| {
             let version = lock(&shared.settings).version.git_version.clone();
@@ -98,7 +99,7 @@ pub(super) fn serve(
             }
             json_response(
                 200,
-                &discovery::openapi_document(&defs, &g, &v, &version),
+                &openapi::openapi_document(&defs, &g, &v, &version),
                 &[],
             )
         }),
