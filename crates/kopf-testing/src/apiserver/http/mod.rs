@@ -1,4 +1,4 @@
-//! The HTTP front of the fake API server: a request enters at [`handle`], is routed,
+//! The HTTP front of the fake API server: a request enters at `handler::handle`, is routed,
 //! logged and counted, and served by its route group — objects, lists, watches,
 //! subresources, discovery, control — which go down to the webhooks, the semantics and the
 //! storage; responses and content negotiation are shared helpers.
