@@ -12,91 +12,6 @@ use super::meta::{is_valid_dns_label, meta_mut, meta_str};
 use super::state::State;
 use super::webhook_configs;
 
-/// Validates an Event (stored in the core/v1 shape) as the API server does for the view it
-/// was written through.
-fn validate_event(ev: &Value, events_v1: bool) -> ApiResult<()> {
-    let name = meta_str(ev, "name").unwrap_or("").to_string();
-    let s = |f: &str| ev.get(f).and_then(Value::as_str).unwrap_or("");
-    let (f_component, f_note, f_regarding) = if events_v1 {
-        ("reportingController", "note", "regarding")
-    } else {
-        ("reportingComponent", "message", "involvedObject")
-    };
-    let mut causes = Vec::new();
-    let has_time = ev.get("eventTime").is_some_and(|t| !t.is_null());
-    if events_v1 && !has_time {
-        causes.push(cause("FieldValueRequired", "eventTime", "Required value"));
-    }
-    if has_time {
-        if s("reportingComponent").is_empty() {
-            causes.push(cause("FieldValueRequired", f_component, "Required value"));
-        }
-        for (field, limit) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
-            let v = s(field);
-            if v.is_empty() {
-                causes.push(cause("FieldValueRequired", field, "Required value"));
-            } else if v.len() > limit {
-                causes.push(cause(
-                    "FieldValueInvalid",
-                    field,
-                    format!("Invalid value: \"\": can have at most {limit} characters"),
-                ));
-            }
-        }
-        if s("message").len() > 1024 {
-            causes.push(cause(
-                "FieldValueInvalid",
-                f_note,
-                "Invalid value: \"\": can have at most 1024 characters",
-            ));
-        }
-    } else {
-        let ns = meta_str(ev, "namespace").unwrap_or("");
-        let involved = ev
-            .pointer("/involvedObject/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let ok = if involved.is_empty() {
-            ns.is_empty() || ns == "default"
-        } else {
-            ns == involved
-        };
-        if !ok {
-            causes.push(cause(
-                "FieldValueInvalid",
-                &format!("{f_regarding}.namespace"),
-                format!("Invalid value: \"{involved}\": does not match event.namespace"),
-            ));
-        }
-    }
-    if events_v1 {
-        let t = s("type");
-        if t != "Normal" && t != "Warning" {
-            causes.push(cause(
-                "FieldValueInvalid",
-                "type",
-                format!("Invalid value: \"{t}\": has invalid value: {t}"),
-            ));
-        }
-        if ev
-            .get("source")
-            .is_some_and(|v| v.as_object().is_some_and(|m| !m.is_empty()))
-        {
-            causes.push(cause(
-                "FieldValueInvalid",
-                "deprecatedSource",
-                "Invalid value: \"object\": deprecatedSource is deprecated, do not use it",
-            ));
-        }
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        let group = if events_v1 { "events.k8s.io" } else { "" };
-        Err(ApiError::invalid(group, "Event", &name, causes))
-    }
-}
-
 impl State {
     /// Type-specific defaults and validation (namespaces, services, pods, CRDs, custom resources).
     pub(super) fn validate_and_default(
@@ -289,5 +204,90 @@ impl State {
             }
         }
         Ok(())
+    }
+}
+
+/// Validates an Event (stored in the core/v1 shape) as the API server does for the view it
+/// was written through.
+fn validate_event(ev: &Value, events_v1: bool) -> ApiResult<()> {
+    let name = meta_str(ev, "name").unwrap_or("").to_string();
+    let s = |f: &str| ev.get(f).and_then(Value::as_str).unwrap_or("");
+    let (f_component, f_note, f_regarding) = if events_v1 {
+        ("reportingController", "note", "regarding")
+    } else {
+        ("reportingComponent", "message", "involvedObject")
+    };
+    let mut causes = Vec::new();
+    let has_time = ev.get("eventTime").is_some_and(|t| !t.is_null());
+    if events_v1 && !has_time {
+        causes.push(cause("FieldValueRequired", "eventTime", "Required value"));
+    }
+    if has_time {
+        if s("reportingComponent").is_empty() {
+            causes.push(cause("FieldValueRequired", f_component, "Required value"));
+        }
+        for (field, limit) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
+            let v = s(field);
+            if v.is_empty() {
+                causes.push(cause("FieldValueRequired", field, "Required value"));
+            } else if v.len() > limit {
+                causes.push(cause(
+                    "FieldValueInvalid",
+                    field,
+                    format!("Invalid value: \"\": can have at most {limit} characters"),
+                ));
+            }
+        }
+        if s("message").len() > 1024 {
+            causes.push(cause(
+                "FieldValueInvalid",
+                f_note,
+                "Invalid value: \"\": can have at most 1024 characters",
+            ));
+        }
+    } else {
+        let ns = meta_str(ev, "namespace").unwrap_or("");
+        let involved = ev
+            .pointer("/involvedObject/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let ok = if involved.is_empty() {
+            ns.is_empty() || ns == "default"
+        } else {
+            ns == involved
+        };
+        if !ok {
+            causes.push(cause(
+                "FieldValueInvalid",
+                &format!("{f_regarding}.namespace"),
+                format!("Invalid value: \"{involved}\": does not match event.namespace"),
+            ));
+        }
+    }
+    if events_v1 {
+        let t = s("type");
+        if t != "Normal" && t != "Warning" {
+            causes.push(cause(
+                "FieldValueInvalid",
+                "type",
+                format!("Invalid value: \"{t}\": has invalid value: {t}"),
+            ));
+        }
+        if ev
+            .get("source")
+            .is_some_and(|v| v.as_object().is_some_and(|m| !m.is_empty()))
+        {
+            causes.push(cause(
+                "FieldValueInvalid",
+                "deprecatedSource",
+                "Invalid value: \"object\": deprecatedSource is deprecated, do not use it",
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        let group = if events_v1 { "events.k8s.io" } else { "" };
+        Err(ApiError::invalid(group, "Event", &name, causes))
     }
 }
