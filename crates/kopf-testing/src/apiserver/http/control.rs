@@ -1,5 +1,5 @@
-//! The control endpoints under [`CONTROL_PREFIX`]: the request log, counters, state,
-//! faults, webhook calls and services, settings.
+//! The control endpoints under [`CONTROL_PREFIX`](crate::apiserver::control::CONTROL_PREFIX):
+//! the request log, counters, state, faults, webhook calls and services, settings.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 //!   is restored from the original, as kube-apiserver does. A failure answers the client
 //!   with a 500 `conversion webhook for <group>/<version>, Kind=<Kind> failed: <why>`.
 //!
-//! The calls go through [`client`](super::client) (HTTPS, `caBundle`, services mapped by
+//! The calls go through [`client`] (HTTPS, `caBundle`, services mapped by
 //! the server settings), with kube-apiserver's 30 s timeout.
 
 use std::sync::Arc;
