@@ -53,25 +53,19 @@
 //! # Ok(()) }
 //! ```
 
-mod admission;
-pub mod catalog;
-pub mod cluster;
-pub mod control;
-mod conversion;
-pub mod discovery;
-pub mod error;
-pub mod events;
-pub mod managed;
-pub mod patch;
-pub mod protobuf;
-pub mod runner;
-pub mod schema;
-pub mod selectors;
-pub mod server;
-pub mod state;
-pub mod store;
-pub mod table;
-pub mod webhook;
+pub mod apiserver;
+pub mod e2e;
+
+// The module paths from before the split into `apiserver` and `e2e`, kept for users.
+pub use apiserver::http as server;
+pub use apiserver::managed_fields as managed;
+pub use apiserver::semantics as state;
+pub use apiserver::semantics::events;
+pub use apiserver::storage as store;
+pub use apiserver::tables as table;
+pub use apiserver::webhooks::client as webhook;
+pub use apiserver::{catalog, control, discovery, error, patch, protobuf, schema, selectors};
+pub use e2e::{cluster, runner};
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -82,16 +76,17 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use cluster::{Cluster, ClusterBuilder, ClusterError, ClusterKind};
-pub use control::{
+pub use apiserver::control::{
     CONTROL_PREFIX, Counters, FaultRule, LatencyRule, RequestPattern, RequestRecord,
 };
-pub use runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
-pub use server::{OpenWatch, Settings, VersionInfo};
-pub use webhook::{ServiceRef, WebhookCall, WebhookOutcome};
+pub use apiserver::http::{OpenWatch, Settings, VersionInfo};
+pub use apiserver::webhooks::{ServiceRef, WebhookCall, WebhookOutcome};
+pub use e2e::cluster::{Cluster, ClusterBuilder, ClusterError, ClusterKind};
+pub use e2e::runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
 
-use server::{Shared, lock};
-use state::WriteOptions;
+use apiserver::http::Shared;
+use apiserver::semantics::{PatchType, WriteOptions};
+use apiserver::sync::lock;
 
 /// Errors of the fake API server's Rust API.
 #[derive(Debug, thiserror::Error)]
@@ -229,7 +224,7 @@ impl FakeApiServerBuilder {
         let app_shared = shared.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let s = app_shared.clone();
-            async move { server::handle(s, req).await }
+            async move { apiserver::http::handle(s, req).await }
         });
         let close_tx = shared.close_tx.clone();
         let task = tokio::spawn(async move {
@@ -477,7 +472,7 @@ impl FakeApiServer {
                 ns.as_deref(),
                 &name,
                 None,
-                state::PatchType::Merge,
+                PatchType::Merge,
                 obj.to_string().as_bytes(),
                 &opts,
             ),
@@ -579,7 +574,7 @@ impl FakeApiServer {
 
     /// Removes every fault, delay and pending expiry.
     pub fn clear_faults(&self) {
-        *lock(&self.shared.faults) = control::Faults::default();
+        *lock(&self.shared.faults) = apiserver::control::Faults::default();
     }
 
     /// Every admission and conversion webhook call so far, in order (see [`WebhookCall`]).

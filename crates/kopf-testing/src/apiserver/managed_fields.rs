@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-use crate::catalog::ResourceDef;
-use crate::patch::ListStrategy;
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::patch::ListStrategy;
 
 /// One path element in FieldsV1 notation: `f:name`, `k:{"name":"x"}`, `v:"a"`.
 pub type Path = Vec<String>;
@@ -34,7 +34,7 @@ fn builtin_list_kind(path: &[String], field: &str, def: &ResourceDef) -> ListKin
         .iter()
         .filter_map(|el| el.strip_prefix("f:").map(str::to_string))
         .collect();
-    match crate::patch::strategy(&names, field, &def.kind) {
+    match crate::apiserver::patch::strategy(&names, field, &def.kind) {
         ListStrategy::Key(k) => ListKind::Map(vec![k.to_string()]),
         ListStrategy::Primitive => ListKind::Set,
         ListStrategy::Atomic => ListKind::Atomic,
@@ -661,7 +661,7 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::builtins;
+    use crate::apiserver::catalog::builtins;
 
     fn cm_def() -> ResourceDef {
         builtins()

@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::runner::{OperatorRunner, RunnerError};
+use crate::e2e::runner::{OperatorRunner, RunnerError};
 
 /// Where kind's installation is explained.
 pub const KIND_INSTALL_URL: &str = "https://kind.sigs.k8s.io/docs/user/quick-start/#installation";

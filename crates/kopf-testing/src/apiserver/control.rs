@@ -309,6 +309,34 @@ impl Faults {
     }
 }
 
+/// A watch stream that is currently open (for introspection).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenWatch {
+    /// Watch id.
+    pub id: u64,
+    /// group/version/plural.
+    pub resource: String,
+    /// Namespace, empty for all.
+    pub namespace: String,
+    /// The label selector.
+    pub label_selector: String,
+    /// The field selector.
+    pub field_selector: String,
+    /// The start resourceVersion as requested.
+    pub resource_version: String,
+}
+
+/// The request log, the counters and the open watches.
+#[derive(Default)]
+pub(crate) struct Introspection {
+    pub log: Vec<RequestRecord>,
+    pub counters: Counters,
+    pub seq: u64,
+    pub watches: Vec<OpenWatch>,
+    pub watch_seq: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

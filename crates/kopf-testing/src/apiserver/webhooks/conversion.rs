@@ -15,7 +15,7 @@
 //!   is restored from the original, as kube-apiserver does. A failure answers the client
 //!   with a 500 `conversion webhook for <group>/<version>, Kind=<Kind> failed: <why>`.
 //!
-//! The calls go through [`webhook`](crate::webhook) (HTTPS, `caBundle`, services mapped by
+//! The calls go through [`client`] (HTTPS, `caBundle`, services mapped by
 //! the server settings), with kube-apiserver's 30 s timeout.
 
 use std::sync::Arc;
@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::catalog::ResourceDef;
-use crate::error::{ApiError, ApiResult, Cause, cause};
-use crate::server::{Shared, lock};
-use crate::state::State;
-use crate::webhook::{self, WebhookCall, WebhookOutcome};
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::semantics::State;
+use crate::apiserver::webhooks::client::{self, WebhookCall, WebhookOutcome};
+use crate::apiserver::webhooks::host::Host;
 
 /// The timeout kube-apiserver gives conversion webhooks.
 const CONVERSION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -145,7 +145,7 @@ fn failed(source_api_version: &str, kind: &str, why: impl std::fmt::Display) -> 
 /// strategy None the others get the new `apiVersion`; with a webhook they are sent to it
 /// in one `ConversionReview`.
 pub(crate) async fn convert(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     conv: &CrdConversion,
     mut objects: Vec<Value>,
     version: &str,
@@ -167,7 +167,7 @@ pub(crate) async fn convert(
         return Ok(objects);
     };
     let originals: Vec<Value> = pending.iter().map(|&i| objects[i].clone()).collect();
-    let converted = call(shared, conv, webhook, &originals, &desired).await?;
+    let converted = call(host, conv, webhook, &originals, &desired).await?;
     for (i, o) in pending.into_iter().zip(converted) {
         objects[i] = o;
     }
@@ -176,12 +176,12 @@ pub(crate) async fn convert(
 
 /// Converts one object (see [`convert`]).
 pub(crate) async fn convert_one(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     conv: &CrdConversion,
     object: Value,
     version: &str,
 ) -> ApiResult<Value> {
-    convert(shared, conv, vec![object], version)
+    convert(host, conv, vec![object], version)
         .await?
         .into_iter()
         .next()
@@ -190,7 +190,7 @@ pub(crate) async fn convert_one(
 
 /// Converts stored objects to the version of `def` and presents them as `def` serves them.
 pub(crate) async fn present_all(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     conv: Option<&CrdConversion>,
     def: &ResourceDef,
     raw: Vec<Arc<Value>>,
@@ -198,7 +198,7 @@ pub(crate) async fn present_all(
     match conv {
         Some(c) if raw.iter().any(|o| c.needs_webhook(o, &def.version)) => {
             let owned: Vec<Value> = raw.iter().map(|o| (**o).clone()).collect();
-            let converted = convert(shared, c, owned, &def.version).await?;
+            let converted = convert(host, c, owned, &def.version).await?;
             Ok(converted.iter().map(|o| State::present(def, o)).collect())
         }
         _ => Ok(raw.iter().map(|o| State::present(def, o)).collect()),
@@ -206,7 +206,7 @@ pub(crate) async fn present_all(
 }
 
 async fn call(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     conv: &CrdConversion,
     webhook: &Value,
     objects: &[Value],
@@ -225,7 +225,7 @@ async fn call(
         "request": {"uid": uid, "desiredAPIVersion": desired, "objects": objects},
     });
     let started = Instant::now();
-    let result = exchange(shared, webhook, &review, &uid, objects, desired).await;
+    let result = exchange(host, webhook, &review, &uid, objects, desired).await;
     let single = |field: &str| -> String {
         match objects {
             [one] => one
@@ -242,7 +242,7 @@ async fn call(
         },
         Err(why) => WebhookOutcome::Failed { error: why.clone() },
     };
-    shared.webhooks.record(WebhookCall {
+    host.client().record(WebhookCall {
         configuration_kind: "CustomResourceDefinition".into(),
         configuration: conv.crd.clone(),
         webhook: conv.crd.clone(),
@@ -260,7 +260,7 @@ async fn call(
 }
 
 async fn exchange(
-    shared: &Arc<Shared>,
+    host: &dyn Host,
     webhook: &Value,
     review: &Value,
     uid: &str,
@@ -278,9 +278,9 @@ async fn exchange(
         ));
     }
     let client_config = webhook.get("clientConfig").cloned().unwrap_or(Value::Null);
-    let services = lock(&shared.settings).webhook_services.clone();
-    let answer = webhook::post_json(
-        &shared.webhooks,
+    let services = host.services();
+    let answer = client::post_json(
+        host.client(),
         &services,
         &client_config,
         CONVERSION_TIMEOUT,
@@ -387,86 +387,6 @@ fn restore(mut out: Value, orig: &Value, desired: &str) -> Result<Value, String>
     Ok(out)
 }
 
-/// Validates `spec.conversion` of a CRD.
-pub(crate) fn validate_crd_conversion(crd: &Value) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let Some(conversion) = crd.pointer("/spec/conversion").filter(|c| !c.is_null()) else {
-        return causes;
-    };
-    let strategy = conversion
-        .get("strategy")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let webhook = conversion.get("webhook").filter(|w| !w.is_null());
-    match strategy {
-        "None" => {
-            if webhook.is_some() {
-                causes.push(cause(
-                    "FieldValueForbidden",
-                    "spec.conversion.webhook",
-                    "Forbidden: should not be set when strategy is not set to Webhook",
-                ));
-            }
-        }
-        "Webhook" => match webhook {
-            None => causes.push(cause(
-                "FieldValueRequired",
-                "spec.conversion.webhook",
-                "Required value: required when strategy is set to Webhook",
-            )),
-            Some(w) => {
-                match w.get("clientConfig").filter(|c| !c.is_null()) {
-                    None => causes.push(cause(
-                        "FieldValueRequired",
-                        "spec.conversion.webhook.clientConfig",
-                        "Required value: required when strategy is set to Webhook",
-                    )),
-                    Some(cc) => causes.extend(crate::admission::validate_client_config(
-                        cc,
-                        "spec.conversion.webhook.clientConfig",
-                    )),
-                }
-                let versions: Vec<&str> = w
-                    .get("conversionReviewVersions")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                if versions.is_empty() {
-                    causes.push(cause(
-                        "FieldValueRequired",
-                        "spec.conversion.webhook.conversionReviewVersions",
-                        "Required value: must include at least one of v1, v1beta1",
-                    ));
-                } else if !versions.iter().any(|v| *v == "v1" || *v == "v1beta1") {
-                    causes.push(cause(
-                        "FieldValueInvalid",
-                        "spec.conversion.webhook.conversionReviewVersions",
-                        format!(
-                            "Invalid value: []string{{{}}}: must include at least one of v1, v1beta1",
-                            versions
-                                .iter()
-                                .map(|v| format!("{v:?}"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    ));
-                }
-            }
-        },
-        "" => causes.push(cause(
-            "FieldValueRequired",
-            "spec.conversion.strategy",
-            "Required value",
-        )),
-        other => causes.push(cause(
-            "FieldValueNotSupported",
-            "spec.conversion.strategy",
-            format!("Unsupported value: \"{other}\": supported values: \"None\", \"Webhook\""),
-        )),
-    }
-    causes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,22 +405,5 @@ mod tests {
         assert!(restore(bad, &orig, "g/v2").is_err());
         let wrong_version = json!({"apiVersion": "g/v1", "kind": "K", "metadata": {}});
         assert!(restore(wrong_version, &orig, "g/v2").is_err());
-    }
-
-    #[test]
-    fn validates_strategies() {
-        let crd = |c: Value| json!({"spec": {"conversion": c}});
-        assert!(validate_crd_conversion(&crd(json!({"strategy": "None"}))).is_empty());
-        assert_eq!(
-            validate_crd_conversion(&crd(json!({"strategy": "Webhook"})))[0].field,
-            "spec.conversion.webhook"
-        );
-        assert_eq!(
-            validate_crd_conversion(&crd(json!({"strategy": "Bogus"})))[0].reason,
-            "FieldValueNotSupported"
-        );
-        let ok = crd(json!({"strategy": "Webhook", "webhook": {
-            "clientConfig": {"url": "https://127.0.0.1:1/convert"}, "conversionReviewVersions": ["v1"]}}));
-        assert!(validate_crd_conversion(&ok).is_empty());
     }
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::catalog::ResourceDef;
+use crate::apiserver::catalog::ResourceDef;
 
 /// Whether an Accept header asks for a Table.
 pub fn wants_table(accept: &str) -> bool {

@@ -27,7 +27,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::server::lock;
+use crate::apiserver::sync::lock;
 
 /// A Service named by a webhook's `clientConfig.service`: namespace, name and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -1,0 +1,190 @@
+//! The control endpoints under [`CONTROL_PREFIX`](crate::apiserver::control::CONTROL_PREFIX):
+//! the request log, counters, state, faults, webhook calls and services, settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::apiserver::control::{Counters, FaultRule, Faults, LatencyRule};
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::semantics::StateConfig;
+use crate::apiserver::sync::lock;
+use crate::apiserver::webhooks::client::ServiceRef;
+
+use super::query::Query;
+use super::response::{error_response, json_response};
+use super::shared::Shared;
+
+pub(super) async fn control(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    query: &Query,
+    body: &Bytes,
+) -> Response<Body> {
+    let parse = |b: &Bytes| -> ApiResult<Value> {
+        if b.is_empty() {
+            Ok(json!({}))
+        } else {
+            serde_json::from_slice(b)
+                .map_err(|e| ApiError::bad_request(format!("bad control request body: {e}")))
+        }
+    };
+    let result: ApiResult<Value> = (|| match (method.as_str(), path.trim_end_matches('/')) {
+        ("GET", "requests") => {
+            let intro = lock(&shared.intro);
+            Ok(serde_json::to_value(&intro.log).unwrap_or_default())
+        }
+        ("DELETE", "requests") => {
+            lock(&shared.intro).log.clear();
+            Ok(json!({}))
+        }
+        ("GET", "counters") => {
+            let intro = lock(&shared.intro);
+            Ok(json!({"total": intro.counters.total(), "counters": intro.counters.to_rows()}))
+        }
+        ("DELETE", "counters") => {
+            lock(&shared.intro).counters = Counters::default();
+            Ok(json!({}))
+        }
+        ("GET", "state") => {
+            let watches = lock(&shared.intro).watches.clone();
+            let state = lock(&shared.state);
+            let mut objects = Vec::new();
+            if query.get("objects") == Some("true") {
+                for res in state.store.resources() {
+                    for (_, o) in state.store.list(&res, None) {
+                        objects.push((*o).clone());
+                    }
+                }
+            }
+            Ok(json!({"resourceVersion": state.store.rv().to_string(),
+                    "compactedResourceVersion": state.store.compacted().to_string(),
+                    "objectCount": state.store.total(), "watches": watches, "objects": objects}))
+        }
+        ("POST", "faults/respond") => {
+            let rule: FaultRule = serde_json::from_value(parse(body)?)
+                .map_err(|e| ApiError::bad_request(format!("bad fault rule: {e}")))?;
+            lock(&shared.faults).responses.push(rule);
+            Ok(json!({}))
+        }
+        ("POST", "faults/latency") => {
+            let rule: LatencyRule = serde_json::from_value(parse(body)?)
+                .map_err(|e| ApiError::bad_request(format!("bad latency rule: {e}")))?;
+            lock(&shared.faults).latency.push(rule);
+            Ok(json!({}))
+        }
+        ("POST", "faults/watch-delay") => {
+            let millis = parse(body)?
+                .get("millis")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            lock(&shared.faults).watch_event_delay = Duration::from_millis(millis);
+            Ok(json!({}))
+        }
+        ("POST", "faults/expire-next-watch") => {
+            let res = parse(body)?
+                .get("resource")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            lock(&shared.faults).expire_next_watch.push(res);
+            Ok(json!({}))
+        }
+        ("POST", "faults/compact") => {
+            let upto = parse(body)?.get("resourceVersion").and_then(|v| {
+                v.as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            });
+            let mut state = lock(&shared.state);
+            state.store.compact(upto);
+            Ok(json!({"compactedResourceVersion": state.store.compacted().to_string()}))
+        }
+        ("POST", "faults/close-watches") => {
+            let res = parse(body)?
+                .get("resource")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let _ = shared.close_tx.send(res);
+            Ok(json!({}))
+        }
+        ("GET", "webhook-calls") => {
+            Ok(serde_json::to_value(&*lock(&shared.webhooks.calls)).unwrap_or_default())
+        }
+        ("DELETE", "webhook-calls") => {
+            lock(&shared.webhooks.calls).clear();
+            Ok(json!({}))
+        }
+        ("POST", "webhook-services") => {
+            let p = parse(body)?;
+            let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let port = p
+                .get("port")
+                .and_then(Value::as_u64)
+                .and_then(|n| u16::try_from(n).ok())
+                .unwrap_or(443);
+            let key = ServiceRef::new(s("namespace"), s("name"), port);
+            let mut settings = lock(&shared.settings);
+            match p.get("address").and_then(Value::as_str) {
+                Some(a) if !a.is_empty() => {
+                    settings.webhook_services.insert(key, a.to_string());
+                }
+                _ => {
+                    settings.webhook_services.remove(&key);
+                }
+            }
+            Ok(json!({}))
+        }
+        ("DELETE", "faults") => {
+            *lock(&shared.faults) = Faults::default();
+            Ok(json!({}))
+        }
+        ("GET", "settings") => {
+            let s = lock(&shared.settings);
+            Ok(
+                json!({"version": s.version, "historyLimit": s.history_limit,
+                    "bookmarkIntervalMillis": s.bookmark_interval.as_millis() as u64,
+                    "crdEstablishDelayMillis": s.crd_establish_delay.as_millis() as u64,
+                    "podTerminationCapMillis": s.pod_termination_cap.as_millis() as u64,
+                    "aggregatedDiscovery": s.aggregated_discovery}),
+            )
+        }
+        ("PATCH", "settings") => {
+            let p = parse(body)?;
+            let mut s = lock(&shared.settings);
+            if let Some(v) = p.get("version") {
+                s.version = serde_json::from_value(v.clone())
+                    .map_err(|e| ApiError::bad_request(format!("bad version: {e}")))?;
+            }
+            if let Some(n) = p.get("historyLimit").and_then(Value::as_u64) {
+                s.history_limit = n as usize;
+                lock(&shared.state).store.set_history_limit(n as usize);
+            }
+            if let Some(n) = p.get("bookmarkIntervalMillis").and_then(Value::as_u64) {
+                s.bookmark_interval = Duration::from_millis(n);
+            }
+            if let Some(n) = p.get("crdEstablishDelayMillis").and_then(Value::as_u64) {
+                s.crd_establish_delay = Duration::from_millis(n);
+            }
+            if let Some(n) = p.get("podTerminationCapMillis").and_then(Value::as_u64) {
+                s.pod_termination_cap = Duration::from_millis(n);
+            }
+            lock(&shared.state).set_config(StateConfig {
+                establish_immediately: s.crd_establish_delay.is_zero(),
+                pod_termination_cap: s.pod_termination_cap,
+            });
+            if let Some(b) = p.get("aggregatedDiscovery").and_then(Value::as_bool) {
+                s.aggregated_discovery = b;
+            }
+            Ok(json!({}))
+        }
+        _ => Err(ApiError::path_not_found()),
+    })();
+    match result {
+        Ok(v) => json_response(200, &v, &[]),
+        Err(e) => error_response(&e),
+    }
+}

@@ -1,0 +1,177 @@
+//! Lists: selectors, pagination with continue tokens, consistent reads at a
+//! resourceVersion, conversion and Tables.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::Response;
+use serde_json::{Value, json};
+
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::semantics::State;
+use crate::apiserver::sync::lock;
+use crate::apiserver::tables;
+use crate::apiserver::webhooks::conversion::{self, CrdConversion};
+
+use super::query::{Query, Selectors};
+use super::response::json_response;
+use super::shared::Shared;
+
+pub(super) async fn list(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    query: &Query,
+    as_table: Option<tables::IncludeObject>,
+) -> ApiResult<Response<Body>> {
+    let sel = Selectors::parse(def, query)?;
+    let limit: Option<usize> = match query.get("limit") {
+        None | Some("") | Some("0") => None,
+        Some(l) => Some(
+            l.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?,
+        ),
+    };
+    let rv_param = query.get("resourceVersion").unwrap_or("");
+    let rv_match = query.get("resourceVersionMatch").unwrap_or("");
+    let cont = query.get("continue").filter(|c| !c.is_empty());
+    if !rv_match.is_empty() && (rv_param.is_empty() || cont.is_some()) {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            vec![crate::apiserver::error::cause(
+                "FieldValueForbidden",
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            )],
+        ));
+    }
+    let res = State::res_key(def);
+    let scope = if def.namespaced { ns } else { None };
+    let (at_rv, start) = if let Some(token) = cont {
+        let t = decode_continue(token)?;
+        (Some(t.rv), Some((t.ns, t.name)))
+    } else if rv_match == "Exact" {
+        let n: u64 = rv_param
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param}")))?;
+        (Some(n), None)
+    } else {
+        (None, None)
+    };
+    let (list_rv, items, conv) = {
+        let state = lock(&shared.state);
+        let (list_rv, items) = match at_rv {
+            Some(rv) => match state.store.list_at(&res, scope, rv) {
+                Some(items) => (rv, items),
+                None if cont.is_some() => {
+                    return Err(ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.",
+                    ));
+                }
+                None => {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {rv} ({})",
+                        state.store.compacted()
+                    )));
+                }
+            },
+            None => (state.store.rv(), state.store.list(&res, scope)),
+        };
+        let conv = if def.is_custom() {
+            CrdConversion::lookup_webhook(&state, def)
+        } else {
+            None
+        };
+        (list_rv, items, conv)
+    };
+    let mut out = Vec::new();
+    let mut next = None;
+    let mut remaining = 0usize;
+    for (key, obj) in items {
+        if let Some(start) = &start
+            && &key <= start
+        {
+            continue;
+        }
+        if !sel.matches(&obj) {
+            continue;
+        }
+        if let Some(limit) = limit
+            && out.len() >= limit
+        {
+            if next.is_none() {
+                next = out_last_key(&out);
+            }
+            remaining += 1;
+            continue;
+        }
+        out.push((key, obj));
+    }
+    let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+    if let Some((ns, name)) = next {
+        metadata["continue"] = json!(encode_continue(&ContinueToken {
+            rv: list_rv,
+            ns,
+            name
+        }));
+        if sel.is_empty() {
+            metadata["remainingItemCount"] = json!(remaining);
+        }
+    }
+    let raws: Vec<Arc<Value>> = out.into_iter().map(|(_, o)| o).collect();
+    let items: Vec<Value> = conversion::present_all(&**shared, conv.as_ref(), def, raws)
+        .await?
+        .into_iter()
+        .map(|o| list_item(def, o))
+        .collect();
+    if let Some(include) = as_table {
+        let t = tables::table(def, def.printer_columns.as_ref(), &items, metadata, include);
+        return Ok(json_response(200, &t, &[]));
+    }
+    Ok(json_response(
+        200,
+        &json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": metadata, "items": items}),
+        &[],
+    ))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    rv: u64,
+    ns: String,
+    name: String,
+}
+
+fn encode_continue(t: &ContinueToken) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(t).unwrap_or_default())
+}
+
+fn decode_continue(s: &str) -> ApiResult<ContinueToken> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s.trim_end_matches('='))
+        .map_err(|_| ApiError::bad_request("continue key is not valid: illegal base64 data"))?;
+    serde_json::from_slice(&bytes).map_err(|_| {
+        ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion")
+    })
+}
+
+fn out_last_key(out: &[((String, String), Arc<Value>)]) -> Option<(String, String)> {
+    out.last().map(|(k, _)| k.clone())
+}
+
+/// Items of built-in lists carry no apiVersion/kind; custom resources keep them.
+fn list_item(def: &ResourceDef, mut o: Value) -> Value {
+    if !def.is_custom()
+        && let Some(m) = o.as_object_mut()
+    {
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    o
+}

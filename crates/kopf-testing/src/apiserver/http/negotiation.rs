@@ -1,0 +1,59 @@
+//! Content negotiation: request bodies by their Content-Type (JSON, YAML, protobuf, the
+//! patch types), Tables and aggregated discovery by the Accept header.
+
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::semantics::PatchType;
+use crate::apiserver::tables;
+
+use super::query::Query;
+
+pub(super) fn header_str(headers: &HeaderMap, name: header::HeaderName) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+pub(super) const AGGREGATED_ACCEPT: &str = "as=APIGroupDiscoveryList";
+
+/// Decodes a request body by its Content-Type.
+pub(super) fn decode_body(content_type: &str, body: &Bytes, allow_patch: bool) -> ApiResult<Value> {
+    let base = content_type.split(';').next().unwrap_or("").trim();
+    match base {
+        "" | "application/json" | "*/*" => {}
+        crate::apiserver::protobuf::MEDIA_TYPE => return crate::apiserver::protobuf::decode(body),
+        "application/yaml" => {
+            let text = std::str::from_utf8(body)
+                .map_err(|_| ApiError::bad_request("the YAML body is not UTF-8 text"))?;
+            return serde_saphyr::from_str::<Value>(text)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
+        }
+        _ if allow_patch && PatchType::from_content_type(base).is_some() => {}
+        _ => {
+            return Err(ApiError::unsupported_media_type(&[
+                "application/json",
+                "application/yaml",
+                "application/vnd.kubernetes.protobuf",
+            ]));
+        }
+    }
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body of the request could not be decoded as JSON: {e}"
+        ))
+    })
+}
+
+/// The Table options when the client asked for a Table.
+pub(super) fn table_request(headers: &HeaderMap, query: &Query) -> Option<tables::IncludeObject> {
+    tables::wants_table(&header_str(headers, header::ACCEPT))
+        .then(|| tables::IncludeObject::parse(query.get("includeObject")))
+}

@@ -1,0 +1,160 @@
+//! The object endpoints: get, create, update, patch, delete and deletecollection of a
+//! resource, through admission and conversion; lists, watches and `/scale` are handed on.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Response, header};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::semantics::PatchType;
+use crate::apiserver::sync::lock;
+use crate::apiserver::tables;
+use crate::apiserver::webhooks::admission::{self, Edit};
+use crate::apiserver::webhooks::conversion::{self, CrdConversion};
+
+use super::list::list;
+use super::negotiation::{decode_body, header_str, table_request};
+use super::options::{delete_options, write_options};
+use super::query::{Query, Selectors};
+use super::response::{json_response, rejected_response, written_response};
+use super::routing::{ResourceRequest, resolve_verb};
+use super::shared::Shared;
+use super::subresources::serve_scale;
+use super::watch::watch;
+
+pub(super) async fn serve_resource(
+    shared: &Arc<Shared>,
+    rr: ResourceRequest,
+    method: &Method,
+    headers: &HeaderMap,
+    query: &Query,
+    body: &Bytes,
+) -> ApiResult<Response<Body>> {
+    let def = lock(&shared.state)
+        .find(&rr.group, &rr.version, &rr.plural)
+        .ok_or_else(ApiError::path_not_found)?;
+    if def.namespaced && rr.namespace.is_none() && rr.name.is_some() {
+        return Err(ApiError::path_not_found());
+    }
+    if !def.namespaced && rr.namespace.is_some() {
+        return Err(ApiError::path_not_found());
+    }
+    match rr.subresource.as_deref() {
+        None => {}
+        Some("status") if def.status => {}
+        Some("scale") if def.scale.is_some() => {}
+        Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
+        Some(_) => return Err(ApiError::path_not_found()),
+    }
+    let verb = resolve_verb(method, &rr, query);
+    let ns = rr.namespace.as_deref();
+    let content_type = header_str(headers, header::CONTENT_TYPE);
+    let sub = rr.subresource.as_deref();
+    let name = rr.name.clone().unwrap_or_default();
+    if sub == Some("scale") {
+        return serve_scale(shared, &def, ns, &name, &verb, &content_type, body);
+    }
+    let sub = if sub == Some("finalize") { None } else { sub };
+    match verb.as_str() {
+        "get" => {
+            let (raw, conv) = {
+                let state = lock(&shared.state);
+                let raw = state.get_stored(&def, ns, &name)?;
+                let conv = if def.is_custom()
+                    && raw.get("apiVersion").and_then(Value::as_str)
+                        != Some(def.api_version().as_str())
+                {
+                    CrdConversion::lookup_webhook(&state, &def)
+                } else {
+                    None
+                };
+                (raw, conv)
+            };
+            let obj = conversion::present_all(&**shared, conv.as_ref(), &def, vec![raw])
+                .await?
+                .into_iter()
+                .next()
+                .unwrap_or(Value::Null);
+            if let Some(include) = table_request(headers, query) {
+                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                let t = tables::table(&def, def.printer_columns.as_ref(), &[obj], meta, include);
+                return Ok(json_response(200, &t, &[]));
+            }
+            Ok(json_response(200, &obj, &[]))
+        }
+        "list" => list(shared, &def, ns, query, table_request(headers, query)).await,
+        "watch" => watch(
+            shared,
+            &def,
+            ns,
+            rr.name.as_deref(),
+            query,
+            table_request(headers, query),
+        ),
+        "create" => {
+            if rr.name.is_some() {
+                return Err(ApiError::method_not_allowed("create", &def.plural));
+            }
+            let obj = decode_body(&content_type, body, false)?;
+            let opts = write_options(query, headers)?;
+            Ok(written_response(
+                admission::create(&**shared, &def, ns, obj, &opts).await,
+            ))
+        }
+        "update" => {
+            if rr.name.is_none() {
+                return Err(ApiError::method_not_allowed("update", &def.plural));
+            }
+            let obj = decode_body(&content_type, body, false)?;
+            let opts = write_options(query, headers)?;
+            Ok(written_response(
+                admission::update(&**shared, &def, ns, &name, sub, Edit::Put(obj), &opts).await,
+            ))
+        }
+        "patch" => {
+            let Some(pt) = PatchType::from_content_type(&content_type) else {
+                return Err(ApiError::unsupported_media_type(&[
+                    "application/json-patch+json",
+                    "application/merge-patch+json",
+                    "application/apply-patch+yaml",
+                    "application/strategic-merge-patch+json",
+                ]));
+            };
+            if rr.name.is_none() {
+                return Err(ApiError::method_not_allowed("patch", &def.plural));
+            }
+            let opts = write_options(query, headers)?;
+            Ok(written_response(
+                admission::update(
+                    &**shared,
+                    &def,
+                    ns,
+                    &name,
+                    sub,
+                    Edit::Patch(pt, body),
+                    &opts,
+                )
+                .await,
+            ))
+        }
+        "delete" => {
+            let opts = delete_options(query, body)?;
+            Ok(written_response(
+                admission::delete(&**shared, &def, ns, &name, &opts).await,
+            ))
+        }
+        "deletecollection" => {
+            let sel = Selectors::parse(&def, query)?;
+            let opts = delete_options(query, body)?;
+            let matching = |o: &Value| sel.matches(o);
+            match admission::delete_collection(&**shared, &def, ns, &matching, &opts).await {
+                Ok((list, warnings)) => Ok(json_response(200, &list, &warnings)),
+                Err(r) => Ok(rejected_response(&r)),
+            }
+        }
+        other => Err(ApiError::method_not_allowed(other, &def.plural)),
+    }
+}

@@ -1,0 +1,171 @@
+//! The query string: its parameters decoded, and the label and field selectors of lists,
+//! watches and deletecollection checked against what the resource supports.
+
+use serde_json::Value;
+
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::selectors::{FieldSelector, LabelSelector, field_value};
+
+/// Query parameters.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Query(Vec<(String, String)>);
+
+impl Query {
+    pub(super) fn parse(raw: Option<&str>) -> Self {
+        Query(
+            raw.map(|q| {
+                form_urlencoded_pairs(q)
+                    .into_iter()
+                    .collect::<Vec<(String, String)>>()
+            })
+            .unwrap_or_default(),
+        )
+    }
+
+    pub(super) fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub(super) fn bool(&self, key: &str) -> ApiResult<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(Some(true)),
+            Some("0" | "f" | "F" | "FALSE" | "false" | "False" | "") => Ok(Some(false)),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "invalid boolean value for {key}: {other:?}"
+            ))),
+        }
+    }
+}
+
+pub(super) fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn form_urlencoded_pairs(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Selectors of a list, watch or deletecollection request, validated for the resource.
+pub(super) struct Selectors {
+    pub(super) label: LabelSelector,
+    pub(super) field: FieldSelector,
+}
+
+impl Selectors {
+    pub(super) fn parse(def: &ResourceDef, query: &Query) -> ApiResult<Self> {
+        let label = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let field = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        for r in field.requirements() {
+            if !supported_field(def, &r.field) {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {}",
+                    r.field
+                )));
+            }
+        }
+        Ok(Selectors { label, field })
+    }
+
+    pub(super) fn matches(&self, obj: &Value) -> bool {
+        self.label.matches_object(obj) && self.field.matches(|f| object_field(obj, f))
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.label.is_empty() && self.field.is_empty()
+    }
+}
+
+fn supported_field(def: &ResourceDef, field: &str) -> bool {
+    if matches!(field, "metadata.name" | "metadata.namespace") {
+        return true;
+    }
+    match (def.group.as_str(), def.plural.as_str()) {
+        ("" | "events.k8s.io", "events") => {
+            field.starts_with("involvedObject.")
+                || matches!(field, "reason" | "reportingComponent" | "source" | "type")
+        }
+        ("", "pods") => matches!(
+            field,
+            "spec.nodeName"
+                | "spec.restartPolicy"
+                | "spec.schedulerName"
+                | "spec.serviceAccountName"
+                | "spec.hostNetwork"
+                | "status.phase"
+                | "status.podIP"
+                | "status.nominatedNodeName"
+        ),
+        ("", "secrets") => field == "type",
+        ("", "namespaces") => field == "status.phase",
+        ("", "nodes") => field == "spec.unschedulable",
+        ("apps", "replicasets") => field == "status.replicas",
+        ("batch", "jobs") => field == "status.successful",
+        _ => false,
+    }
+}
+
+fn object_field(obj: &Value, field: &str) -> Option<String> {
+    match field {
+        "source" => field_value(obj, "source.component"),
+        "spec.hostNetwork" => Some(field_value(obj, field).unwrap_or_else(|| "false".into())),
+        _ => field_value(obj, field),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_decoding() {
+        let q = Query::parse(Some("fieldSelector=metadata.name%3Dx%2Cb&watch=1&x"));
+        assert_eq!(q.get("fieldSelector"), Some("metadata.name=x,b"));
+        assert_eq!(q.bool("watch").ok().flatten(), Some(true));
+        assert!(Query::parse(Some("watch=maybe")).bool("watch").is_err());
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+}

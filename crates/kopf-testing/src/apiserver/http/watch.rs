@@ -1,0 +1,443 @@
+//! Watch streams: the start (synthetic ADDED events, a replay from a resourceVersion, or
+//! 410), live changes from the store's fan-out, bookmarks, timeouts, conversion, Tables.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Response, header};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::control::OpenWatch;
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::selectors::FieldSelector;
+use crate::apiserver::semantics::State;
+use crate::apiserver::storage::{Change, ChangeType};
+use crate::apiserver::sync::lock;
+use crate::apiserver::tables;
+use crate::apiserver::webhooks::conversion::{self, CrdConversion};
+
+use super::query::{Query, Selectors};
+use super::shared::Shared;
+
+struct WatchSpec {
+    def: ResourceDef,
+    namespace: Option<String>,
+    selectors: Selectors,
+    bookmarks: bool,
+    as_table: Option<tables::IncludeObject>,
+    /// The CRD's conversion when it is by webhook.
+    conversion: Option<CrdConversion>,
+}
+
+/// An event waiting to be rendered: a stored object (converted and presented when sent),
+/// or a finished event (ERROR, BOOKMARK).
+enum PendingEvent {
+    Object(&'static str, Arc<Value>),
+    Ready(Value),
+}
+
+impl WatchSpec {
+    fn concerns(&self, c: &Change) -> bool {
+        c.res == State::res_key(&self.def)
+            && self.namespace.as_deref().is_none_or(|ns| c.key.0 == ns)
+    }
+
+    /// The event a change produces for this watch, if any: its type and the stored object.
+    fn event(&self, c: &Change) -> Option<(&'static str, Arc<Value>)> {
+        if !self.concerns(c) {
+            return None;
+        }
+        let now = c.kind != ChangeType::Deleted && self.selectors.matches(&c.object);
+        let before = c.prev.as_ref().is_some_and(|p| self.selectors.matches(p));
+        let kind = match c.kind {
+            ChangeType::Added if now => "ADDED",
+            ChangeType::Modified if now && before => "MODIFIED",
+            ChangeType::Modified if now => "ADDED",
+            ChangeType::Modified if before => "DELETED",
+            ChangeType::Deleted if self.selectors.matches(&c.object) => "DELETED",
+            _ => return None,
+        };
+        Some((kind, c.object.clone()))
+    }
+
+    /// Converts (by webhook, when the CRD says so) and renders stored objects as events,
+    /// with one conversion request for all of them.
+    async fn render_events(
+        &self,
+        shared: &Arc<Shared>,
+        pending: Vec<PendingEvent>,
+    ) -> ApiResult<Vec<Value>> {
+        let raws: Vec<Arc<Value>> = pending
+            .iter()
+            .filter_map(|p| match p {
+                PendingEvent::Object(_, o) => Some(o.clone()),
+                PendingEvent::Ready(_) => None,
+            })
+            .collect();
+        let mut presented =
+            conversion::present_all(&**shared, self.conversion.as_ref(), &self.def, raws)
+                .await?
+                .into_iter();
+        let mut out = Vec::with_capacity(pending.len());
+        for p in pending {
+            match p {
+                PendingEvent::Ready(v) => out.push(v),
+                PendingEvent::Object(kind, _) => {
+                    let o = presented.next().unwrap_or(Value::Null);
+                    out.push(json!({"type": kind, "object": self.render_presented(o)}));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A presented object as the watch delivers it: itself, or a one-row Table.
+    fn render_presented(&self, o: Value) -> Value {
+        match self.as_table {
+            None => o,
+            Some(include) => {
+                let meta = json!({"resourceVersion": o.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                tables::table(
+                    &self.def,
+                    self.def.printer_columns.as_ref(),
+                    &[o],
+                    meta,
+                    include,
+                )
+            }
+        }
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        json!({"type": "BOOKMARK", "object": {"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": metadata}})
+    }
+}
+
+fn line(v: &Value) -> Result<Bytes, Infallible> {
+    let mut s = v.to_string();
+    s.push('\n');
+    Ok(Bytes::from(s))
+}
+
+pub(super) fn watch(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: Option<&str>,
+    query: &Query,
+    as_table: Option<tables::IncludeObject>,
+) -> ApiResult<Response<Body>> {
+    let mut selectors = Selectors::parse(def, query)?;
+    if let Some(name) = name {
+        // GET .../<name>?watch=true watches one object.
+        let combined = match query.get("fieldSelector") {
+            Some(f) if !f.is_empty() => format!("{f},metadata.name={name}"),
+            _ => format!("metadata.name={name}"),
+        };
+        selectors.field =
+            FieldSelector::parse(&combined).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
+    let send_initial = query.bool("sendInitialEvents")?;
+    let rv_match = query.get("resourceVersionMatch").unwrap_or("");
+    if send_initial == Some(true) && rv_match != "NotOlderThan" {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            vec![crate::apiserver::error::cause(
+                "FieldValueForbidden",
+                "sendInitialEvents",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )],
+        ));
+    }
+    if send_initial.is_none() && !rv_match.is_empty() {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            vec![crate::apiserver::error::cause(
+                "FieldValueForbidden",
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            )],
+        ));
+    }
+    let bookmarks = query.bool("allowWatchBookmarks")?.unwrap_or(false);
+    let settings = lock(&shared.settings).clone();
+    let timeout = match query.get("timeoutSeconds") {
+        Some(t) if !t.is_empty() => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}")))?,
+        ),
+        _ => settings.default_watch_timeout.unwrap_or_else(|| {
+            use rand::Rng;
+            Duration::from_secs(rand::rng().random_range(1800..3600))
+        }),
+    };
+    let spec = WatchSpec {
+        def: def.clone(),
+        namespace: if def.namespaced {
+            ns.map(str::to_string)
+        } else {
+            None
+        },
+        selectors,
+        bookmarks,
+        as_table,
+        conversion: if def.is_custom() {
+            CrdConversion::lookup_webhook(&lock(&shared.state), def)
+        } else {
+            None
+        },
+    };
+    let rv_param = query.get("resourceVersion").unwrap_or("").to_string();
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+
+    // Decide the start under the lock, subscribing before reading, so nothing is missed.
+    let expire = lock(&shared.faults).take_expire(&def.plural);
+    let mut initial: Vec<PendingEvent> = Vec::new();
+    let live;
+    let start_rv;
+    {
+        let state = lock(&shared.state);
+        live = state.store.subscribe();
+        let current = state.store.rv();
+        let synthetic = rv_param.is_empty() || rv_param == "0" || send_initial == Some(true);
+        if expire {
+            let status =
+                ApiError::expired(format!("too old resource version: {rv_param} ({current})"));
+            initial.push(PendingEvent::Ready(
+                json!({"type": "ERROR", "object": status.to_status()}),
+            ));
+            start_rv = None;
+        } else if synthetic {
+            let scope = spec.namespace.as_deref();
+            for (_, obj) in state.store.list(&State::res_key(def), scope) {
+                if spec.selectors.matches(&obj) {
+                    initial.push(PendingEvent::Object("ADDED", obj));
+                }
+            }
+            if send_initial == Some(true) {
+                initial.push(PendingEvent::Ready(spec.bookmark(current, true)));
+            }
+            start_rv = Some(current);
+        } else {
+            let n: u64 = rv_param.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid resource version: {rv_param}"))
+            })?;
+            match state.store.changes_since(n) {
+                Some(changes) => {
+                    initial.extend(
+                        changes
+                            .iter()
+                            .filter_map(|c| spec.event(c))
+                            .map(|(k, o)| PendingEvent::Object(k, o)),
+                    );
+                    start_rv = Some(current.max(n));
+                }
+                None => {
+                    let status = ApiError::expired(format!(
+                        "too old resource version: {n} ({})",
+                        state.store.compacted()
+                    ));
+                    initial.push(PendingEvent::Ready(
+                        json!({"type": "ERROR", "object": status.to_status()}),
+                    ));
+                    start_rv = None;
+                }
+            }
+        }
+    }
+    let watch_id = {
+        let mut intro = lock(&shared.intro);
+        intro.watch_seq += 1;
+        let id = intro.watch_seq;
+        intro.watches.push(OpenWatch {
+            id,
+            resource: format!("{}/{}", def.api_version(), def.plural),
+            namespace: spec.namespace.clone().unwrap_or_default(),
+            label_selector: query.get("labelSelector").unwrap_or("").into(),
+            field_selector: query.get("fieldSelector").unwrap_or("").into(),
+            resource_version: rv_param.clone(),
+        });
+        id
+    };
+    let shared2 = shared.clone();
+    let close_rx = shared.close_tx.subscribe();
+    tokio::spawn(async move {
+        run_watch(
+            &shared2,
+            spec,
+            initial,
+            start_rv,
+            live,
+            close_rx,
+            tx,
+            timeout,
+            settings.bookmark_interval,
+        )
+        .await;
+        lock(&shared2.intro).watches.retain(|w| w.id != watch_id);
+    });
+    let mut resp = Response::new(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(resp)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_watch(
+    shared: &Arc<Shared>,
+    spec: WatchSpec,
+    initial: Vec<PendingEvent>,
+    start_rv: Option<u64>,
+    mut live: broadcast::Receiver<Arc<Change>>,
+    mut close_rx: broadcast::Receiver<Option<String>>,
+    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    timeout: Duration,
+    bookmark_interval: Duration,
+) {
+    let initial = match spec.render_events(shared, initial).await {
+        Ok(events) => events,
+        Err(e) => {
+            let _ = tx
+                .send(line(&json!({"type": "ERROR", "object": e.to_status()})))
+                .await;
+            return;
+        }
+    };
+    for ev in &initial {
+        if !send_event(shared, &tx, ev).await {
+            return;
+        }
+    }
+    let Some(mut last_rv) = start_rv else {
+        return; // An ERROR event was sent: close.
+    };
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut ticker = tokio::time::interval(bookmark_interval.max(Duration::from_millis(10)));
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut deadline => {
+                if spec.bookmarks {
+                    let _ = tx.send(line(&spec.bookmark(last_rv, false))).await;
+                }
+                return;
+            }
+            _ = tx.closed() => return,
+            closed = close_rx.recv() => match closed {
+                Ok(Some(res)) if res != spec.def.plural => continue,
+                _ => return,
+            },
+            _ = ticker.tick(), if spec.bookmarks => {
+                // Everything up to the store's RV has been broadcast; drain it, then mark it.
+                let rv = lock(&shared.state).store.rv();
+                loop {
+                    match live.try_recv() {
+                        Ok(c) if c.rv <= rv => {
+                            if c.rv > last_rv {
+                                last_rv = c.rv;
+                                if !send_change(shared, &spec, &tx, &c).await {
+                                    return;
+                                }
+                            }
+                        }
+                        Ok(c) => {
+                            // A newer change: deliver it and stop draining.
+                            last_rv = c.rv;
+                            if !send_change(shared, &spec, &tx, &c).await {
+                                return;
+                            }
+                            break;
+                        }
+                        Err(broadcast::error::TryRecvError::Empty) => {
+                            last_rv = last_rv.max(rv);
+                            break;
+                        }
+                        Err(_) => return,
+                    }
+                }
+                if tx.send(line(&spec.bookmark(last_rv, false))).await.is_err() {
+                    return;
+                }
+            }
+            change = live.recv() => match change {
+                Ok(c) => {
+                    if c.rv <= last_rv {
+                        continue;
+                    }
+                    last_rv = c.rv;
+                    if !send_change(shared, &spec, &tx, &c).await {
+                        return;
+                    }
+                }
+                // Lagged or closed: end the stream; the client resumes from its last RV.
+                Err(_) => return,
+            },
+        }
+    }
+}
+
+/// Sends the event of a change (if the watch sees it); false when the stream must end.
+async fn send_change(
+    shared: &Arc<Shared>,
+    spec: &WatchSpec,
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    c: &Change,
+) -> bool {
+    let Some((kind, obj)) = spec.event(c) else {
+        return true;
+    };
+    match spec
+        .render_events(shared, vec![PendingEvent::Object(kind, obj)])
+        .await
+    {
+        Ok(events) => {
+            for ev in &events {
+                if !send_event(shared, tx, ev).await {
+                    return false;
+                }
+            }
+            true
+        }
+        Err(e) => {
+            let _ = tx
+                .send(line(&json!({"type": "ERROR", "object": e.to_status()})))
+                .await;
+            false
+        }
+    }
+}
+
+async fn send_event(
+    shared: &Arc<Shared>,
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    ev: &Value,
+) -> bool {
+    let delay = lock(&shared.faults).watch_event_delay;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    tx.send(line(ev)).await.is_ok()
+}

@@ -1,0 +1,190 @@
+//! PATCH: what each of the four patch types makes of the stored object, server-side apply
+//! included.
+
+use serde_json::{Value, json};
+
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::error::{ApiError, ApiResult, cause};
+use crate::apiserver::managed_fields;
+use crate::apiserver::patch::{self, PatchError};
+
+use super::meta::{meta_mut, meta_str, now};
+use super::options::{PatchTarget, PatchType, WriteOptions, Written};
+use super::state::State;
+
+fn check_apply_manager(def: &ResourceDef, name: &str, opts: &WriteOptions) -> ApiResult<()> {
+    if opts.field_manager.as_deref().is_none_or(str::is_empty) {
+        return Err(ApiError::invalid(
+            &def.group,
+            &def.kind,
+            name,
+            vec![cause(
+                "FieldValueRequired",
+                "fieldManager",
+                "Required value: is required for apply patch",
+            )],
+        ));
+    }
+    Ok(())
+}
+
+fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the apply patch is not UTF-8 text"))?;
+    serde_saphyr::from_str::<Value>(text)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
+impl State {
+    /// PATCH an object with one of the four patch types.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &mut self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        let existing = self
+            .store
+            .get(&Self::res_key(def), &Self::key_of(def, namespace, name));
+        let current = existing.as_ref().map(|o| Self::present(def, o));
+        let target = Self::patch_target(
+            def,
+            namespace,
+            name,
+            subresource,
+            patch_type,
+            body,
+            opts,
+            current.as_ref(),
+        )?;
+        match (target, existing) {
+            (PatchTarget::Create(applied, opts), _) => self.create(def, namespace, applied, &opts),
+            (PatchTarget::Update(new, opts), Some(old)) => {
+                self.write_over(def, &old, new, subresource, &opts)
+            }
+            (PatchTarget::Update(..), None) => {
+                Err(ApiError::not_found(&def.group, &def.plural, name))
+            }
+        }
+    }
+
+    /// What a PATCH amounts to: the patched object (from `current`, the stored object as
+    /// the request's version presents it), or a create when an apply patch meets no object.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn patch_target(
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        body: &[u8],
+        opts: &WriteOptions,
+        current: Option<&Value>,
+    ) -> ApiResult<PatchTarget> {
+        if patch_type != PatchType::Apply && opts.force.is_some() {
+            return Err(ApiError::invalid(
+                &def.group,
+                &def.kind,
+                name,
+                vec![cause(
+                    "FieldValueForbidden",
+                    "force",
+                    "Forbidden: may not be specified for non-apply patch",
+                )],
+            ));
+        }
+        if patch_type == PatchType::Strategic && (def.is_custom() || def.group == "events.k8s.io") {
+            return Err(ApiError::unsupported_media_type(&[
+                "application/json-patch+json",
+                "application/merge-patch+json",
+                "application/apply-patch+yaml",
+            ]));
+        }
+        let current = match current {
+            Some(o) => o,
+            None if patch_type == PatchType::Apply && subresource.is_none() => {
+                let applied = parse_apply_body(body)?;
+                check_apply_manager(def, name, opts)?;
+                let mut applied = applied;
+                if meta_str(&applied, "name").is_none() {
+                    meta_mut(&mut applied).insert("name".into(), json!(name));
+                }
+                let opts = WriteOptions {
+                    apply: true,
+                    ..opts.clone()
+                };
+                return Ok(PatchTarget::Create(applied, opts));
+            }
+            None => return Err(ApiError::not_found(&def.group, &def.plural, name)),
+        };
+        let patched = match patch_type {
+            PatchType::Merge => patch::apply_merge_patch(current, body),
+            PatchType::Json => patch::apply_json_patch(current, body),
+            PatchType::Strategic => patch::apply_strategic_merge_patch(current, body, &def.kind),
+            PatchType::Apply => {
+                check_apply_manager(def, name, opts)?;
+                let applied = parse_apply_body(body)?;
+                if let Some(n) = meta_str(&applied, "name")
+                    && n != name
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({n}) does not match the name on the URL ({name})"
+                    )));
+                }
+                let manager = opts.field_manager.clone().unwrap_or_default();
+                let force = opts.force.unwrap_or(false);
+                match managed_fields::apply(
+                    current,
+                    &applied,
+                    def,
+                    &manager,
+                    force,
+                    subresource,
+                    &now(),
+                ) {
+                    Ok(merged) => Ok(merged),
+                    Err(conflicts) => {
+                        let causes: Vec<Value> = conflicts
+                            .iter()
+                            .map(|c| json!({"reason": "FieldManagerConflict", "message": c.describe(), "field": c.field}))
+                            .collect();
+                        let mut details =
+                            json!({"name": name, "kind": def.plural, "causes": causes});
+                        if !def.group.is_empty() {
+                            details["group"] = json!(def.group);
+                        }
+                        return Err(ApiError::new(
+                            409,
+                            "Conflict",
+                            managed_fields::conflict_message(&conflicts),
+                        )
+                        .with_details(details));
+                    }
+                }
+            }
+        };
+        let new = patched.map_err(|e| match e {
+            PatchError::Malformed(m) => ApiError::bad_request(m),
+            PatchError::Apply(m) => ApiError::new(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+            )
+            .with_details(json!({"causes": [{"reason": "FieldValueInvalid", "message": m, "field": "patch"}]})),
+        })?;
+        let new = Self::normalise_body(def, namespace, new)?;
+        let opts = WriteOptions {
+            apply: patch_type == PatchType::Apply,
+            ..opts.clone()
+        };
+        Ok(PatchTarget::Update(new, opts))
+    }
+}

@@ -1,0 +1,145 @@
+//! The API state: the store, the served resource definitions, and reading objects as a
+//! resource presents them. The verbs are in the sibling modules.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::apiserver::catalog::{self, ResourceDef};
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::schema;
+use crate::apiserver::storage::{ObjKey, ResKey, Store};
+
+use super::events;
+use super::options::{StateConfig, WriteOptions};
+
+const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// The whole API state.
+pub struct State {
+    /// Objects and history.
+    pub store: Store,
+    pub(super) builtins: Vec<ResourceDef>,
+    pub(super) crds: BTreeMap<String, Vec<ResourceDef>>,
+    /// Bumped whenever the set of served resources changes.
+    pub catalog_generation: u64,
+    /// CRDs waiting for a delayed Established.
+    pub to_establish: Vec<String>,
+    /// Terminating Pods the simulated kubelet removes after a delay.
+    pub to_reap: Vec<(ResKey, ObjKey, std::time::Duration)>,
+    pub(super) config: StateConfig,
+    pub(super) ip_counter: u32,
+}
+
+impl State {
+    /// A fresh state with the built-in resources and the initial namespaces.
+    pub fn new(history_limit: usize, config: StateConfig) -> Self {
+        let mut state = State {
+            store: Store::new(history_limit, 0),
+            builtins: catalog::builtins(),
+            crds: BTreeMap::new(),
+            catalog_generation: 1,
+            to_establish: Vec::new(),
+            to_reap: Vec::new(),
+            config,
+            ip_counter: 1,
+        };
+        for ns in INITIAL_NAMESPACES {
+            let def = state.builtin_def("", "namespaces");
+            let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            if let Some(def) = def
+                && let Err(e) = state.create(&def, None, body, &WriteOptions::default())
+            {
+                tracing::error!(namespace = ns, error = %e, "cannot create an initial namespace");
+            }
+        }
+        state
+    }
+
+    /// Updates the configuration.
+    pub fn set_config(&mut self, config: StateConfig) {
+        self.config = config;
+    }
+
+    fn builtin_def(&self, group: &str, plural: &str) -> Option<ResourceDef> {
+        self.builtins
+            .iter()
+            .find(|d| d.group == group && d.plural == plural)
+            .cloned()
+    }
+
+    /// Every served resource definition.
+    pub fn defs(&self) -> Vec<&ResourceDef> {
+        self.builtins
+            .iter()
+            .chain(self.crds.values().flatten())
+            .collect()
+    }
+
+    /// Finds the served resource for group/version/plural.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<ResourceDef> {
+        self.defs()
+            .into_iter()
+            .find(|d| d.group == group && d.version == version && d.plural == plural)
+            .cloned()
+    }
+
+    /// The storage key of a resource (events.k8s.io events share core storage).
+    pub fn res_key(def: &ResourceDef) -> ResKey {
+        if def.group == "events.k8s.io" && def.plural == "events" {
+            (String::new(), "events".into())
+        } else {
+            def.storage_key()
+        }
+    }
+
+    /// Renders a stored object for a resource view: sets apiVersion/kind, converts events.
+    pub fn present(def: &ResourceDef, obj: &Value) -> Value {
+        if def.group == "events.k8s.io" && def.plural == "events" {
+            return events::to_events_v1(obj);
+        }
+        let mut o = obj.clone();
+        if let Some(m) = o.as_object_mut() {
+            m.insert("apiVersion".into(), Value::String(def.api_version()));
+            m.insert("kind".into(), Value::String(def.kind.clone()));
+        }
+        if def.is_custom()
+            && let Some(schema) = &def.schema
+        {
+            schema::prune_and_default(&mut o, schema);
+        }
+        o
+    }
+
+    pub(super) fn key_of(def: &ResourceDef, namespace: Option<&str>, name: &str) -> ObjKey {
+        let ns = if def.namespaced {
+            namespace.unwrap_or("").to_string()
+        } else {
+            String::new()
+        };
+        (ns, name.to_string())
+    }
+
+    /// GET one object.
+    pub fn get(&self, def: &ResourceDef, namespace: Option<&str>, name: &str) -> ApiResult<Value> {
+        let key = Self::key_of(def, namespace, name);
+        self.store
+            .get(&Self::res_key(def), &key)
+            .map(|o| Self::present(def, &o))
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
+    }
+
+    /// The stored object, as stored (not presented).
+    pub(crate) fn get_stored(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> ApiResult<Arc<Value>> {
+        let key = Self::key_of(def, namespace, name);
+        self.store
+            .get(&Self::res_key(def), &key)
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
+    }
+}
