@@ -28,6 +28,11 @@ use kopf_core::handler::BoxFuture;
 use kopf_core::metrics::Metrics;
 use tokio::time::Instant;
 
+use kopf_core::extract::FromCause;
+use kopf_core::handler::{Cause, HandlerError};
+
+use crate::error::one_line;
+
 /// Retries of one request after transient failures (so at most 6 attempts).
 pub(crate) const MAX_RETRIES: u32 = 5;
 /// The first delay between attempts; it doubles up to [`BACKOFF_CAP`].
@@ -137,9 +142,9 @@ fn no_answer(error: &kube::Error) -> bool {
 /// An error of the client in words, without kube's `ServiceError:` wrapping.
 fn describe(error: &kube::Error) -> String {
     match error {
-        kube::Error::Service(e) => crate::one_line(e.as_ref()),
-        kube::Error::HyperError(e) => crate::one_line(e),
-        e => crate::one_line(e),
+        kube::Error::Service(e) => one_line(e.as_ref()),
+        kube::Error::HyperError(e) => one_line(e),
+        e => one_line(e),
     }
 }
 
@@ -434,6 +439,22 @@ pub(crate) fn wrap(client: kube::Client, settings: Settings) -> kube::Client {
         },
         namespace,
     )
+}
+
+/// The Kubernetes client of the operator, as a handler argument (for creating children,
+/// reading other objects...).
+#[derive(Clone)]
+pub struct Client(pub kube::Client);
+
+impl FromCause for Client {
+    fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
+        cause
+            .extensions
+            .get::<kube::Client>()
+            .cloned()
+            .map(Client)
+            .ok_or_else(|| HandlerError::permanent("no Kubernetes client is available here"))
+    }
 }
 
 #[cfg(test)]

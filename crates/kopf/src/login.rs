@@ -17,7 +17,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use kopf_core::handler::{BoxFuture, HandlerError};
 
-use crate::Error;
+use crate::error::Error;
 
 /// A login function: the configuration (server, credentials) to connect with.
 pub(crate) type LoginFn =
@@ -79,7 +79,7 @@ async fn login_client(
     config.default_retry = false;
     config.headers.push((
         http::header::USER_AGENT,
-        http::HeaderValue::from_static(crate::USER_AGENT),
+        http::HeaderValue::from_static(crate::config::USER_AGENT),
     ));
     let url = config.cluster_url.clone();
     let client = kube::Client::try_from(config).map_err(Error::Client)?;

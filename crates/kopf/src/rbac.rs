@@ -6,7 +6,9 @@ use kopf_core::handler::{HandlerKind, HandlerSpec};
 use kopf_watch::{Discovered, Selector};
 use serde_json::{Value, json};
 
-use crate::Error;
+use crate::error::Error;
+use crate::operator::Operator;
+use crate::{cli, embedded};
 
 /// One resource with what the operator does to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +102,89 @@ pub(crate) fn manifests(
         );
     }
     Ok(out)
+}
+
+impl Operator {
+    /// `rbac`: prints the RBAC manifests the handlers need.
+    pub(crate) async fn print_rbac(&self, args: cli::RbacArgs) -> Result<(), Error> {
+        use std::io::Write;
+        let text = self.rbac(&args).await?;
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .map_err(Error::Output)
+    }
+
+    /// The RBAC manifests (ServiceAccount, ClusterRole, ClusterRoleBinding) the handlers
+    /// need, as YAML: list and watch on every served resource, patch on it and its status
+    /// when some handler writes, create on Events, list and watch on CRDs. Resources are
+    /// resolved on an embedded API server with the operator's
+    /// [manifests](Self::fake_manifests) (or `args.apply`), or on the current cluster
+    /// with `args.cluster`.
+    ///
+    /// A resource without its CRD there is an [`Error::MissingCrd`] that says how to give it
+    /// (`--apply`, `--cluster`); on the cluster, the [`WatchError`](kopf_watch::WatchError)
+    /// itself.
+    pub async fn rbac(&self, args: &cli::RbacArgs) -> Result<String, Error> {
+        let all = if args.cluster {
+            kopf_watch::discover(&self.connect().await?).await?
+        } else {
+            #[cfg(feature = "testing")]
+            {
+                let server = kopf_testing::FakeApiServer::start().await?;
+                let manifests = if args.apply.is_empty() {
+                    &self.fake_manifests
+                } else {
+                    &args.apply
+                };
+                for m in manifests {
+                    server.apply_file(m)?;
+                }
+                let all = kopf_watch::discover(&server.try_client()?).await;
+                server.shutdown().await;
+                all?
+            }
+            #[cfg(not(feature = "testing"))]
+            {
+                return Err(Error::Config(
+                    "without kopf's `testing` feature, `rbac` needs --cluster".into(),
+                ));
+            }
+        };
+        #[allow(unused_mut)]
+        let mut extra = self.rbac_rules.clone();
+        #[cfg(feature = "admission")]
+        if self.admission.settings.managed.is_some() {
+            // The managed webhook configurations are created, then patched.
+            extra.push(serde_json::json!({
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                "verbs": ["create", "patch"],
+            }));
+            if !self.admission.converters.is_empty() {
+                extra.push(serde_json::json!({
+                    "apiGroups": ["apiextensions.k8s.io"],
+                    "resources": ["customresourcedefinitions"],
+                    "verbs": ["patch"],
+                }));
+            }
+        }
+        manifests(
+            &self.registrations,
+            &extra,
+            &all,
+            &args.name,
+            &args.account_namespace,
+        )
+        .map_err(|e| {
+            if args.cluster {
+                e
+            } else {
+                embedded::missing_crd(e, || {
+                    embedded::crd_fix(embedded::Embedded::Rbac, &args.apply, &self.fake_manifests)
+                })
+            }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -7,10 +7,11 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use kopf_core::handler::{FieldFilter, Handler, HandlerError, HandlerKind, HandlerSpec};
+use kopf_core::extract::IntoIndexer;
+use kopf_core::handler::{FieldFilter, Handler, HandlerError, HandlerKind, HandlerSpec, Options};
 use serde_json::Value;
 
-use crate::{IntoIndexer, Operator, Options};
+use crate::operator::Operator;
 
 /// The kind of a handler of objects registered by a macro.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use kopf_core::activities::Probes;
 use kopf_core::metrics::Metrics;
 use serde_json::json;
 
-use crate::Error;
+use crate::error::Error;
 
 /// What the endpoints serve.
 #[derive(Clone)]

@@ -60,7 +60,8 @@ pub use kopf_testing::{
     Counters, FakeApiServer, FaultRule, LatencyRule, RequestPattern, RequestRecord,
 };
 
-use crate::{Error, Operator};
+use crate::error::Error;
+use crate::operator::Operator;
 
 /// How long [`OperatorTest::start`] waits for the operator's first watch.
 const WATCH_TIMEOUT: Duration = Duration::from_secs(20);
@@ -228,7 +229,8 @@ impl OperatorTest {
         let (done_tx, done) = tokio::sync::oneshot::channel();
         runtime.spawn(async move {
             let result = async {
-                let config = crate::client_config(Some(&url), operator.inactivity_timeout).await?;
+                let config =
+                    crate::config::client_config(Some(&url), operator.inactivity_timeout).await?;
                 let client = kube::Client::try_from(config).map_err(Error::Client)?;
                 let client = if retries {
                     operator.wrap_client(client)

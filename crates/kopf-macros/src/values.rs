@@ -1,0 +1,105 @@
+//! Option values turned into code: seconds, strings, flags, admission operations and
+//! label/annotation/field filters.
+
+use proc_macro2::TokenStream as TokenStream2;
+use quote::quote;
+use syn::{Expr, ExprLit, Ident, Lit, LitStr};
+
+use crate::syntax::Given;
+
+pub(crate) fn seconds(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(i), ..
+        }) => {
+            let n: u64 = i.base10_parse()?;
+            Ok(quote!(::std::time::Duration::from_secs(#n)))
+        }
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(f), ..
+        }) => {
+            let n: f64 = f.base10_parse()?;
+            if std::time::Duration::try_from_secs_f64(n).is_err() {
+                return Err(syn::Error::new_spanned(
+                    f,
+                    format!("`{key}` must be a finite, non-negative number of seconds"),
+                ));
+            }
+            Ok(quote!(::std::time::Duration::from_secs_f64(#n)))
+        }
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{key}` takes a number of seconds, e.g. `{key} = 60` or `{key} = 1.5`"),
+        )),
+    }
+}
+
+pub(crate) fn string(key: &Ident, value: &Expr) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s.clone()),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{key}` takes a string literal"),
+        )),
+    }
+}
+
+pub(crate) fn flag(key: &Ident, given: &Given) -> syn::Result<bool> {
+    match given {
+        Given::Flag => Ok(true),
+        Given::Value(Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        })) => Ok(b.value),
+        Given::Value(other) => Err(syn::Error::new_spanned(
+            other,
+            format!("`{key}` takes `true` or `false` (or write just `{key}`)"),
+        )),
+        Given::Entries(_) => Err(syn::Error::new_spanned(
+            key,
+            format!("`{key}` takes `true` or `false` (or write just `{key}`)"),
+        )),
+    }
+}
+
+pub(crate) fn operation(lit: &LitStr) -> syn::Result<TokenStream2> {
+    let variant = match lit.value().as_str() {
+        "CREATE" => quote!(Create),
+        "UPDATE" => quote!(Update),
+        "DELETE" => quote!(Delete),
+        "CONNECT" => quote!(Connect),
+        _ => {
+            return Err(syn::Error::new_spanned(
+                lit,
+                "operations are \"CREATE\", \"UPDATE\", \"DELETE\" or \"CONNECT\"",
+            ));
+        }
+    };
+    Ok(quote!(.operation(::kopf::Operation::#variant)))
+}
+
+/// `present`, `absent`, a literal, or any expression (a predicate function).
+pub(crate) fn filter(value: &Expr, meta: bool) -> TokenStream2 {
+    let ty = if meta {
+        quote!(::kopf::MetaFilter)
+    } else {
+        quote!(::kopf::FieldFilter)
+    };
+    if let Expr::Path(p) = value
+        && let Some(ident) = p.path.get_ident()
+    {
+        match ident.to_string().as_str() {
+            "present" | "PRESENT" => return quote!(#ty::Present),
+            "absent" | "ABSENT" => return quote!(#ty::Absent),
+            _ => {}
+        }
+    }
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) if meta => quote!(#ty::Value(::std::string::String::from(#s))),
+        Expr::Lit(_) if !meta => quote!(#ty::Value(::kopf::serde_json::json!(#value))),
+        _ => quote!(#ty::Predicate(::std::sync::Arc::new(#value))),
+    }
+}

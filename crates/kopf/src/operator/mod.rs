@@ -1,0 +1,341 @@
+//! The [`Operator`] builder: its state, and the settings of how it watches, retries,
+//! persists and paces (the handlers are registered by the methods of the submodules, one
+//! file per kind of handler, each its own `impl Operator` block).
+
+mod activities;
+mod connect;
+mod resource_handlers;
+#[cfg(feature = "admission")]
+mod webhooks;
+
+use std::time::Duration;
+
+use kopf_core::handler::{HandlerSpec, Options};
+use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
+use kopf_core::metrics::Metrics;
+use kopf_core::processing::{Lifecycle, Persistence};
+use kopf_core::progress::ProgressStorage;
+use kopf_watch::Selector;
+
+use crate::{cli, client, login};
+
+/// An operator: handlers per resource, run until stopped.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kopf::{HandlerError, Name, Operator, Options, Reason, Spec, TimerOptions};
+/// use serde_json::{Value, json};
+///
+/// async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
+///     Ok(json!({"message": format!("{name} has field {}", spec["field"])}))
+/// }
+///
+/// async fn check(Name(name): Name) -> Result<(), HandlerError> {
+///     tracing::info!("{name} is still there");
+///     Ok(())
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf::Error> {
+///     Operator::new()
+///         .on_create("kopfexamples", "create_fn", create_fn)
+///         .on_with(Reason::Update, "kopfexamples", "gold_fn", create_fn,
+///             Options::new().label("tier", "gold").retries(3))
+///         .timer("kopfexamples", "check", TimerOptions::every(Duration::from_secs(60)), check)
+///         .main()        // the command line: `run -A`, `run --fake`, `rbac`...
+///         .await
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Operator {
+    pub(crate) registrations: Vec<(Selector, HandlerSpec)>,
+    /// The registrations (by index) whose options set their own backoff.
+    pub(crate) explicit_backoffs: std::collections::HashSet<usize>,
+    /// The backoff of handlers that set none (Kopf's 60 s when None).
+    pub(crate) default_backoff: Option<Duration>,
+    pub(crate) settings: kopf_watch::Settings,
+    pub(crate) persistence: Persistence,
+    pub(crate) stack: kopf_core::layers::Stack,
+    pub(crate) memo: kopf_core::memo::MemoSeed,
+    pub(crate) wait_for_resources: bool,
+    pub(crate) inactivity_timeout: Duration,
+    pub(crate) fake_manifests: Vec<std::path::PathBuf>,
+    pub(crate) startup: Vec<HandlerSpec>,
+    pub(crate) cleanup: Vec<HandlerSpec>,
+    pub(crate) probes: Vec<HandlerSpec>,
+    pub(crate) login: Option<login::LoginFn>,
+    pub(crate) metrics: Option<Metrics>,
+    pub(crate) rate_limit: (f64, u32),
+    pub(crate) request_timeout: Duration,
+    pub(crate) grace_period: Duration,
+    pub(crate) rbac_rules: Vec<serde_json::Value>,
+    /// The name, version and description of `--version` and `--help`.
+    pub(crate) about: Option<cli::About>,
+    #[cfg(feature = "admission")]
+    pub(crate) admission: kopf_admission::Admission,
+}
+
+impl Default for Operator {
+    fn default() -> Self {
+        Operator {
+            registrations: Vec::new(),
+            explicit_backoffs: std::collections::HashSet::new(),
+            default_backoff: None,
+            settings: kopf_watch::Settings::default(),
+            persistence: Persistence::default(),
+            stack: kopf_core::layers::Stack::default(),
+            memo: kopf_core::memo::MemoSeed::default(),
+            wait_for_resources: false,
+            inactivity_timeout: Duration::from_secs(70),
+            fake_manifests: Vec::new(),
+            startup: Vec::new(),
+            cleanup: Vec::new(),
+            probes: Vec::new(),
+            login: None,
+            metrics: None,
+            rate_limit: (100.0, 1000),
+            request_timeout: client::DEFAULT_REQUEST_TIMEOUT,
+            grace_period: Duration::from_secs(20),
+            rbac_rules: Vec::new(),
+            about: None,
+            #[cfg(feature = "admission")]
+            admission: kopf_admission::Admission::default(),
+        }
+    }
+}
+
+impl Operator {
+    /// An operator without handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a handler spec with options.
+    pub fn register(
+        mut self,
+        resource: impl Into<Selector>,
+        spec: HandlerSpec,
+        options: Options,
+    ) -> Self {
+        if options.backoff.is_some() {
+            self.explicit_backoffs.insert(self.registrations.len());
+        }
+        self.registrations
+            .push((resource.into(), spec.with_options(options)));
+        self
+    }
+
+    /// The delay before handlers retry after an arbitrary error, for every handler that does
+    /// not set its own `backoff` (Kopf's default: 60 s). Tests set it short, so that a
+    /// handler that fails once is retried at once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let operator = kopf::Operator::new().backoff(Duration::from_millis(100));
+    /// # let _ = operator;
+    /// ```
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.default_backoff = Some(backoff);
+        self
+    }
+
+    /// The delays after consecutive framework errors of one object (a write that failed
+    /// for good...), the last one repeating (Kopf's: 1, 1, 2, 3, 5, 8, 13, 21 s... up to
+    /// 610 s). Tests set them short.
+    pub fn error_delays(mut self, delays: Vec<Duration>) -> Self {
+        if !delays.is_empty() {
+            self.settings.error_delays = delays;
+        }
+        self
+    }
+
+    /// How long the operator's client waits for the API server to answer a request (the
+    /// status and headers; default 30 s, zero: no limit but the
+    /// [`inactivity_timeout`](Self::inactivity_timeout)) before it gives up on the attempt
+    /// and sends the request again (see [`wrap_client`](Self::wrap_client)). A warning is
+    /// logged after 10 s without an answer (after a third of the timeout, if that is
+    /// shorter). The bodies of watch streams are not limited by it.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The client's rate limit: `burst` requests at once, then `qps` per second on
+    /// average (default 100 per second after a burst of 1000; `qps` 0 turns it off). Applies
+    /// to the clients the operator builds ([`connect`](Self::connect), `run --fake`).
+    pub fn rate_limit(mut self, qps: f64, burst: u32) -> Self {
+        self.rate_limit = (qps, burst);
+        self
+    }
+
+    /// Keep `metadata.managedFields` in the bodies handlers get (off by default: the
+    /// operator drops it on arrival, as it is server-side-apply bookkeeping and often most of
+    /// an object's size in memory).
+    pub fn keep_managed_fields(mut self, on: bool) -> Self {
+        self.settings.keep_managed_fields = on;
+        self
+    }
+
+    /// Turns the metrics on (handler calls, durations, outcomes, retries, queue depth,
+    /// tracked objects, API requests, watch restarts), and with them the health of the
+    /// watch streams that the liveness endpoint reports. `run --metrics` and `run
+    /// --liveness` turn them on.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// On shutdown, running handlers get this long to finish (default 20 s); then they are
+    /// cancelled, and each cancelled attempt is stored as a temporary error, so that the
+    /// handler runs again after a restart.
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.grace_period = grace;
+        self
+    }
+
+    /// Serve only one namespace (default: all namespaces).
+    pub fn namespace(self, namespace: impl Into<String>) -> Self {
+        let ns: String = namespace.into();
+        self.namespace_patterns(&[ns])
+    }
+
+    /// Serve namespaces matching `-n`-style patterns: exact names are watched one by one;
+    /// globs and negations (`team-*`, `!kube-*`, `a,b`) filter one cluster-wide watch.
+    pub fn namespace_patterns<S: AsRef<str>>(mut self, patterns: &[S]) -> Self {
+        self.settings.namespaces = kopf_watch::NamespaceSelector::new(patterns);
+        self
+    }
+
+    /// Which ready handlers run per cycle (default: all at once, one PATCH per endpoint;
+    /// `Lifecycle::Asap` is Kopf's one-handler-per-cycle default).
+    pub fn lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        self.persistence.lifecycle = lifecycle;
+        self
+    }
+
+    /// Start watching with streaming lists (`sendInitialEvents`) instead of list + watch.
+    pub fn streaming_lists(mut self, on: bool) -> Self {
+        self.settings.streaming_lists = on;
+        self
+    }
+
+    /// Process at most this many objects at the same time.
+    pub fn worker_limit(mut self, limit: usize) -> Self {
+        self.settings.worker_limit = Some(limit);
+        self
+    }
+
+    /// Where state is kept on objects (prefix, finalizer...).
+    pub fn persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    /// Where progress records are kept: annotations (default) or
+    /// `ProgressStorage::status("kopf")` for `status.kopf.progress`.
+    pub fn progress_storage(mut self, storage: ProgressStorage) -> Self {
+        self.persistence.progress = storage;
+        self
+    }
+
+    /// Adds a tower layer around every handler call (metrics, tracing, auth...). It sees
+    /// each attempt with its classified outcome; see [`kopf_core::layers::Stack::layer`].
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<HandlerService> + Send + Sync + 'static,
+        L::Service: tower::Service<HandlerCall, Response = CallOutcome, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
+    {
+        self.stack = self.stack.layer(layer);
+        self
+    }
+
+    /// Post a `Normal` event each time a handler succeeds (off by default).
+    pub fn success_events(mut self, on: bool) -> Self {
+        self.stack = self.stack.success_events(on);
+        self
+    }
+
+    /// The rate limit of Events per object: up to `burst` at once (default 5), then one per
+    /// `interval` (default 10 s); the next event that passes says how many were suppressed.
+    pub fn event_limit(mut self, burst: u32, interval: Duration) -> Self {
+        self.settings.event_burst = burst;
+        self.settings.event_interval = interval;
+        self
+    }
+
+    /// An operator-wide memo value: each object gets its own copy, for [`Memo<T>`](crate::Memo) arguments.
+    pub fn memo<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.memo.insert(value);
+        self
+    }
+
+    /// After a retry delay, touch the object (Kopf's `touch-dummy` annotation) to get a fresh
+    /// event, instead of processing its last known state again (default: off, it costs a
+    /// PATCH per retry).
+    pub fn touch_delays(mut self, on: bool) -> Self {
+        self.settings.touch_delays = on;
+        self
+    }
+
+    /// How long changing handlers wait for our own write to come back through the watch
+    /// (default 5 s, Kopf's consistency timeout).
+    pub fn consistency_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.consistency_timeout = timeout;
+        self
+    }
+
+    /// Do not fail at start-up on resources that are not served yet: serve them when their
+    /// CRD appears (Kopf's behaviour; off by default so that typos fail at once).
+    pub fn wait_for_resources(mut self, on: bool) -> Self {
+        self.wait_for_resources = on;
+        self
+    }
+
+    /// Reconnect a watch that has received nothing, not even a bookmark, for this long
+    /// (default 70 s, as Kopf): it resumes from its last resourceVersion, without a relist.
+    /// Applies to the clients the operator builds itself ([`main`](Self::main),
+    /// [`run_with_args`](Self::run_with_args)); a client passed to
+    /// [`run_until`](Self::run_until) keeps its own read timeout (see [`client_config`](crate::client_config)).
+    pub fn inactivity_timeout(mut self, timeout: Duration) -> Self {
+        self.inactivity_timeout = timeout;
+        self
+    }
+
+    /// Manifests to apply to the embedded API server of `run --fake` when no `--apply` is
+    /// given (typically the operator's CRDs and a sample object), so that `run --fake` alone
+    /// gives a working setup.
+    pub fn fake_manifests(mut self, files: Vec<std::path::PathBuf>) -> Self {
+        self.fake_manifests = files;
+        self
+    }
+
+    /// The operator's name, version and description for `--version` and `--help` of
+    /// [`main`](Self::main): `.about(kopf::about!())` takes them from the operator's Cargo
+    /// package (`my-operator 1.2.0 (kopf-rs 0.1.0)`), `.about(About::new("my-operator",
+    /// "1.2.0"))` sets them. Without it, the binary's name and kopf-rs's version are shown.
+    pub fn about(mut self, about: cli::About) -> Self {
+        self.about = Some(about);
+        self
+    }
+
+    /// The [`about`](Self::about) given, or what the binary tells.
+    pub(crate) fn about_or_default(&self) -> cli::About {
+        self.about.clone().unwrap_or_else(cli::About::from_binary)
+    }
+
+    /// A permission the handlers need beyond the served resources (children they create,
+    /// objects they read), for the [`rbac`](Self::rbac) manifests:
+    /// `.rbac_rule("", "configmaps", &["create"])`.
+    pub fn rbac_rule(mut self, api_group: &str, resource: &str, verbs: &[&str]) -> Self {
+        self.rbac_rules.push(serde_json::json!({
+            "apiGroups": [api_group],
+            "resources": [resource],
+            "verbs": verbs,
+        }));
+        self
+    }
+}

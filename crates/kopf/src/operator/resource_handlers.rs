@@ -1,0 +1,209 @@
+//! The [`Operator`]'s handlers of objects: changing handlers (create, update, delete,
+//! resume, field), raw event handlers, indexes, timers and daemons.
+
+use kopf_core::causes::Reason;
+use kopf_core::daemons::{DaemonOptions, TimerOptions};
+use kopf_core::extract::{IntoHandler, IntoIndexer};
+use kopf_core::handler::{HandlerSpec, Options};
+use kopf_watch::Selector;
+
+use super::Operator;
+
+impl Operator {
+    /// A handler for a reason with options (filters, retries, timeout, backoff, errors
+    /// mode). `Reason::Resume` registers a resume handler.
+    pub fn on_with<Args>(
+        self,
+        reason: Reason,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+        options: Options,
+    ) -> Self {
+        let handler = handler.into_handler();
+        let spec = match reason {
+            Reason::Resume => HandlerSpec::resume_handler(id, handler),
+            reason => HandlerSpec::from_arc(id, Some(reason), handler),
+        };
+        self.register(resource, spec, options)
+    }
+
+    /// A creation handler: runs once per object, when it is first seen with no diff-base
+    /// (Kopf's `@kopf.on.create`); what it returns lands in `status.<id>`.
+    ///
+    /// ```
+    /// use kopf::{HandlerError, Operator, Selector, Spec};
+    ///
+    /// async fn create_fn(Spec(spec): Spec) -> Result<String, HandlerError> {
+    ///     Ok(format!("created with {}", spec["field"]))
+    /// }
+    /// let operator = Operator::new()
+    ///     .on_create("kopfexamples", "create_fn", create_fn)
+    ///     // Or by type: Selector::of::<MyResource>() for a #[derive(CustomResource)] type.
+    ///     .on_create(Selector::of::<k8s_openapi::api::core::v1::ConfigMap>(), "cm_fn", create_fn);
+    /// # let _ = operator;
+    /// ```
+    pub fn on_create<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        self.on_with(Reason::Create, resource, id, handler, Options::default())
+    }
+
+    /// An update handler: runs when the object's essence (spec, labels, annotations...)
+    /// changed since the last handled state; `Diff`, `Old` and `New` tell what changed.
+    ///
+    /// ```
+    /// use kopf::{Diff, HandlerError, Operator};
+    ///
+    /// let operator = Operator::new().on_update("kopfexamples", "update_fn", |Diff(diff): Diff| async move {
+    ///     Ok::<_, HandlerError>(format!("{} change(s)", diff.len()))
+    /// });
+    /// # let _ = operator;
+    /// ```
+    pub fn on_update<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        self.on_with(Reason::Update, resource, id, handler, Options::default())
+    }
+
+    /// A deletion handler: runs when the object is being deleted, before it goes (the
+    /// operator puts its finalizer on every object before any handler of it runs, unless the
+    /// handler is registered with `Options::optional`).
+    ///
+    /// ```
+    /// use kopf::{HandlerError, Name, Operator};
+    ///
+    /// let operator = Operator::new().on_delete("kopfexamples", "delete_fn", |Name(name): Name| async move {
+    ///     tracing::info!("cleaning up after {name}");
+    ///     Ok::<_, HandlerError>(())
+    /// });
+    /// # let _ = operator;
+    /// ```
+    pub fn on_delete<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        self.on_with(Reason::Delete, resource, id, handler, Options::default())
+    }
+
+    /// A resume handler: runs for objects found when the operator starts (already handled,
+    /// unchanged since), e.g. to restart in-memory work.
+    ///
+    /// ```
+    /// use kopf::{HandlerError, Operator};
+    ///
+    /// let operator = Operator::new().on_resume("kopfexamples", "resume_fn", || async {
+    ///     Ok::<_, HandlerError>(())
+    /// });
+    /// # let _ = operator;
+    /// ```
+    pub fn on_resume<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        self.on_with(Reason::Resume, resource, id, handler, Options::default())
+    }
+
+    /// A field handler: runs when the dotted `field` changes (also on creation when set).
+    /// Its id gets the field as a suffix: `<id>/<field>`; `Old` and `New` are the field's.
+    ///
+    /// ```
+    /// use kopf::{HandlerError, New, Old, Operator};
+    ///
+    /// let operator = Operator::new().on_field("kopfexamples", "field_fn", "spec.size",
+    ///     |Old(old): Old, New(new): New| async move {
+    ///         Ok::<_, HandlerError>(format!("{old:?} -> {new:?}"))
+    ///     });
+    /// # let _ = operator;
+    /// ```
+    pub fn on_field<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        field: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        self.on_field_with(resource, id, field, handler, Options::default())
+    }
+
+    /// A field handler with options (`old`/`new`/`value` filters among them).
+    pub fn on_field_with<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        field: &str,
+        handler: impl IntoHandler<Args>,
+        options: Options,
+    ) -> Self {
+        let spec = HandlerSpec::field_handler(id, field, handler.into_handler());
+        self.register(resource, spec, options)
+    }
+
+    /// A raw event handler: called for every watch event of matching objects (the
+    /// [`EventType`](crate::EventType) argument tells which), with no state kept; errors are logged and
+    /// ignored; it needs no finalizer.
+    pub fn on_event<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::event(id, handler.into_handler());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// An index: the handler returns key/value pairs for each object (a map, a vector of
+    /// pairs, a pair, or an `Option` of one: `None` keeps the previous entries); every
+    /// handler reads them with the [`Index<K, V>`](crate::Index) argument. Entries go when the object is
+    /// deleted or stops matching; handlers start only once the first listing of every
+    /// indexed resource is indexed.
+    pub fn index<Args, H: IntoIndexer<Args>>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: H,
+    ) -> Self {
+        let types = kopf_core::index::IndexTypes::of::<H::Key, H::Value>();
+        self.settings.indexes.declare(id, types);
+        let spec = HandlerSpec::index(id, types, handler.into_indexer());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// A timer for each matching object (see [`TimerOptions`]); its result goes to
+    /// `status.<id>` after each call. Filters go with [`register`](Self::register) and
+    /// [`HandlerSpec::timer`].
+    pub fn timer<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        options: TimerOptions,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::timer(id, options, handler.into_handler());
+        self.register(resource, spec, Options::default())
+    }
+
+    /// A daemon for each matching object (see [`DaemonOptions`]): it runs until it
+    /// returns, and is asked to stop (the [`Stopped`](crate::Stopped) argument) when the object is deleted
+    /// or stops matching, or the operator exits.
+    pub fn daemon<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        options: DaemonOptions,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        let spec = HandlerSpec::daemon(id, options, handler.into_handler());
+        self.register(resource, spec, Options::default())
+    }
+}
