@@ -10,6 +10,7 @@ use crate::error::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Embedded {
     /// `run --fake`.
+    #[cfg(feature = "testing")]
     RunFake,
     /// `rbac` without `--cluster`.
     Rbac,
@@ -27,6 +28,7 @@ pub(crate) fn crd_fix(embedded: Embedded, given: &[PathBuf], defaults: &[PathBuf
             .join(", ")
     };
     let (server, example, or_cluster) = match embedded {
+        #[cfg(feature = "testing")]
         Embedded::RunFake => ("the embedded API server of --fake", "run --fake", ""),
         Embedded::Rbac => (
             "the embedded API server of `rbac`",
@@ -70,6 +72,7 @@ pub(crate) fn missing_crd(error: Error, fix: impl FnOnce() -> String) -> Error {
 /// `kubectl get a,b` for the resources these registrations serve among `all` (`plural`, or
 /// `plural.group` when other groups serve the same plural); `kubectl api-resources` when none
 /// resolves, or too many to list.
+#[cfg(feature = "testing")]
 pub(crate) fn kubectl_get(
     registrations: &[(kopf_watch::Selector, kopf_core::handler::HandlerSpec)],
     all: &[kopf_watch::Discovered],
@@ -102,6 +105,7 @@ pub(crate) fn kubectl_get(
 
 /// Removes the kubeconfig `run --fake` wrote at [`default_fake_kubeconfig`](crate::cli::default_fake_kubeconfig), and its
 /// directory if nothing else is in it.
+#[cfg(feature = "testing")]
 pub(crate) fn remove_fake_kubeconfig(path: &std::path::Path) {
     if std::fs::remove_file(path).is_ok()
         && let Some(dir) = path.parent()

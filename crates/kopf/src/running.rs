@@ -175,6 +175,7 @@ impl Operator {
         }
         #[cfg(not(feature = "testing"))]
         {
+            let _ = given;
             Err(Error::NoFake)
         }
     }
