@@ -24,6 +24,7 @@ pub mod daemons;
 pub mod events;
 pub mod extract;
 pub mod finalizers;
+pub mod gate;
 pub mod handler;
 pub mod hierarchy;
 pub mod index;
