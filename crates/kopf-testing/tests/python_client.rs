@@ -10,9 +10,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
 use kopf_testing::FakeApiServer;
 
@@ -57,76 +56,11 @@ print("python client: ok")
 /// What the tests need from PyPI.
 const PACKAGES: [&str; 2] = ["kubernetes>=31,<40", "kopf==1.45.*"];
 
-/// The target directory of this build (`CARGO_TARGET_DIR`, else the workspace's `target`).
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
-    }
-}
-
-fn imports(python: &Path, modules: &str) -> bool {
-    Command::new(python)
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
-    match cmd.output() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
-            "{what} failed ({}):\n{}{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(e) => Err(format!("{what} could not start: {e}")),
-    }
-}
-
-/// The venv under the target directory, created on first use.
-fn provision() -> Result<PathBuf, String> {
-    let venv = target_dir().join("python-venv");
-    let python = venv.join("bin/python");
-    if python.is_file() && imports(&python, "kubernetes, kopf") {
-        return Ok(python);
-    }
-    if !python.is_file() {
-        run(
-            "python3 -m venv (Python 3 with its venv module is a prerequisite of the tests)",
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        )?;
-    }
-    run(
-        "pip install of the Python packages the compatibility tests drive (PyPI must be reachable)",
-        Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .args(PACKAGES),
-    )?;
-    Ok(python)
-}
-
 /// The Python interpreter with `kubernetes` and `kopf`: `KOPF_TEST_PYTHON`, or the venv
-/// under the target directory (made once per test binary, the first time it is needed).
+/// under the target directory (made once, the first time it is needed).
 fn python() -> PathBuf {
-    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = PYTHON.get_or_init(|| match std::env::var_os("KOPF_TEST_PYTHON") {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            if imports(&p, "kubernetes, kopf") {
-                Ok(p)
-            } else {
-                Err(format!(
-                    "KOPF_TEST_PYTHON={} cannot import `kubernetes` and `kopf`: install {PACKAGES:?} into it, or unset it to let the tests make their own venv",
-                    p.display()
-                ))
-            }
-        }
-        None => provision(),
-    });
-    match found {
-        Ok(p) => p.clone(),
+    match kopf_testing::e2e::python::interpreter(&PACKAGES) {
+        Ok(p) => p,
         Err(e) => panic!(
             "{e}\n(to leave the Python tests out on purpose: cargo test --workspace -- --skip python_)"
         ),
