@@ -26,14 +26,16 @@
 //! (with their `default` objects) to the cluster to turn peering on in the default, automatic
 //! mode.
 
+mod commands;
 mod error;
 mod peer;
 mod peering;
 mod settings;
 mod verdict;
 
+pub use commands::{Listed, freeze, peers, resume};
 pub use error::{PeerError, PeeringError};
-pub use peer::{DEFAULT_LIFETIME, Peer, WireEntry, isoformat, parse_time};
+pub use peer::{DEFAULT_LIFETIME, EntryPatch, Peer, WireEntry, entry_patch, isoformat, parse_time};
 pub use peering::{GROUP_VERSION, Peering, resource};
 pub use settings::{PeeringMode, PeeringSettings, SamePriority, identity, manual_identity};
 pub use verdict::{Decision, Liveness, Verdict, decide};

@@ -138,6 +138,21 @@ pub struct WireEntry {
     pub lastseen: String,
 }
 
+/// The merge patch that writes one entry (`None`: removes it), serialised as Kopf's:
+/// `{"status":{"<identity>":{"priority":…,"lifetime":…,"lastseen":"…"}}}`.
+pub fn entry_patch(identity: &str, entry: Option<WireEntry>) -> EntryPatch {
+    EntryPatch {
+        status: [(identity.to_string(), entry)].into(),
+    }
+}
+
+/// See [`entry_patch`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EntryPatch {
+    /// The entry by its identity.
+    pub status: std::collections::BTreeMap<String, Option<WireEntry>>,
+}
+
 /// An integer as Kopf would take it: a JSON integer, or a float with no fraction, or a
 /// string of digits (Python's `int()`).
 fn integer(v: &Value) -> Option<i64> {

@@ -22,7 +22,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::{Value, json};
 
 use crate::error::PeeringError;
-use crate::peer::{Peer, WireEntry};
+use crate::peer::{Peer, WireEntry, entry_patch};
 use crate::settings::{PeeringMode, PeeringSettings};
 use crate::verdict::{Liveness, Verdict, decide};
 
@@ -327,13 +327,7 @@ impl Peering {
     /// Writes this operator's entry (`None`: removes it), as Kopf does:
     /// `{"status": {"<identity>": {"priority": …, "lifetime": …, "lastseen": …}}}`.
     async fn touch(&self, entry: Option<WireEntry>) -> Result<(), kube::Error> {
-        #[derive(Debug, serde::Serialize)]
-        struct Body {
-            status: std::collections::BTreeMap<String, Option<WireEntry>>,
-        }
-        let body = Body {
-            status: [(self.settings.identity.clone(), entry)].into(),
-        };
+        let body = entry_patch(&self.settings.identity, entry);
         match self.patch(body).await {
             Ok(()) => {
                 if !self.settings.stealth {

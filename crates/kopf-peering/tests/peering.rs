@@ -322,3 +322,65 @@ async fn mandatory_peering_waits_for_its_object() {
         .expect("active once the object exists");
     running.stop().await;
 }
+
+#[tokio::test]
+async fn freeze_peers_and_resume_by_hand() {
+    let server = server().await;
+    let running = Running::start(&server, settings("rs", 100));
+    until(
+        "the operator's keep-alive",
+        Duration::from_secs(5),
+        async || status(&server).await.get("rs").is_some(),
+    )
+    .await;
+    let person = PeeringSettings::default()
+        .identity("ops@laptop")
+        .priority(200);
+    kopf_peering::freeze(&server.client(), &person, Duration::from_secs(600))
+        .await
+        .expect("freeze");
+    let frozen = patches(&server)
+        .into_iter()
+        .find(|r| r.body.contains("ops@laptop"))
+        .expect("the freeze's PATCH");
+    assert!(
+        frozen
+            .body
+            .starts_with(r#"{"status":{"ops@laptop":{"lastseen":"#)
+            || frozen.body.contains(r#""priority":200"#),
+        "{}",
+        frozen.body
+    );
+    let mut gate = running.gate.clone();
+    let reason = tokio::time::timeout(Duration::from_secs(5), gate.paused())
+        .await
+        .expect("paused by the freeze");
+    assert!(reason.contains("ops@laptop"), "{reason}");
+
+    let listed = kopf_peering::peers(&server.client(), &PeeringSettings::default())
+        .await
+        .expect("peers");
+    let ids: Vec<(&str, bool)> = listed
+        .iter()
+        .map(|l| (l.identity.as_str(), l.alive))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![("ops@laptop", true), ("rs", true)],
+        "highest priority first"
+    );
+
+    kopf_peering::resume(&server.client(), &person)
+        .await
+        .expect("resume");
+    tokio::time::timeout(Duration::from_secs(5), gate.opened())
+        .await
+        .expect("active again after resume");
+    running.stop().await;
+    assert!(
+        kopf_peering::peers(&server.client(), &PeeringSettings::default())
+            .await
+            .expect("peers")
+            .is_empty()
+    );
+}
