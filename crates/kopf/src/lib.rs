@@ -363,12 +363,12 @@ pub mod on {
 pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
 pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
-pub use kopf_core::gate::{Gate, GateControl, GateState};
 pub use kopf_core::extract::{
     Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,
     Labels, Logger, Meta, Name, Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started,
     Status, TemporaryError, Uid,
 };
+pub use kopf_core::gate::{Gate, GateControl, GateState};
 pub use kopf_core::handler::{
     Cause, ErrorsMode, FieldFilter, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter,
     Options, SubHandlers, WhenFilter,

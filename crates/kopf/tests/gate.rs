@@ -60,7 +60,11 @@ async fn paused_from_the_start_nothing_runs_until_the_gate_opens() {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(calls.load(Ordering::SeqCst), 0, "no handler runs while paused");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "no handler runs while paused"
+    );
     assert_eq!(kex_requests(&server, 0), Vec::<String>::new());
     let status = api.get("g1").await.expect("get").data["status"].clone();
     assert!(status.is_null(), "nothing written while paused: {status}");
@@ -71,12 +75,22 @@ async fn paused_from_the_start_nothing_runs_until_the_gate_opens() {
         o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello")
     })
     .await;
-    logged(&running, "Resuming the watch-stream for kopfexamples.kopf.dev.").await;
+    logged(
+        &running,
+        "Resuming the watch-stream for kopfexamples.kopf.dev.",
+    )
+    .await;
     common::settle(&server).await;
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "the create handler runs once");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the create handler runs once"
+    );
     let requests = kex_requests(&server, before);
     assert!(
-        requests.iter().any(|r| r.starts_with("GET") && !r.contains("watch=true")),
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET") && !r.contains("watch=true")),
         "a listing after the resume: {requests:?}"
     );
     assert_eq!(
@@ -149,15 +163,26 @@ async fn timers_and_daemons_stop_while_paused_and_start_again_after() {
     .await;
 
     control.pause(BLOCKER);
-    eventually("the daemon to be stopped", async || !reasons(&seen).is_empty()).await;
+    eventually("the daemon to be stopped", async || {
+        !reasons(&seen).is_empty()
+    })
+    .await;
     assert_eq!(reasons(&seen), vec![StopReason::OperatorPausing]);
-    logged(&running, "Pausing the watch-stream for kopfexamples.kopf.dev").await;
+    logged(
+        &running,
+        "Pausing the watch-stream for kopfexamples.kopf.dev",
+    )
+    .await;
     // The timer was stopped with the daemon; a tick already under way may end.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let ticks = seen.ticks.load(Ordering::SeqCst);
     let before = last_seq(&server);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(seen.ticks.load(Ordering::SeqCst), ticks, "no tick while paused");
+    assert_eq!(
+        seen.ticks.load(Ordering::SeqCst),
+        ticks,
+        "no tick while paused"
+    );
     assert_eq!(
         kex_requests(&server, before),
         Vec::<String>::new(),
@@ -171,7 +196,11 @@ async fn timers_and_daemons_stop_while_paused_and_start_again_after() {
             && seen.daemon_starts.load(Ordering::SeqCst) == 2
     })
     .await;
-    logged(&running, "Resuming the watch-stream for kopfexamples.kopf.dev.").await;
+    logged(
+        &running,
+        "Resuming the watch-stream for kopfexamples.kopf.dev.",
+    )
+    .await;
     assert!(
         kex_requests(&server, before)
             .iter()
@@ -219,7 +248,11 @@ async fn the_watch_closes_while_paused_and_the_operator_relists_after() {
     let resumed_before = resumes.load(Ordering::SeqCst);
 
     control.pause(BLOCKER);
-    logged(&running, "Pausing the watch-stream for kopfexamples.kopf.dev").await;
+    logged(
+        &running,
+        "Pausing the watch-stream for kopfexamples.kopf.dev",
+    )
+    .await;
     // Changed while paused: nobody looks, nobody lists or watches.
     let before = last_seq(&server);
     let patch = kube::api::Patch::Merge(json!({"spec": {"field": "y"}}));
@@ -229,7 +262,10 @@ async fn the_watch_closes_while_paused_and_the_operator_relists_after() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(kex_requests(&server, before), Vec::<String>::new());
     let status = api.get("w1").await.expect("get").data["status"].clone();
-    assert!(status.get("update_fn").is_none(), "no update while paused: {status}");
+    assert!(
+        status.get("update_fn").is_none(),
+        "no update while paused: {status}"
+    );
 
     control.resume();
     until_object(&api, "w1", "the update handler's result", |o| {
@@ -269,10 +305,19 @@ async fn shutdown_while_paused_is_prompt() {
     })
     .await;
     control.pause(BLOCKER);
-    logged(&running, "Pausing the watch-stream for kopfexamples.kopf.dev").await;
-    eventually("the daemon to be stopped", async || !reasons(&seen).is_empty()).await;
+    logged(
+        &running,
+        "Pausing the watch-stream for kopfexamples.kopf.dev",
+    )
+    .await;
+    eventually("the daemon to be stopped", async || {
+        !reasons(&seen).is_empty()
+    })
+    .await;
     let t0 = std::time::Instant::now();
-    running.stop().await;
+    tokio::time::timeout(Duration::from_secs(10), running.stop())
+        .await
+        .expect("the operator stops while paused");
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert_eq!(reasons(&seen), vec![StopReason::OperatorPausing]);
 }
@@ -284,18 +329,21 @@ async fn a_cycle_under_way_finishes_but_no_new_one_starts_while_paused() {
     let started = Arc::new(Mutex::new(Vec::<String>::new()));
     let s = started.clone();
     // One cycle at a time: the second object's worker waits for the first one's cycle.
-    let op = Operator::new()
-        .gate(gate)
-        .worker_limit(1)
-        .on_create("kopfexamples", "create_fn", move |kopf::Name(name): kopf::Name| {
-            s.lock().unwrap_or_else(|e| e.into_inner()).push(name.clone());
+    let op = Operator::new().gate(gate).worker_limit(1).on_create(
+        "kopfexamples",
+        "create_fn",
+        move |kopf::Name(name): kopf::Name| {
+            s.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(name.clone());
             async move {
                 if name == "slow" {
                     tokio::time::sleep(Duration::from_millis(1000)).await;
                 }
                 Ok::<_, HandlerError>("created")
             }
-        });
+        },
+    );
     let running = Running::start(&server, op).await;
     let names = || started.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let api = kex_api(&server);
@@ -309,12 +357,19 @@ async fn a_cycle_under_way_finishes_but_no_new_one_starts_while_paused() {
     // The second object's state has reached its worker, which waits for the only permit.
     tokio::time::sleep(Duration::from_millis(300)).await;
     control.pause(BLOCKER);
-    until_object(&api, "slow", "the slow handler's result (its cycle finishes)", |o| {
-        o.is_some_and(|o| o.data["status"]["create_fn"] == "created")
-    })
+    until_object(
+        &api,
+        "slow",
+        "the slow handler's result (its cycle finishes)",
+        |o| o.is_some_and(|o| o.data["status"]["create_fn"] == "created"),
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(names(), vec!["slow".to_string()], "no cycle starts while paused");
+    assert_eq!(
+        names(),
+        vec!["slow".to_string()],
+        "no cycle starts while paused"
+    );
 
     control.resume();
     until_object(&api, "next", "the next handler's result", |o| {
