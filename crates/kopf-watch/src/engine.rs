@@ -8,8 +8,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kopf_core::causes::EventKind;
 use kopf_core::events::RateLimiter;
+use kopf_core::gate::Gate;
 use kopf_core::handler::{HandlerKind, HandlerSpec};
 use kopf_core::layers::Stack;
 use kopf_core::processing::{Persistence, Processor};
@@ -20,6 +22,7 @@ use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::outage::{FailureLog, WatchBackoff};
+use crate::pause::{self, AfterPause};
 use crate::settings::Settings;
 use crate::shared::{Observed, WorkerShared, api_for};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
@@ -40,6 +43,7 @@ pub struct Engine {
     stack: Stack,
     settings: Settings,
     namespace: Option<String>,
+    gate: Gate,
 }
 
 impl Engine {
@@ -53,7 +57,20 @@ impl Engine {
             stack: Stack::default(),
             settings: Settings::default(),
             namespace: None,
+            gate: Gate::open(),
         }
+    }
+
+    /// The operator's gate (default: always open). While it is paused, the engine closes
+    /// its watch stream and sends no list or watch request, starts no handler cycle (one in
+    /// progress finishes), and ends its objects' workers, whose daemons and timers stop
+    /// with [`StopReason::OperatorPausing`](kopf_core::daemons::StopReason::OperatorPausing);
+    /// indexes keep what they hold. When it opens again, the engine lists anew and every
+    /// object goes through its worker as after a start (resume handlers included, daemons
+    /// and timers spawned again). Shutdown works while paused.
+    pub fn gate(mut self, gate: Gate) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// Watching and processing settings.
@@ -116,11 +133,11 @@ impl Engine {
         // The backoff is ours, not kube's StreamBackoff: that one resets on every item,
         // including the `Init` the watcher emits before each attempt to list, so it never
         // grows during an outage of the listing.
-        let stream = watcher(self.api(), config);
+        let api = self.api();
+        let mut stream: BoxStream<'static, _> = watcher(api.clone(), config.clone()).boxed();
         let mut backoff = WatchBackoff::default();
         let mut outage = FailureLog::default();
         let mut gone = false;
-        let mut stream = std::pin::pin!(stream);
         let mut shutdown = std::pin::pin!(shutdown);
         let mut workers: HashMap<String, Slot> = HashMap::new();
         let metrics = self.settings.metrics.clone();
@@ -174,7 +191,14 @@ impl Engine {
             )),
             pruned: Mutex::default(),
             settings: self.settings.clone(),
+            operator_gate: self.gate.clone(),
+            pausing: std::sync::atomic::AtomicBool::new(false),
         });
+        let mut gate = self.gate.clone();
+        let resource_name = pause::resource_name(&self.resource);
+        // The objects known when the operator paused: those missing from the listing after
+        // the pause went away meanwhile (their index entries are forgotten).
+        let mut known_before_pause: HashSet<String> = HashSet::new();
         tracing::info!(
             resource = %plural,
             // As given to `-n`: this watch's namespace, or the patterns that filter the
@@ -211,9 +235,40 @@ impl Engine {
         let mut listing: Option<HashSet<String>> = None;
         let mut tasks = tokio::task::JoinSet::new();
         loop {
+            if !gate.is_open() {
+                pause::log_pausing(&resource_name, &gate.state());
+                // Dropping the stream closes its connection; nothing is requested meanwhile.
+                drop(std::mem::replace(
+                    &mut stream,
+                    futures::stream::pending().boxed(),
+                ));
+                listing = None;
+                // Each worker ends (its pending state dropped, its daemons and timers stopped
+                // with "operator pausing"); the listing after the pause brings them back.
+                shared
+                    .pausing
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                for (uid, slot) in workers.drain() {
+                    slot.tx.send_replace(None);
+                    known_before_pause.insert(uid);
+                }
+                let after = pause::wait_paused(&mut gate, &mut tasks, &mut shutdown).await;
+                shared
+                    .pausing
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                if matches!(after, AfterPause::ShutDown) {
+                    break;
+                }
+                // As after a start: resume handlers run for the listed objects again.
+                shared.forget_handled();
+                tracing::info!(resource = %plural, "Resuming the watch-stream for {resource_name}.");
+                backoff.reset();
+                stream = watcher(api.clone(), config.clone()).boxed();
+            }
             let item = tokio::select! {
                 _ = &mut shutdown => break,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                _ = gate.paused() => continue,
                 item = stream.next() => item,
             };
             let Some(item) = item else {
@@ -253,6 +308,7 @@ impl Engine {
                     if let Some(seen) = listing.take() {
                         let vanished: Vec<String> = workers
                             .keys()
+                            .chain(known_before_pause.iter())
                             .filter(|uid| !seen.contains(*uid))
                             .cloned()
                             .collect();
@@ -262,6 +318,7 @@ impl Engine {
                             shared.forget(&uid);
                             shared.settings.indexes.forget(&uid);
                         }
+                        known_before_pause.clear();
                     }
                     if indexed {
                         // Indexing runs in this loop: the listing is indexed by now.
@@ -301,6 +358,7 @@ impl Engine {
                     tokio::select! {
                         _ = &mut shutdown => break,
                         _ = tokio::time::sleep(delay) => {}
+                        _ = gate.paused() => {}
                     }
                     continue;
                 }

@@ -24,6 +24,7 @@ mod namespaces;
 mod observe;
 mod orchestrator;
 mod outage;
+mod pause;
 mod selector;
 mod settings;
 mod shared;

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kopf_core::gate::Gate;
 use kopf_core::handler::HandlerSpec;
 use kopf_core::layers::Stack;
 use kopf_core::processing::Persistence;
@@ -52,6 +53,7 @@ pub struct Orchestrator {
     persistence: Persistence,
     stack: Stack,
     wait_for_resources: bool,
+    gate: Gate,
     /// Engines that fail for good (e.g. forbidden to list at start) report their key here.
     failed: tokio::sync::mpsc::UnboundedSender<String>,
     failures: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
@@ -68,6 +70,7 @@ impl Orchestrator {
             persistence: Persistence::default(),
             stack: Stack::default(),
             wait_for_resources: false,
+            gate: Gate::open(),
             failed,
             failures: Some(failures),
         }
@@ -96,6 +99,16 @@ impl Orchestrator {
     /// at once with a list of similar names.
     pub fn wait_for_resources(mut self, on: bool) -> Self {
         self.wait_for_resources = on;
+        self
+    }
+
+    /// The operator's gate, passed to every engine (default: always open). While it is
+    /// paused, the engines watch nothing and start no handler cycle, and the objects'
+    /// daemons and timers are stopped; when it opens, every resource is listed anew and its
+    /// objects are processed as after a start (see [`Engine::gate`]). Peering holds the
+    /// other end ([`kopf_core::gate::GateControl`]).
+    pub fn gate(mut self, gate: Gate) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -206,7 +219,8 @@ impl Orchestrator {
             .namespace(served.namespace)
             .settings(self.settings.clone())
             .persistence(self.persistence.clone())
-            .stack(self.stack.clone());
+            .stack(self.stack.clone())
+            .gate(self.gate.clone());
             // At start-up, every handler waits for the indexed resources' first listings.
             if initial && engine.has_indexes() {
                 self.settings.gate.expect(&engine.gate_key());

@@ -44,6 +44,10 @@ pub(crate) struct WorkerShared {
     /// Fields of results the API server dropped, already reported.
     pub(crate) pruned: Mutex<HashSet<Pruned>>,
     pub(crate) settings: Settings,
+    /// The operator's gate: no cycle starts while it is paused.
+    pub(crate) operator_gate: kopf_core::gate::Gate,
+    /// The engine ends the workers for a pause: daemons stop with "operator pausing".
+    pub(crate) pausing: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) fn rv(body: &Value) -> Option<u64> {
@@ -70,6 +74,15 @@ impl WorkerShared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .forget(uid);
+    }
+
+    /// Forgets which objects were handled once (after a pause: as after a start, the
+    /// listed objects get their resume handlers).
+    pub(crate) fn forget_handled(&self) {
+        self.handled_once
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     pub(crate) fn api_for(&self, body: &Value) -> Api<DynamicObject> {

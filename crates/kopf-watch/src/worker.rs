@@ -72,6 +72,8 @@ impl WorkerShared {
         if let Some(mut s) = spawned {
             let reason = if self.exiting.load(std::sync::atomic::Ordering::SeqCst) {
                 StopReason::OperatorExiting
+            } else if self.pausing.load(std::sync::atomic::Ordering::SeqCst) {
+                StopReason::OperatorPausing
             } else {
                 StopReason::Deleted
             };
@@ -106,6 +108,14 @@ impl WorkerShared {
         loop {
             let observed = rx.borrow_and_update().clone();
             let Some(observed) = observed else { return };
+            if !self.operator_gate.is_open() {
+                // No cycle starts (and nothing is spawned) while the operator pauses: the
+                // engine ends this worker, or the gate opens first.
+                if !self.gate_opened(rx).await {
+                    return;
+                }
+                continue;
+            }
             listed |= observed.event == EventKind::Listed;
             if !self.spawners.is_empty() {
                 Box::pin(self.sync_daemons(&uid, &observed, memo, spawned)).await;
@@ -122,6 +132,11 @@ impl WorkerShared {
                     Some(sem) => sem.clone().acquire_owned().await.ok(),
                     None => None,
                 };
+                if !self.operator_gate.is_open() {
+                    // Paused while waiting for a permit: the state waits with the gate.
+                    drop(permit);
+                    continue;
+                }
                 self.picked(pending);
                 let initial = listed && !self.was_handled(&uid);
                 let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
@@ -222,6 +237,16 @@ impl WorkerShared {
                     rx.mark_changed();
                 }
             }
+        }
+    }
+
+    /// Waits until the operator's gate opens or a new state comes (false: the channel is
+    /// closed, the worker ends).
+    async fn gate_opened(&self, rx: &mut watch::Receiver<Option<Observed>>) -> bool {
+        let mut gate = self.operator_gate.clone();
+        tokio::select! {
+            _ = gate.opened() => true,
+            changed = rx.changed() => changed.is_ok(),
         }
     }
 

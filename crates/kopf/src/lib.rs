@@ -368,6 +368,7 @@ pub use kopf_core::extract::{
     Labels, Logger, Meta, Name, Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started,
     Status, TemporaryError, Uid,
 };
+pub use kopf_core::gate::{Gate, GateControl, GateState};
 pub use kopf_core::handler::{
     Cause, ErrorsMode, FieldFilter, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter,
     Options, SubHandlers, WhenFilter,

@@ -287,6 +287,7 @@ impl Operator {
             .persistence(self.persistence)
             .stack(self.stack)
             .wait_for_resources(self.wait_for_resources)
+            .gate(self.gate)
             .run(shutdown)
             .await;
         #[cfg(feature = "admission")]

@@ -58,6 +58,7 @@ pub struct Operator {
     pub(crate) stack: kopf_core::layers::Stack,
     pub(crate) memo: kopf_core::memo::MemoSeed,
     pub(crate) wait_for_resources: bool,
+    pub(crate) gate: kopf_core::gate::Gate,
     pub(crate) inactivity_timeout: Duration,
     pub(crate) fake_manifests: Vec<std::path::PathBuf>,
     pub(crate) startup: Vec<HandlerSpec>,
@@ -86,6 +87,7 @@ impl Default for Operator {
             stack: kopf_core::layers::Stack::default(),
             memo: kopf_core::memo::MemoSeed::default(),
             wait_for_resources: false,
+            gate: kopf_core::gate::Gate::open(),
             inactivity_timeout: Duration::from_secs(70),
             fake_manifests: Vec::new(),
             startup: Vec::new(),
@@ -292,6 +294,30 @@ impl Operator {
     /// CRD appears (Kopf's behaviour; off by default so that typos fail at once).
     pub fn wait_for_resources(mut self, on: bool) -> Self {
         self.wait_for_resources = on;
+        self
+    }
+
+    /// The operator's gate (default: always open), for peering or leader election to pause
+    /// the operator: while the gate is paused, the operator sends no list or watch request
+    /// for its resources, starts no handler cycle (one in progress finishes) and stops its
+    /// daemons and timers (their [`Stopped`](crate::Stopped) says
+    /// [`StopReason::OperatorPausing`](crate::StopReason::OperatorPausing)); when the gate
+    /// opens, it lists every resource again and processes the objects as after a start
+    /// (resume handlers, daemons and timers spawned again). Indexes keep their contents;
+    /// shutdown works while paused.
+    ///
+    /// ```
+    /// use kopf::{Gate, Operator};
+    ///
+    /// let (control, gate) = Gate::channel();
+    /// let operator = Operator::new().gate(gate);
+    /// // Elsewhere (peering): pause while a higher-priority operator is alive.
+    /// control.pause("in favour of other@host (priority 100)");
+    /// control.resume();
+    /// # let _ = operator;
+    /// ```
+    pub fn gate(mut self, gate: kopf_core::gate::Gate) -> Self {
+        self.gate = gate;
         self
     }
 

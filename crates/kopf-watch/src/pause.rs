@@ -1,0 +1,57 @@
+//! The operator's gate as an engine sees it ([`kopf_core::gate`]): Kopf's log lines when the
+//! watch stream pauses and resumes, and the wait while paused (for the workers to end, then
+//! for the gate to open, or for shutdown).
+
+use std::future::Future;
+
+use kopf_core::gate::{Gate, GateState};
+use tokio::task::JoinSet;
+
+use crate::ResourceRef;
+
+/// How a pause ended.
+pub(crate) enum AfterPause {
+    /// The gate opened again (and every worker had ended).
+    Resumed,
+    /// The engine is to stop.
+    ShutDown,
+}
+
+/// The resource as the pause log lines name it: `plural.group` (`plural` for the core
+/// group).
+pub(crate) fn resource_name(resource: &ResourceRef) -> String {
+    let ar = &resource.api_resource;
+    if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
+/// Kopf's line when a watch stream pauses, with who blocks it.
+pub(crate) fn log_pausing(resource_name: &str, state: &GateState) {
+    let reason = match state {
+        GateState::Paused { reason } => reason.as_str(),
+        GateState::Open => "",
+    };
+    tracing::info!(
+        resource = %resource_name,
+        "Pausing the watch-stream for {resource_name} (blockers: {reason})."
+    );
+}
+
+/// Waits while the operator is paused: until the workers have all ended (each stops its
+/// daemons and timers first) and the gate is open again, or until `shutdown` completes.
+pub(crate) async fn wait_paused(
+    gate: &mut Gate,
+    workers: &mut JoinSet<()>,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> AfterPause {
+    loop {
+        tokio::select! {
+            _ = &mut *shutdown => return AfterPause::ShutDown,
+            Some(_) = workers.join_next(), if !workers.is_empty() => {}
+            _ = gate.opened(), if workers.is_empty() => return AfterPause::Resumed,
+        }
+    }
+}
