@@ -117,6 +117,32 @@ impl Gate {
     pub async fn changed(&mut self) -> bool {
         self.rx.changed().await.is_ok()
     }
+
+    /// A gate that is open only while both are (peering and the user's own gate, say); its
+    /// reason is the first paused one's. Follows them in a task of the current tokio runtime
+    /// until both can no longer change.
+    pub fn and(self, other: Gate) -> Gate {
+        let (control, gate) = Gate::channel();
+        let (mut a, mut b) = (self, other);
+        let apply = move |a: &Gate, b: &Gate| match (a.state(), b.state()) {
+            (GateState::Paused { reason }, _) | (_, GateState::Paused { reason }) => {
+                control.pause(reason)
+            }
+            _ => control.resume(),
+        };
+        apply(&a, &b);
+        tokio::spawn(async move {
+            let (mut a_live, mut b_live) = (true, true);
+            while a_live || b_live {
+                tokio::select! {
+                    live = a.changed(), if a_live => a_live = live,
+                    live = b.changed(), if b_live => b_live = live,
+                }
+                apply(&a, &b);
+            }
+        });
+        gate
+    }
 }
 
 impl Default for Gate {
@@ -190,6 +216,29 @@ mod tests {
         control.resume();
         opened.await.expect("joined");
         assert!(control.gate().is_open());
+    }
+
+    #[tokio::test]
+    async fn two_gates_are_open_only_together() {
+        let (first, a) = Gate::channel();
+        let (second, b) = Gate::channel();
+        let mut both = a.and(b);
+        assert!(both.is_open());
+        first.pause("peering");
+        assert_eq!(both.paused().await, "peering");
+        second.pause("user");
+        first.resume();
+        tokio::time::timeout(Duration::from_millis(200), async {
+            while both.state() != (GateState::Paused { reason: "user".into() }) {
+                both.changed().await;
+            }
+        })
+        .await
+        .expect("still paused, by the other");
+        second.resume();
+        tokio::time::timeout(Duration::from_millis(200), both.opened())
+            .await
+            .expect("open when both are");
     }
 
     #[tokio::test]

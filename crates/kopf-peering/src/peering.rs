@@ -112,50 +112,57 @@ impl Peering {
             return Ok(());
         }
         let plural = resource(&self.settings).plural;
+        // Nothing acts before the first look at the peers: a higher priority may be there.
+        self.control
+            .pause(format!("peering: looking at the peers of {}", self.place()));
         let mut waiting_said = false;
         loop {
-            let found = self.available().await;
-            match (found, self.settings.mode) {
+            let why = match (self.available().await, self.settings.mode) {
                 (Ok(true), _) => break,
                 (Ok(false), PeeringMode::Auto) => {
                     tracing::info!(
                         "The cluster has no {plural}.kopf.dev: running without peering (standalone). Apply the peering resources to run several operators safely, or say --standalone."
                     );
+                    self.control.resume();
                     return Ok(());
                 }
-                (Err(source), PeeringMode::Auto) => {
-                    return Err(PeeringError::Api {
-                        name: self.settings.name.clone(),
-                        action: "discovering the peering resources",
-                        source,
-                    });
+                // The API server answered, but not with the group (e.g. forbidden): as if
+                // the resources were not there, and said.
+                (Err(kube::Error::Api(e)), PeeringMode::Auto) => {
+                    tracing::warn!(
+                        "Discovering {plural}.kopf.dev was answered {} ({}): running without peering (standalone).",
+                        e.code,
+                        e.message
+                    );
+                    self.control.resume();
+                    return Ok(());
                 }
-                (found, _) => {
-                    let why = match found {
-                        Err(e) => format!("cannot discover {plural}.kopf.dev: {e}"),
-                        _ => format!("the cluster has no {plural}.kopf.dev yet"),
-                    };
-                    if !waiting_said {
-                        tracing::warn!(
-                            "Peering {} is required, but {why}: pausing until it exists.",
-                            self.place()
-                        );
-                        waiting_said = true;
-                    }
-                    self.control.pause(format!("peering required: {why}"));
-                    tokio::select! {
-                        _ = &mut shutdown => return Ok(()),
-                        _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    }
+                (Err(e), PeeringMode::Auto) => {
+                    format!("cannot discover {plural}.kopf.dev: {}", cause(&e))
                 }
+                (Ok(false), _) => format!("the cluster has no {plural}.kopf.dev yet"),
+                (Err(e), _) => format!("cannot discover {plural}.kopf.dev: {}", cause(&e)),
+            };
+            if !waiting_said {
+                tracing::warn!(
+                    "Peering {}: {why}; paused until it can look at the peers.",
+                    self.place()
+                );
+                waiting_said = true;
+            }
+            self.control.pause(format!("peering: {why}"));
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             }
         }
         self.follow(shutdown.as_mut()).await;
         // Kopf's exit: the entry removed, so that others need not wait for it to expire.
         if let Err(e) = self.touch(None).await {
             tracing::warn!(
-                "Could not remove this operator from the peering {}: {e}. Peers will wait for the entry to expire.",
-                self.place()
+                "Could not remove this operator from the peering {}: {}. Peers will wait for the entry to expire.",
+                self.place(),
+                cause(&e)
             );
         }
         Ok(())
@@ -183,7 +190,7 @@ impl Peering {
                         Ok(()) => self.keepalive_interval(),
                         // Soon again: the entry must not expire over one failed request.
                         Err(e) => {
-                            tracing::warn!("Keep-alive in {} failed: {e}; retrying.", self.place());
+                            tracing::warn!("Keep-alive in {} failed: {}; retrying.", self.place(), cause(&e));
                             Duration::from_secs(1).min(self.keepalive_interval())
                         }
                     };
@@ -194,14 +201,14 @@ impl Peering {
                     // Nothing heard since the blockers should have expired: a change of our
                     // own entry makes the watch deliver the object, and the decision again.
                     if let Err(e) = self.touch(Some(self.own_entry())).await {
-                        tracing::warn!("Touching the peering {} failed: {e}.", self.place());
+                        tracing::warn!("Touching the peering {} failed: {}.", self.place(), cause(&e));
                     }
                 }
                 event = events.next() => {
                     let status = match event {
                         None => return,
                         Some(Err(e)) => {
-                            tracing::warn!("Watching the peering {} failed: {e}; retrying.", self.place());
+                            tracing::warn!("Watching the peering {} failed: {}; retrying.", self.place(), cause(&e));
                             continue;
                         }
                         Some(Ok(Event::Apply(o) | Event::InitApply(o))) => {
@@ -269,7 +276,11 @@ impl Peering {
                 decision.dead
             );
             if let Err(e) = self.patch(json!({ "status": nulls })).await {
-                tracing::warn!("Removing dead peers from {} failed: {e}.", self.place());
+                tracing::warn!(
+                    "Removing dead peers from {} failed: {}.",
+                    self.place(),
+                    cause(&e)
+                );
             }
         }
         match &decision.verdict {
@@ -379,4 +390,25 @@ fn list(peers: &[Peer]) -> String {
         .map(Peer::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What went wrong, in words: the API server's message, or the innermost cause of a
+/// connection failure ("Connection refused (os error 111)"), not the client's type names.
+fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    loop {
+        let next = match last.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => {
+                return format!("{} ({})", status.message, status.code);
+            }
+            Some(kube::Error::Service(inner)) => {
+                Some(inner.as_ref() as &(dyn std::error::Error + 'static))
+            }
+            _ => last.source(),
+        };
+        match next {
+            Some(next) => last = next,
+            None => return last.to_string(),
+        }
+    }
 }

@@ -100,6 +100,29 @@ async fn until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> boo
     panic!("timed out after {within:?} waiting for {what}");
 }
 
+/// Waits until the gate is paused for a reason that contains `needle`; the reason.
+async fn paused_for(gate: &Gate, needle: &str, within: Duration) -> String {
+    let mut gate = gate.clone();
+    let waited = tokio::time::timeout(within, async {
+        loop {
+            if let GateState::Paused { reason } = gate.state()
+                && reason.contains(needle)
+            {
+                return reason;
+            }
+            gate.changed().await;
+        }
+    })
+    .await;
+    match waited {
+        Ok(reason) => reason,
+        Err(_) => panic!(
+            "not paused for {needle:?} within {within:?}; the gate: {:?}",
+            gate.state()
+        ),
+    }
+}
+
 fn patches(server: &FakeApiServer) -> Vec<RequestRecord> {
     server
         .requests()
@@ -152,9 +175,7 @@ async fn a_higher_priority_pauses_and_its_removal_resumes() {
     write_entry(&server, "py@laptop", live_entry(200, 60)).await;
     let running = Running::start(&server, settings("rs", 100));
     let mut gate = running.gate.clone();
-    let reason = tokio::time::timeout(Duration::from_secs(5), gate.paused())
-        .await
-        .expect("paused in favour of the higher priority");
+    let reason = paused_for(&gate, "in favour of", Duration::from_secs(5)).await;
     assert!(
         reason.contains("py@laptop") && reason.contains("priority 200"),
         "{reason}"
@@ -183,10 +204,7 @@ async fn the_same_priority_pauses_everybody_unless_told_otherwise() {
     let server = server().await;
     write_entry(&server, "twin", live_entry(5, 60)).await;
     let strict = Running::start(&server, settings("rs-strict", 5));
-    let mut gate = strict.gate.clone();
-    let reason = tokio::time::timeout(Duration::from_secs(5), gate.paused())
-        .await
-        .expect("paused: a live peer with the same priority");
+    let reason = paused_for(&strict.gate, "same priority", Duration::from_secs(5)).await;
     assert!(
         reason.contains("same priority") && reason.contains("twin"),
         "{reason}"
@@ -216,9 +234,7 @@ async fn a_blocker_that_stops_writing_expires_and_is_removed() {
     write_entry(&server, "crashed", live_entry(200, 2)).await;
     let running = Running::start(&server, settings("rs", 100));
     let mut gate = running.gate.clone();
-    tokio::time::timeout(Duration::from_secs(5), gate.paused())
-        .await
-        .expect("paused while it is alive");
+    paused_for(&gate, "crashed", Duration::from_secs(5)).await;
     let paused_at = Instant::now();
     // Nothing else happens: the recheck at its deadline touches our entry, the watch brings
     // the object back, and the blocker is dead by both rules.
@@ -254,10 +270,7 @@ async fn an_entry_that_keeps_changing_is_alive_whatever_its_clock_says() {
     };
     write_entry(&server, "slow-clock", behind()).await;
     let running = Running::start(&server, settings("rs", 100));
-    let mut gate = running.gate.clone();
-    tokio::time::timeout(Duration::from_secs(5), gate.paused())
-        .await
-        .expect("paused: first seen, it may be alive");
+    paused_for(&running.gate, "slow-clock", Duration::from_secs(5)).await;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         write_entry(&server, "slow-clock", behind()).await;
@@ -304,9 +317,7 @@ async fn mandatory_peering_waits_for_its_object() {
         settings("rs", 0).mode(PeeringMode::Mandatory).name("team"),
     );
     let mut gate = running.gate.clone();
-    let reason = tokio::time::timeout(Duration::from_secs(5), gate.paused())
-        .await
-        .expect("paused without the object");
+    let reason = paused_for(&gate, "does not exist", Duration::from_secs(5)).await;
     assert!(
         reason.contains("\"team\"") && reason.contains("does not exist"),
         "{reason}"
@@ -352,9 +363,7 @@ async fn freeze_peers_and_resume_by_hand() {
         frozen.body
     );
     let mut gate = running.gate.clone();
-    let reason = tokio::time::timeout(Duration::from_secs(5), gate.paused())
-        .await
-        .expect("paused by the freeze");
+    let reason = paused_for(&gate, "in favour of", Duration::from_secs(5)).await;
     assert!(reason.contains("ops@laptop"), "{reason}");
 
     let listed = kopf_peering::peers(&server.client(), &PeeringSettings::default())

@@ -233,9 +233,18 @@ async fn python_kopf_and_kopf_rs_pause_for_each_other_by_priority() {
         String::from_utf8_lossy(&frozen.stderr)
     );
     let mut watching = gate.clone();
-    let reason = tokio::time::timeout(Duration::from_secs(10), watching.paused())
-        .await
-        .expect("kopf-rs pauses for Python's freeze");
+    let reason = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let kopf_core::gate::GateState::Paused { reason } = watching.state()
+                && reason.contains("in favour of")
+            {
+                return reason;
+            }
+            watching.changed().await;
+        }
+    })
+    .await
+    .expect("kopf-rs pauses for Python's freeze");
     assert!(reason.contains("priority 200"), "{reason}");
     tokio::time::timeout(Duration::from_secs(15), watching.opened())
         .await

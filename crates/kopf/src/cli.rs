@@ -334,9 +334,28 @@ pub struct RunArgs {
         conflicts_with = "namespaces"
     )]
     pub all_namespaces: bool,
-    /// Run without peering (peering is not implemented yet: always standalone).
-    #[arg(long, env = "KOPF_RUN_STANDALONE")]
+    /// Run without peering, even when the cluster has the peering resources (by default an
+    /// operator joins the peering `default` when the cluster has them, and runs alone when
+    /// it has not).
+    #[arg(long, env = "KOPF_RUN_STANDALONE", conflicts_with = "peering")]
     pub standalone: bool,
+    /// Join this peering, and stay paused until it exists (`ClusterKopfPeering` NAME with
+    /// `-A`, `KopfPeering` NAME in the served namespace with `-n`).
+    #[arg(long, short = 'P', env = "KOPF_RUN_PEERING", value_name = "NAME")]
+    pub peering: Option<String>,
+    /// This operator's priority in the peering: it pauses while a peer with a higher one is
+    /// alive (default 0; 666 with --dev).
+    #[arg(
+        long,
+        env = "KOPF_RUN_PRIORITY",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub priority: Option<i64>,
+    /// Development mode: priority 666 in the peering, so that the operators deployed in the
+    /// cluster pause while this one runs.
+    #[arg(long, env = "KOPF_RUN_DEV")]
+    pub dev: bool,
     /// More logs (debug level for kopf-rs).
     #[arg(long, short = 'v', env = "KOPF_RUN_VERBOSE")]
     pub verbose: bool,
@@ -682,6 +701,37 @@ impl RunArgs {
         }
     }
 
+    /// The operator's peering settings with the options of the command line applied:
+    /// `--standalone`, `--peering NAME` (mandatory), `--priority`, `--dev` (priority 666
+    /// unless `--priority` says otherwise), and the scope: the cluster-wide
+    /// `ClusterKopfPeering` for all namespaces, the `KopfPeering` of the namespace for `-n`
+    /// with one exact namespace.
+    pub fn peering(
+        &self,
+        mut settings: kopf_peering::PeeringSettings,
+    ) -> kopf_peering::PeeringSettings {
+        use kopf_peering::PeeringMode;
+        if self.standalone {
+            settings.mode = PeeringMode::Standalone;
+        }
+        if let Some(name) = &self.peering {
+            settings.mode = PeeringMode::Mandatory;
+            settings.name = name.clone();
+        }
+        match (self.priority, self.dev) {
+            (Some(priority), _) => settings.priority = priority,
+            (None, true) => settings.priority = 666,
+            (None, false) => {}
+        }
+        let patterns = self.namespace_patterns();
+        let exact = |p: &String| !p.contains(['*', '?', '!', ',']);
+        settings.namespace = match patterns.as_slice() {
+            [one] if exact(one) => Some(one.clone()),
+            _ => None,
+        };
+        settings
+    }
+
     /// With `--fake` and no `--apply`: apply these manifests (examples use their CRD and
     /// sample object).
     pub fn with_default_manifests(mut self, files: &[PathBuf]) -> Self {
@@ -711,6 +761,48 @@ mod tests {
             Command::Run(a) => a,
             other => panic!("not run: {other:?}"),
         })
+    }
+
+    #[test]
+    fn peering_options_set_the_peering() {
+        use kopf_peering::{PeeringMode, PeeringSettings};
+        let of = |args: &[&str]| {
+            parse(&[&["run"], args].concat())
+                .expect("parses")
+                .peering(PeeringSettings::default())
+        };
+        let plain = of(&[]);
+        assert_eq!(
+            (plain.mode, plain.priority, plain.namespace.clone()),
+            (PeeringMode::Auto, 0, None)
+        );
+        assert_eq!(of(&["--standalone"]).mode, PeeringMode::Standalone);
+        let named = of(&["--peering", "team", "--priority", "-5"]);
+        assert_eq!(
+            (named.mode, named.name.as_str(), named.priority),
+            (PeeringMode::Mandatory, "team", -5)
+        );
+        assert_eq!(of(&["--dev"]).priority, 666);
+        assert_eq!(
+            of(&["--dev", "--priority", "7"]).priority,
+            7,
+            "an explicit priority wins"
+        );
+        assert_eq!(of(&["-n", "ops"]).namespace.as_deref(), Some("ops"));
+        assert_eq!(
+            of(&["-n", "team-*"]).namespace,
+            None,
+            "a pattern: the cluster-wide peering"
+        );
+        assert_eq!(
+            of(&["-n", "a,b"]).namespace,
+            None,
+            "several: the cluster-wide peering"
+        );
+        assert!(
+            parse(&["run", "--standalone", "--peering", "x"]).is_err(),
+            "contradictory"
+        );
     }
 
     #[test]
@@ -820,6 +912,7 @@ mod tests {
                 "shutdown-timeout",
                 "request-timeout",
                 "webhook-port",
+                "priority",
             ],
         ),
         (
@@ -854,6 +947,7 @@ mod tests {
             "kubeconfig",
             "name",
             "account-namespace",
+            "peering",
         ];
         for sub in Cli::command().get_subcommands() {
             let known = NUMERIC

@@ -168,6 +168,15 @@ impl Operator {
                 }));
             }
         }
+        if self.peering.mode != kopf_peering::PeeringMode::Standalone {
+            // Peering (unless standalone): discovery of kopf.dev, then the peering object
+            // watched and its status patched (no status subresource).
+            extra.push(serde_json::json!({
+                "apiGroups": ["kopf.dev"],
+                "resources": ["clusterkopfpeerings", "kopfpeerings"],
+                "verbs": ["get", "list", "watch", "patch"],
+            }));
+        }
         manifests(
             &self.registrations,
             &extra,

@@ -114,11 +114,12 @@ impl Operator {
     /// Runs on the cluster, or with `--fake` on an embedded API server with the manifests of
     /// `args.apply` (`given`: those of the command line, for the messages).
     async fn run_process(
-        self,
+        mut self,
         args: &cli::RunArgs,
         given: &[std::path::PathBuf],
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
+        self.peering = args.peering(std::mem::take(&mut self.peering));
         if !args.fake {
             let (client, url) = self.connect_to().await?;
             return self
@@ -282,14 +283,19 @@ impl Operator {
                 }
             }
         }
+        let (gate, peering) = start_peering(&client, self.peering, self.gate, self.gate_set);
         let served = kopf_watch::Orchestrator::new(client, registrations)
             .settings(settings)
             .persistence(self.persistence)
             .stack(self.stack)
             .wait_for_resources(self.wait_for_resources)
-            .gate(self.gate)
+            .gate(gate)
             .run(shutdown)
             .await;
+        // Peering ends last: the entry goes once the handlers are done.
+        if let Some(peering) = peering {
+            peering.stop().await;
+        }
         #[cfg(feature = "admission")]
         if let Some(webhooks) = webhooks {
             webhooks.stop().await;
@@ -298,4 +304,43 @@ impl Operator {
         served?;
         Ok(())
     }
+}
+
+/// Peering running beside the engine, until [`RunningPeering::stop`].
+struct RunningPeering {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), kopf_peering::PeeringError>>,
+}
+
+impl RunningPeering {
+    /// Stops peering (its entry is removed from the peering object) and waits for it.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("Peering ended with an error: {e}"),
+            Err(e) => tracing::warn!("Peering ended abnormally: {e}"),
+        }
+    }
+}
+
+/// Starts peering unless standalone; the gate the engine observes: peering's, combined with
+/// the operator's own when one was given.
+fn start_peering(
+    client: &kube::Client,
+    settings: kopf_peering::PeeringSettings,
+    own: kopf_core::gate::Gate,
+    own_set: bool,
+) -> (kopf_core::gate::Gate, Option<RunningPeering>) {
+    if settings.mode == kopf_peering::PeeringMode::Standalone {
+        return (own, None);
+    }
+    let (control, gate) = kopf_core::gate::Gate::channel();
+    let gate = if own_set { gate.and(own) } else { gate };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let peering = kopf_peering::Peering::new(client.clone(), settings, control);
+    let task = tokio::spawn(peering.run(async move {
+        let _ = stopped.await;
+    }));
+    (gate, Some(RunningPeering { stop, task }))
 }

@@ -220,10 +220,14 @@ impl OperatorTest {
             .map_err(TestError::Runtime)?;
         let before = server.requests().last().map_or(0, |r| r.seq);
         let url = server.url();
-        let operator = self
+        let mut operator = self
             .operator
             .backoff(self.backoff)
             .error_delays(self.error_delays);
+        // A test's operator runs alone unless the test set up peering.
+        if !operator.peering_set {
+            operator.peering.mode = kopf_peering::PeeringMode::Standalone;
+        }
         let retries = self.client_retries;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done) = tokio::sync::oneshot::channel();

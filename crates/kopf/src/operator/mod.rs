@@ -59,6 +59,12 @@ pub struct Operator {
     pub(crate) memo: kopf_core::memo::MemoSeed,
     pub(crate) wait_for_resources: bool,
     pub(crate) gate: kopf_core::gate::Gate,
+    /// Whether [`gate`](Self::gate) was called (then peering's gate is combined with it).
+    pub(crate) gate_set: bool,
+    pub(crate) peering: kopf_peering::PeeringSettings,
+    /// Whether [`peering`](Self::peering) was called (the test runner leaves peering out
+    /// unless it was).
+    pub(crate) peering_set: bool,
     pub(crate) inactivity_timeout: Duration,
     pub(crate) fake_manifests: Vec<std::path::PathBuf>,
     pub(crate) startup: Vec<HandlerSpec>,
@@ -88,6 +94,9 @@ impl Default for Operator {
             memo: kopf_core::memo::MemoSeed::default(),
             wait_for_resources: false,
             gate: kopf_core::gate::Gate::open(),
+            gate_set: false,
+            peering: kopf_peering::PeeringSettings::default(),
+            peering_set: false,
             inactivity_timeout: Duration::from_secs(70),
             fake_manifests: Vec::new(),
             startup: Vec::new(),
@@ -318,6 +327,28 @@ impl Operator {
     /// ```
     pub fn gate(mut self, gate: kopf_core::gate::Gate) -> Self {
         self.gate = gate;
+        self.gate_set = true;
+        self
+    }
+
+    /// How the operator takes part in peering (Kopf's): by default it joins the peering
+    /// `default` when the cluster has the peering resources (`kopf_peering::PEERING_YAML`)
+    /// and runs alone when it has not; while a live peer has a higher priority (or, by Kopf's
+    /// rule, the same one), the operator pauses as with a closed [`gate`](Self::gate) (both
+    /// gates apply when both are given). The command line's `--standalone`, `--peering`,
+    /// `--priority` and `--dev` change these settings; operators started by
+    /// [`kopf::testing`](crate::testing) run standalone unless this was called.
+    ///
+    /// ```
+    /// use kopf::{Operator, PeeringSettings};
+    ///
+    /// // A development copy that pauses the deployed operators (priority 0) while it runs.
+    /// let operator = Operator::new().peering(PeeringSettings::default().priority(666));
+    /// # let _ = operator;
+    /// ```
+    pub fn peering(mut self, settings: kopf_peering::PeeringSettings) -> Self {
+        self.peering = settings;
+        self.peering_set = true;
         self
     }
 
