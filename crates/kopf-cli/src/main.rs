@@ -10,8 +10,11 @@
 //!   (`OPERATOR rbac [rbac options]`);
 //! * `kopf fake-apiserver ...` runs the in-memory Kubernetes API server of `kopf-testing`
 //!   standalone, so kubectl, Python clients or any operator can talk to it;
+//! * `kopf freeze`, `kopf resume`, `kopf peers`: Kopf's peering commands (pause the
+//!   operators of a peering for a while, end that, list the peers);
 //! * `kopf --version`.
 
+mod peering;
 mod target;
 
 use std::ffi::{OsStr, OsString};
@@ -58,6 +61,13 @@ enum Command {
     /// Run the in-memory Kubernetes API server until SIGINT/SIGTERM; prints `listening on
     /// URL` once it serves.
     FakeApiserver(FakeApiserverArgs),
+    /// Pause the operators of a peering below a priority for a while (Kopf's `freeze`): an
+    /// entry with that priority and lifetime in the peering object.
+    Freeze(peering::FreezeArgs),
+    /// End a freeze (Kopf's `resume`): the entry removed.
+    Resume(peering::ResumeArgs),
+    /// List the entries of a peering: identity, priority, lifetime, last keep-alive, alive.
+    Peers(peering::PeersArgs),
 }
 
 /// Where the operator is in the arguments of `command` (`raw` without the program): the
@@ -160,6 +170,9 @@ async fn main() {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Freeze(args) => peering::freeze(args).await,
+        Command::Resume(args) => peering::resume(args).await,
+        Command::Peers(args) => peering::peers(args).await,
         Command::Run { operator, args: _ } => delegate("run", &operator),
         Command::Rbac { operator, args: _ } => delegate("rbac", &operator),
         Command::FakeApiserver(args) => {

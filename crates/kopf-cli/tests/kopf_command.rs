@@ -246,3 +246,80 @@ fn a_cargo_package_or_project_is_built_then_run() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freeze_peers_and_resume_write_kopfs_entries() {
+    let server = kopf_testing::FakeApiServer::start().await.expect("start");
+    server
+        .apply_yaml("peering.yaml", kopf::peering::PEERING_YAML)
+        .expect("the peering resources");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let run = |args: &[&str]| {
+        let out = kopf()
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "kopf {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let said = run(&[
+        "freeze",
+        "-P",
+        "default",
+        "-A",
+        "-t",
+        "600",
+        "-p",
+        "200",
+        "-i",
+        "ops@laptop",
+    ]);
+    assert!(
+        said.contains("below priority 200") && said.contains("600 s"),
+        "{said}"
+    );
+    let entry = server
+        .objects()
+        .into_iter()
+        .find(|o| o["kind"] == "ClusterKopfPeering")
+        .expect("the peering object")["status"]["ops@laptop"]
+        .clone();
+    assert_eq!(
+        (entry["priority"].clone(), entry["lifetime"].clone()),
+        (200.into(), 600.into())
+    );
+    let freeze = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "PATCH" && r.body.contains("ops@laptop"))
+        .expect("the freeze's PATCH");
+    assert!(
+        freeze
+            .body
+            .starts_with(r#"{"status":{"ops@laptop":{"priority":200,"lifetime":600,"lastseen":""#),
+        "{}",
+        freeze.body
+    );
+
+    let table = run(&["peers"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("IDENTITY") && lines[0].contains("STATE"),
+        "{table}"
+    );
+    assert!(
+        lines.len() == 2 && lines[1].starts_with("ops@laptop") && lines[1].ends_with("alive"),
+        "{table}"
+    );
+
+    let said = run(&["resume", "-P", "default", "-i", "ops@laptop"]);
+    assert!(said.contains("removed"), "{said}");
+    assert_eq!(
+        run(&["peers"]).lines().count(),
+        1,
+        "only the header is left"
+    );
+}
