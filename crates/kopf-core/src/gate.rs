@@ -229,7 +229,11 @@ mod tests {
         second.pause("user");
         first.resume();
         tokio::time::timeout(Duration::from_millis(200), async {
-            while both.state() != (GateState::Paused { reason: "user".into() }) {
+            while both.state()
+                != (GateState::Paused {
+                    reason: "user".into(),
+                })
+            {
                 both.changed().await;
             }
         })
