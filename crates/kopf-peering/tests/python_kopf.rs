@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use kopf_core::gate::Gate;
 use kopf_peering::{PEERING_YAML, Peering, PeeringSettings};
 use kopf_testing::FakeApiServer;
-use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 const PATH: &str = "/apis/kopf.dev/v1/clusterkopfpeerings/default";
@@ -55,16 +54,14 @@ fn kopf(python: &Path, dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-async fn entries(server: &FakeApiServer) -> Value {
-    let ar = kopf_peering::resource(&PeeringSettings::default());
-    Api::<DynamicObject>::all_with(server.client(), &ar)
-        .get("default")
+/// The identities in the peering `default`.
+async fn peers(server: &FakeApiServer) -> Vec<String> {
+    kopf_peering::peers(&server.client(), &PeeringSettings::default())
         .await
         .expect("the peering object")
-        .data
-        .get("status")
-        .cloned()
-        .unwrap_or(Value::Null)
+        .into_iter()
+        .map(|l| l.identity)
+        .collect()
 }
 
 async fn until(what: &str, within: Duration, log: &Path, mut check: impl AsyncFnMut() -> bool) {
@@ -136,7 +133,7 @@ async fn python_kopf_and_kopf_rs_pause_for_each_other_by_priority() {
         "Python Kopf's keep-alive",
         Duration::from_secs(60),
         &log_path,
-        async || entries(&server).await.get("python-kopf").is_some(),
+        async || peers(&server).await.contains(&"python-kopf".to_string()),
     )
     .await;
     let python_patch = server

@@ -9,36 +9,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kopf::{HandlerError, Operator, PeeringSettings};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use kube::api::PostParams;
+use serde_json::json;
 
 use common::{Running, eventually, kex_api, obj, until_object};
 
-fn peering_api(server: &kopf::testing::FakeApiServer) -> Api<DynamicObject> {
-    let ar = kopf_peering::resource(&PeeringSettings::default());
-    Api::all_with(server.client(), &ar)
-}
-
-async fn entries(server: &kopf::testing::FakeApiServer) -> Value {
-    peering_api(server)
-        .get("default")
+/// The identities in the peering `default`.
+async fn peers(server: &kopf::testing::FakeApiServer) -> Vec<String> {
+    kopf::peering::peers(&server.client(), &PeeringSettings::default())
         .await
         .expect("the peering object")
-        .data
-        .get("status")
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
-async fn write_entry(server: &kopf::testing::FakeApiServer, id: &str, entry: Value) {
-    peering_api(server)
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {id: entry}})),
-        )
-        .await
-        .expect("the entry is written");
+        .into_iter()
+        .map(|l| l.identity)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,13 +30,13 @@ async fn a_higher_priority_peer_holds_the_operator_until_it_goes() {
     server
         .apply_yaml("peering.yaml", kopf_peering::PEERING_YAML)
         .expect("the peering resources");
-    let now = kopf_peering::isoformat(jiff::Timestamp::now());
-    write_entry(
-        &server,
-        "python@laptop",
-        json!({"priority": 666, "lifetime": 60, "lastseen": now}),
-    )
-    .await;
+    // A development copy at priority 666 (as `kopf freeze` or `--dev` would write it).
+    let dev = PeeringSettings::default()
+        .identity("python@laptop")
+        .priority(666);
+    kopf::peering::freeze(&server.client(), &dev, Duration::from_secs(60))
+        .await
+        .expect("the entry is written");
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let op = Operator::new()
@@ -69,7 +52,7 @@ async fn a_higher_priority_peer_holds_the_operator_until_it_goes() {
     // Paused from its first look at the peers: it never watches before the peer goes.
     let running = Running::start_with(&server, op, Duration::from_secs(70), false).await;
     eventually("the operator's keep-alive", async || {
-        entries(&server).await.get("kopf-rs-test").is_some()
+        peers(&server).await.contains(&"kopf-rs-test".to_string())
     })
     .await;
     eventually("the pause logged", async || {
@@ -94,7 +77,9 @@ async fn a_higher_priority_peer_holds_the_operator_until_it_goes() {
     );
 
     // The higher priority goes: the operator resumes and handles the object.
-    write_entry(&server, "python@laptop", Value::Null).await;
+    kopf::peering::resume(&server.client(), &dev)
+        .await
+        .expect("the entry is removed");
     until_object(&api, "p1", "the creation handled after the resume", |o| {
         o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello")
     })
@@ -110,7 +95,7 @@ async fn a_higher_priority_peer_holds_the_operator_until_it_goes() {
     );
     running.stop().await;
     assert!(
-        entries(&server).await.get("kopf-rs-test").is_none(),
+        peers(&server).await.is_empty(),
         "the entry is removed at exit"
     );
 }
