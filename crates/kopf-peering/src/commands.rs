@@ -5,21 +5,12 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
 use crate::error::PeeringError;
 use crate::peer::{Peer, WireEntry, entry_patch};
-use crate::peering::resource;
+use crate::peering::{api, patch};
 use crate::settings::PeeringSettings;
-
-fn api(client: &kube::Client, settings: &PeeringSettings) -> Api<DynamicObject> {
-    let ar = resource(settings);
-    match &settings.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    }
-}
 
 fn failed(
     settings: &PeeringSettings,
@@ -62,14 +53,8 @@ async fn write(
     settings: &PeeringSettings,
     entry: Option<WireEntry>,
 ) -> Result<(), PeeringError> {
-    api(client, settings)
-        .patch(
-            &settings.name,
-            &PatchParams::default(),
-            &Patch::Merge(entry_patch(&settings.identity, entry)),
-        )
+    patch(client, settings, entry_patch(&settings.identity, entry))
         .await
-        .map(|_| ())
         .map_err(failed(settings, "writing the entry"))
 }
 

@@ -46,6 +46,29 @@ pub fn resource(settings: &PeeringSettings) -> ApiResource {
     }
 }
 
+/// The peering object's API: the `ClusterKopfPeering`s, or the `KopfPeering`s of the
+/// settings' namespace.
+pub(crate) fn api(client: &kube::Client, settings: &PeeringSettings) -> Api<DynamicObject> {
+    let ar = resource(settings);
+    match &settings.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// A merge PATCH of the peering object (on the object: the resources have no status
+/// subresource).
+pub(crate) async fn patch(
+    client: &kube::Client,
+    settings: &PeeringSettings,
+    body: impl serde::Serialize + std::fmt::Debug,
+) -> Result<(), kube::Error> {
+    api(client, settings)
+        .patch(&settings.name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map(|_| ())
+}
+
 /// The peering of one operator: its settings, the client it talks through, and the gate it
 /// controls.
 ///
@@ -78,11 +101,7 @@ impl Peering {
     }
 
     fn api(&self) -> Api<DynamicObject> {
-        let ar = resource(&self.settings);
-        match &self.settings.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            None => Api::all_with(self.client.clone(), &ar),
-        }
+        api(&self.client, &self.settings)
     }
 
     /// `'default' cluster-wide` or `'default' in "ns"`, for the logs.
@@ -359,14 +378,7 @@ impl Peering {
         &self,
         body: impl serde::Serialize + std::fmt::Debug,
     ) -> Result<(), kube::Error> {
-        self.api()
-            .patch(
-                &self.settings.name,
-                &PatchParams::default(),
-                &Patch::Merge(body),
-            )
-            .await
-            .map(|_| ())
+        patch(&self.client, &self.settings, body).await
     }
 }
 
