@@ -29,9 +29,16 @@ pub enum GateState {
     /// The operator acts.
     #[default]
     Open,
-    /// The operator pauses.
+    /// The operator pauses: it sends no list or watch request and keeps nothing warm.
     Paused {
         /// Why, for the logs (who blocks it).
+        reason: String,
+    },
+    /// The operator stands by (leader election: another replica leads). As paused, nothing
+    /// acts, but the watch streams stay open and the indexes stay current, so that, when the
+    /// gate opens, the objects are processed at once, as after a start, without a new list.
+    Standby {
+        /// Why, for the logs (who leads).
         reason: String,
     },
 }
@@ -40,6 +47,24 @@ impl GateState {
     /// Whether the operator may act.
     pub fn is_open(&self) -> bool {
         matches!(self, GateState::Open)
+    }
+
+    /// Why the operator may not act now (`None` when it may).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            GateState::Open => None,
+            GateState::Paused { reason } | GateState::Standby { reason } => Some(reason),
+        }
+    }
+
+    /// How strongly this state holds the operator back, for [`Gate::and`]: open, standby,
+    /// paused.
+    fn weight(&self) -> u8 {
+        match self {
+            GateState::Open => 0,
+            GateState::Standby { .. } => 1,
+            GateState::Paused { .. } => 2,
+        }
     }
 }
 
@@ -96,16 +121,16 @@ impl Gate {
         }
     }
 
-    /// Waits until the gate is paused (at once if it is); the reason. Never returns for a
-    /// gate that can no longer change while open.
+    /// Waits until the gate is paused or standing by (at once if it is); the reason. Never
+    /// returns for a gate that can no longer change while open.
     pub async fn paused(&mut self) -> String {
         loop {
-            if let GateState::Paused { reason } = self.state() {
-                return reason;
+            if let Some(reason) = self.state().reason() {
+                return reason.to_string();
             }
             if self.rx.changed().await.is_err() {
-                if let GateState::Paused { reason } = self.state() {
-                    return reason;
+                if let Some(reason) = self.state().reason() {
+                    return reason.to_string();
                 }
                 std::future::pending::<()>().await;
             }
@@ -118,17 +143,16 @@ impl Gate {
         self.rx.changed().await.is_ok()
     }
 
-    /// A gate that is open only while both are (peering and the user's own gate, say); its
-    /// reason is the first paused one's. Follows them in a task of the current tokio runtime
-    /// until both can no longer change.
+    /// A gate that is open only while both are (peering and the user's own gate, say). A
+    /// pause wins over a standby, which wins over open; of two equal states, the first's
+    /// reason is kept. Follows them in a task of the current tokio runtime until both can
+    /// no longer change.
     pub fn and(self, other: Gate) -> Gate {
         let (control, gate) = Gate::channel();
         let (mut a, mut b) = (self, other);
-        let apply = move |a: &Gate, b: &Gate| match (a.state(), b.state()) {
-            (GateState::Paused { reason }, _) | (_, GateState::Paused { reason }) => {
-                control.pause(reason)
-            }
-            _ => control.resume(),
+        let apply = move |a: &Gate, b: &Gate| {
+            let (a, b) = (a.state(), b.state());
+            control.set(if b.weight() > a.weight() { b } else { a });
         };
         apply(&a, &b);
         tokio::spawn(async move {
@@ -154,11 +178,21 @@ impl Default for Gate {
 impl GateControl {
     /// Pauses the operator, saying why (a change of reason is sent too).
     pub fn pause(&self, reason: impl Into<String>) {
-        let reason = reason.into();
+        self.set(GateState::Paused {
+            reason: reason.into(),
+        });
+    }
+
+    /// Makes the operator stand by, saying why (see [`GateState::Standby`]).
+    pub fn stand_by(&self, reason: impl Into<String>) {
+        self.set(GateState::Standby {
+            reason: reason.into(),
+        });
+    }
+
+    /// Sets the state (nothing is sent when it is the same).
+    pub fn set(&self, next: GateState) {
         self.tx.send_if_modified(|state| {
-            let next = GateState::Paused {
-                reason: reason.clone(),
-            };
             if *state == next {
                 return false;
             }
@@ -169,13 +203,7 @@ impl GateControl {
 
     /// Lets the operator act again.
     pub fn resume(&self) {
-        self.tx.send_if_modified(|state| {
-            if state.is_open() {
-                return false;
-            }
-            *state = GateState::Open;
-            true
-        });
+        self.set(GateState::Open);
     }
 
     /// The state now.
@@ -240,6 +268,36 @@ mod tests {
         .await
         .expect("still paused, by the other");
         second.resume();
+        tokio::time::timeout(Duration::from_millis(200), both.opened())
+            .await
+            .expect("open when both are");
+    }
+
+    #[tokio::test]
+    async fn a_pause_wins_over_a_standby_which_wins_over_open() {
+        let (peering, a) = Gate::channel();
+        let (election, b) = Gate::channel();
+        let mut both = a.and(b);
+        election.stand_by("replica-2 leads");
+        assert_eq!(both.paused().await, "replica-2 leads");
+        assert!(matches!(both.state(), GateState::Standby { .. }));
+        peering.pause("in favour of dev");
+        tokio::time::timeout(Duration::from_millis(200), async {
+            while !matches!(both.state(), GateState::Paused { .. }) {
+                both.changed().await;
+            }
+        })
+        .await
+        .expect("the pause wins");
+        peering.resume();
+        tokio::time::timeout(Duration::from_millis(200), async {
+            while !matches!(both.state(), GateState::Standby { .. }) {
+                both.changed().await;
+            }
+        })
+        .await
+        .expect("standing by again");
+        election.resume();
         tokio::time::timeout(Duration::from_millis(200), both.opened())
             .await
             .expect("open when both are");

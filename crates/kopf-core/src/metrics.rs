@@ -54,6 +54,11 @@ struct Inner {
     api_retries: Family<Labels, Counter>,
     write_failures: Family<Labels, Counter>,
     watch_restarts: Family<Labels, Counter>,
+    leader: Family<Labels, Gauge>,
+    leader_transitions: Family<Labels, Counter>,
+    leader_renew_failures: Family<Labels, Counter>,
+    /// Leader election's state per lease (`true`: leading), for the health endpoint.
+    leadership: Mutex<HashMap<String, bool>>,
     watches: Mutex<HashMap<String, WatchHealth>>,
     dead_window: Duration,
 }
@@ -106,6 +111,24 @@ impl Metrics {
         let api_retries = Family::<Labels, Counter>::default();
         let write_failures = Family::<Labels, Counter>::default();
         let watch_restarts = Family::<Labels, Counter>::default();
+        let leader = Family::<Labels, Gauge>::default();
+        let leader_transitions = Family::<Labels, Counter>::default();
+        let leader_renew_failures = Family::<Labels, Counter>::default();
+        registry.register(
+            "leader_is_leader",
+            "Whether this replica holds the leader-election lease (1) or stands by (0)",
+            leader.clone(),
+        );
+        registry.register(
+            "leader_transitions",
+            "Times this replica became the leader",
+            leader_transitions.clone(),
+        );
+        registry.register(
+            "leader_renew_failures",
+            "Failed attempts of the leader to renew its lease",
+            leader_renew_failures.clone(),
+        );
         registry.register(
             "handler_calls",
             "Handler calls by handler id, resource kind and outcome (success, temporary, permanent, error)",
@@ -162,6 +185,10 @@ impl Metrics {
             api_retries,
             write_failures,
             watch_restarts,
+            leader,
+            leader_transitions,
+            leader_renew_failures,
+            leadership: Mutex::default(),
             watches: Mutex::default(),
             dead_window,
         }))
@@ -234,6 +261,41 @@ impl Metrics {
     pub fn tracked(&self, resource: &str, delta: i64) {
         let labels = vec![("resource", resource.to_string())];
         self.0.objects.get_or_create(&labels).inc_by(delta);
+    }
+
+    /// This replica leads (`true`) or stands by for the lease `lease` (`namespace/name`).
+    pub fn leadership(&self, lease: &str, leading: bool) {
+        let labels = vec![("lease", lease.to_string())];
+        self.0.leader.get_or_create(&labels).set(i64::from(leading));
+        self.0
+            .leadership
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(lease.to_string(), leading);
+    }
+
+    /// This replica became the leader of `lease`.
+    pub fn leader_transition(&self, lease: &str) {
+        let labels = vec![("lease", lease.to_string())];
+        self.0.leader_transitions.get_or_create(&labels).inc();
+    }
+
+    /// The leader failed an attempt to renew `lease`.
+    pub fn leader_renew_failure(&self, lease: &str) {
+        let labels = vec![("lease", lease.to_string())];
+        self.0.leader_renew_failures.get_or_create(&labels).inc();
+    }
+
+    /// Leader election's state per lease: `leading` or `standby` (empty without leader
+    /// election).
+    pub fn leaderships(&self) -> Vec<(String, &'static str)> {
+        let all = self.0.leadership.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<(String, &'static str)> = all
+            .iter()
+            .map(|(lease, leading)| (lease.clone(), if *leading { "leading" } else { "standby" }))
+            .collect();
+        all.sort();
+        all
     }
 
     /// The watch stream of `resource` delivered something: it is alive.

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use kopf_core::causes::EventKind;
 use kopf_core::events::RateLimiter;
-use kopf_core::gate::Gate;
+use kopf_core::gate::{Gate, GateState};
 use kopf_core::handler::{HandlerKind, HandlerSpec};
 use kopf_core::layers::Stack;
 use kopf_core::processing::{Persistence, Processor};
@@ -234,9 +234,63 @@ impl Engine {
         // the watch was down (no DELETED event will come for them).
         let mut listing: Option<HashSet<String>> = None;
         let mut tasks = tokio::task::JoinSet::new();
+        // While standing by (leader election: another replica leads): the latest body of
+        // every object, from the open watch stream, processed when the gate opens.
+        let mut standby: Option<HashMap<String, serde_json::Value>> = None;
         loop {
-            if !gate.is_open() {
-                pause::log_pausing(&resource_name, &gate.state());
+            let state = gate.state();
+            if state.is_open()
+                && let Some(held) = standby.take()
+            {
+                // Elected: every object is processed as after a start (resume handlers
+                // run again, as they would in a replica that just started).
+                shared.forget_handled();
+                tracing::info!(
+                    resource = %plural,
+                    objects = held.len(),
+                    "Processing {resource_name}: this replica acts now."
+                );
+                for (uid, body) in held {
+                    Self::dispatch(
+                        &shared,
+                        &mut workers,
+                        &mut tasks,
+                        uid,
+                        body,
+                        EventKind::Listed,
+                    )
+                    .await;
+                }
+            }
+            if matches!(state, GateState::Standby { .. }) && standby.is_none() {
+                pause::log_pausing(&resource_name, &state);
+                // Nothing acts while standing by: the workers end (their daemons and timers
+                // stopped with "operator pausing"), and the watch starts again with a
+                // listing, whose objects are held, not processed (the workers' states are
+                // gone with them).
+                shared
+                    .pausing
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                for (uid, slot) in workers.drain() {
+                    slot.tx.send_replace(None);
+                    known_before_pause.insert(uid);
+                }
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    _ = async { while tasks.join_next().await.is_some() {} } => {}
+                }
+                shared
+                    .pausing
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                listing = None;
+                stream = watcher(api.clone(), config.clone()).boxed();
+                standby = Some(HashMap::new());
+            }
+            if matches!(state, GateState::Paused { .. }) {
+                if let Some(held) = standby.take() {
+                    known_before_pause.extend(held.into_keys());
+                }
+                pause::log_pausing(&resource_name, &state);
                 // Dropping the stream closes its connection; nothing is requested meanwhile.
                 drop(std::mem::replace(
                     &mut stream,
@@ -264,11 +318,14 @@ impl Engine {
                 tracing::info!(resource = %plural, "Resuming the watch-stream for {resource_name}.");
                 backoff.reset();
                 stream = watcher(api.clone(), config.clone()).boxed();
+                // Resumed to stand by: the top of the loop starts standing by.
+                continue;
             }
+            let standing_by = standby.is_some();
             let item = tokio::select! {
                 _ = &mut shutdown => break,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-                _ = gate.paused() => continue,
+                _ = pause::gate_moved(&mut gate, standing_by) => continue,
                 item = stream.next() => item,
             };
             let Some(item) = item else {
@@ -312,9 +369,17 @@ impl Engine {
                             .filter(|uid| !seen.contains(*uid))
                             .cloned()
                             .collect();
+                        let held = standby.iter().flat_map(|h| h.keys());
+                        let vanished: Vec<String> = vanished
+                            .into_iter()
+                            .chain(held.filter(|uid| !seen.contains(*uid)).cloned())
+                            .collect();
                         for uid in vanished {
                             // Dropping the sender ends the worker once it is idle.
                             workers.remove(&uid);
+                            if let Some(held) = standby.as_mut() {
+                                held.remove(&uid);
+                            }
                             shared.forget(&uid);
                             shared.settings.indexes.forget(&uid);
                         }
@@ -358,7 +423,7 @@ impl Engine {
                     tokio::select! {
                         _ = &mut shutdown => break,
                         _ = tokio::time::sleep(delay) => {}
-                        _ = gate.paused() => {}
+                        _ = pause::gate_moved(&mut gate, standing_by) => {}
                     }
                     continue;
                 }
@@ -389,33 +454,18 @@ impl Engine {
                     continue;
                 }
             };
-            let known = workers.get(&uid).is_some_and(|w| !w.tx.is_closed());
-            // Indexes and raw-event handlers see every event, in order.
+            // Indexes see every event, in order, also while standing by.
             shared.index(&uid, &body, kind).await;
-            shared.on_event(&uid, &body, kind, known).await;
-            let observed = Observed { body, event: kind };
-            if known && let Some(w) = workers.get(&uid) {
-                // Counted before it is sent: the worker (maybe on another thread) may pick it
-                // at once, and its `picked` must see the flag, or the gauge stays up forever.
-                shared.queued(&w.pending);
-                w.tx.send_replace(Some(observed));
-            } else {
-                let (tx, rx) = watch::channel(Some(observed));
-                let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                shared.queued(&pending);
-                workers.insert(
-                    uid.clone(),
-                    Slot {
-                        tx,
-                        pending: pending.clone(),
-                    },
-                );
-                let shared = shared.clone();
-                tasks.spawn(async move { shared.work(uid, rx, pending).await });
+            if let Some(held) = standby.as_mut() {
+                if kind == EventKind::Deleted {
+                    held.remove(&uid);
+                    shared.forget(&uid);
+                } else {
+                    held.insert(uid, body);
+                }
+                continue;
             }
-            if kind == EventKind::Deleted {
-                workers.retain(|_, w| !w.tx.is_closed());
-            }
+            Self::dispatch(&shared, &mut workers, &mut tasks, uid, body, kind).await;
         }
         // Workers end when their channel closes: each stops its daemons and timers (staged,
         // within their cancellation settings) before it ends.
@@ -425,5 +475,43 @@ impl Engine {
         drop(workers);
         while tasks.join_next().await.is_some() {}
         Ok(())
+    }
+
+    /// Hands an object's event to its worker (raw-event handlers see it first), starting
+    /// the worker when the object has none.
+    async fn dispatch(
+        shared: &Arc<WorkerShared>,
+        workers: &mut HashMap<String, Slot>,
+        tasks: &mut tokio::task::JoinSet<()>,
+        uid: String,
+        body: serde_json::Value,
+        kind: EventKind,
+    ) {
+        let known = workers.get(&uid).is_some_and(|w| !w.tx.is_closed());
+        // Raw-event handlers see every event, in order.
+        shared.on_event(&uid, &body, kind, known).await;
+        let observed = Observed { body, event: kind };
+        if known && let Some(w) = workers.get(&uid) {
+            // Counted before it is sent: the worker (maybe on another thread) may pick it
+            // at once, and its `picked` must see the flag, or the gauge stays up forever.
+            shared.queued(&w.pending);
+            w.tx.send_replace(Some(observed));
+        } else {
+            let (tx, rx) = watch::channel(Some(observed));
+            let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            shared.queued(&pending);
+            workers.insert(
+                uid.clone(),
+                Slot {
+                    tx,
+                    pending: pending.clone(),
+                },
+            );
+            let shared = shared.clone();
+            tasks.spawn(async move { shared.work(uid, rx, pending).await });
+        }
+        if kind == EventKind::Deleted {
+            workers.retain(|_, w| !w.tx.is_closed());
+        }
     }
 }

@@ -30,10 +30,14 @@ pub(crate) fn resource_name(resource: &ResourceRef) -> String {
 
 /// Kopf's line when a watch stream pauses, with who blocks it.
 pub(crate) fn log_pausing(resource_name: &str, state: &GateState) {
-    let reason = match state {
-        GateState::Paused { reason } => reason.as_str(),
-        GateState::Open => "",
-    };
+    let reason = state.reason().unwrap_or_default();
+    if matches!(state, GateState::Standby { .. }) {
+        tracing::info!(
+            resource = %resource_name,
+            "Standing by for {resource_name} ({reason}): the watch-stream stays open, nothing is processed."
+        );
+        return;
+    }
     tracing::info!(
         resource = %resource_name,
         "Pausing the watch-stream for {resource_name} (blockers: {reason})."
@@ -41,7 +45,8 @@ pub(crate) fn log_pausing(resource_name: &str, state: &GateState) {
 }
 
 /// Waits while the operator is paused: until the workers have all ended (each stops its
-/// daemons and timers first) and the gate is open again, or until `shutdown` completes.
+/// daemons and timers first) and the gate is no longer paused (open, or standing by), or
+/// until `shutdown` completes.
 pub(crate) async fn wait_paused(
     gate: &mut Gate,
     workers: &mut JoinSet<()>,
@@ -51,7 +56,30 @@ pub(crate) async fn wait_paused(
         tokio::select! {
             _ = &mut *shutdown => return AfterPause::ShutDown,
             Some(_) = workers.join_next(), if !workers.is_empty() => {}
-            _ = gate.opened(), if workers.is_empty() => return AfterPause::Resumed,
+            _ = unpaused(gate), if workers.is_empty() => return AfterPause::Resumed,
+        }
+    }
+}
+
+/// Waits until the gate is open or standing by.
+async fn unpaused(gate: &mut Gate) {
+    while matches!(gate.state(), GateState::Paused { .. }) {
+        if !gate.changed().await {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Waits until the gate moves away from what the engine does now: while standing by, any
+/// change of the state; otherwise, a pause or a standby.
+pub(crate) async fn gate_moved(gate: &mut Gate, standing_by: bool) {
+    if !standing_by {
+        gate.paused().await;
+        return;
+    }
+    while matches!(gate.state(), GateState::Standby { .. }) {
+        if !gate.changed().await {
+            std::future::pending::<()>().await;
         }
     }
 }
