@@ -154,6 +154,8 @@ pub struct RequestPattern {
     pub namespace: Option<String>,
     /// Object name.
     pub name: Option<String>,
+    /// A part of the User-Agent header (to fault one client of several: one replica).
+    pub user_agent: Option<String>,
 }
 
 impl RequestPattern {
@@ -192,8 +194,27 @@ impl RequestPattern {
         self
     }
 
-    /// Whether a request matches.
+    /// Only requests whose User-Agent contains `part` (e.g. one replica's identity).
+    pub fn user_agent(mut self, part: &str) -> Self {
+        self.user_agent = Some(part.into());
+        self
+    }
+
+    /// Whether a request matches (with the User-Agent it came with).
+    pub fn matches_request(&self, t: &RequestTarget, user_agent: &str) -> bool {
+        self.user_agent
+            .as_deref()
+            .is_none_or(|part| user_agent.contains(part))
+            && self.matches_target(t)
+    }
+
+    /// Whether a request matches, not looking at its User-Agent (a pattern that names one
+    /// matches nothing here: use [`matches_request`](Self::matches_request)).
     pub fn matches(&self, t: &RequestTarget) -> bool {
+        self.user_agent.is_none() && self.matches_target(t)
+    }
+
+    fn matches_target(&self, t: &RequestTarget) -> bool {
         let ok = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
         ok(&self.verb, &t.verb)
             && ok(&self.group, &t.group)
@@ -269,11 +290,11 @@ pub struct Faults {
 
 impl Faults {
     /// Takes the first fault rule matching a request, counting it down.
-    pub fn take_response(&mut self, t: &RequestTarget) -> Option<FaultRule> {
+    pub fn take_response(&mut self, t: &RequestTarget, user_agent: &str) -> Option<FaultRule> {
         let idx = self
             .responses
             .iter()
-            .position(|r| r.pattern.matches(t) && r.count != Some(0))?;
+            .position(|r| r.pattern.matches_request(t, user_agent) && r.count != Some(0))?;
         let rule = self.responses[idx].clone();
         if let Some(c) = self.responses[idx].count.as_mut() {
             *c -= 1;
@@ -285,10 +306,10 @@ impl Faults {
     }
 
     /// The total added latency for a request.
-    pub fn latency_for(&self, t: &RequestTarget) -> Duration {
+    pub fn latency_for(&self, t: &RequestTarget, user_agent: &str) -> Duration {
         self.latency
             .iter()
-            .filter(|l| l.pattern.matches(t))
+            .filter(|l| l.pattern.matches_request(t, user_agent))
             .map(|l| Duration::from_millis(l.millis))
             .sum()
     }
@@ -354,10 +375,10 @@ mod tests {
         let mut f = Faults::default();
         f.responses
             .push(FaultRule::new(RequestPattern::any().verb("get"), 500, 2));
-        assert!(f.take_response(&target("list", "pods")).is_none());
-        assert!(f.take_response(&target("get", "pods")).is_some());
-        assert!(f.take_response(&target("get", "pods")).is_some());
-        assert!(f.take_response(&target("get", "pods")).is_none());
+        assert!(f.take_response(&target("list", "pods"), "").is_none());
+        assert!(f.take_response(&target("get", "pods"), "").is_some());
+        assert!(f.take_response(&target("get", "pods"), "").is_some());
+        assert!(f.take_response(&target("get", "pods"), "").is_none());
     }
 
     #[test]

@@ -96,7 +96,13 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Body>) -> Response<
     // Faults and latency.
     let (fault, delay) = {
         let mut f = lock(&shared.faults);
-        (f.take_response(&target), f.latency_for(&target))
+        {
+            let user_agent = header_str(&parts.headers, header::USER_AGENT);
+            (
+                f.take_response(&target, &user_agent),
+                f.latency_for(&target, &user_agent),
+            )
+        }
     };
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
