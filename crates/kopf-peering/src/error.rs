@@ -27,4 +27,12 @@ pub enum PeeringError {
         #[source]
         source: kube::Error,
     },
+    /// Settings that cannot work.
+    #[error("{what}: {why}")]
+    Settings {
+        /// Which settings.
+        what: &'static str,
+        /// What is wrong, and what to do.
+        why: String,
+    },
 }

@@ -27,6 +27,7 @@
 //! mode.
 
 mod commands;
+mod election;
 mod error;
 mod peer;
 mod peering;
@@ -34,6 +35,7 @@ mod settings;
 mod verdict;
 
 pub use commands::{Listed, freeze, peers, resume};
+pub use election::{LeaderElection, LeaderElector, Leadership, election_identity};
 pub use error::{PeerError, PeeringError};
 pub use peer::{DEFAULT_LIFETIME, EntryPatch, Peer, WireEntry, entry_patch, isoformat, parse_time};
 pub use peering::{GROUP_VERSION, Peering, resource};
