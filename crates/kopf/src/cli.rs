@@ -356,6 +356,37 @@ pub struct RunArgs {
     /// cluster pause while this one runs.
     #[arg(long, env = "KOPF_RUN_DEV")]
     pub dev: bool,
+    /// Several replicas, one acting: leader election with a Lease (default name:
+    /// OPERATOR-leader, in $POD_NAMESPACE or the kubeconfig's namespace). The replicas that do
+    /// not lead stand by with their watches open, and take over when the leader stops or
+    /// dies. Same-priority peers do not pause each other then.
+    #[arg(long, env = "KOPF_RUN_LEADER_ELECTION", value_name = "LEASE", num_args = 0..=1, default_missing_value = "")]
+    pub leader_election: Option<String>,
+    /// The namespace of the leader-election Lease.
+    #[arg(
+        long,
+        env = "KOPF_RUN_LEADER_ELECTION_NAMESPACE",
+        value_name = "NAMESPACE",
+        requires = "leader_election"
+    )]
+    pub leader_election_namespace: Option<String>,
+    /// How long a lease holds without renewal, in whole seconds [default: 15].
+    #[arg(long, env = "KOPF_RUN_LEASE_DURATION", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, requires = "leader_election")]
+    pub lease_duration: Option<Duration>,
+    /// How long the leader tries to renew before it stands by [default: 10].
+    #[arg(long, env = "KOPF_RUN_RENEW_DEADLINE", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, requires = "leader_election")]
+    pub renew_deadline: Option<Duration>,
+    /// The time between attempts to acquire or renew the lease [default: 2].
+    #[arg(long, env = "KOPF_RUN_RETRY_PERIOD", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, requires = "leader_election")]
+    pub retry_period: Option<Duration>,
+    /// Keep the lease at exit (by default it is released once the work in flight is done,
+    /// so that a standby takes over within a retry period).
+    #[arg(
+        long,
+        env = "KOPF_RUN_NO_RELEASE_ON_CANCEL",
+        requires = "leader_election"
+    )]
+    pub no_release_on_cancel: bool,
     /// More logs (debug level for kopf-rs).
     #[arg(long, short = 'v', env = "KOPF_RUN_VERBOSE")]
     pub verbose: bool,
@@ -602,6 +633,10 @@ pub struct RbacArgs {
     /// Resolve the resources on the cluster of the current kubeconfig instead.
     #[arg(long, env = "KOPF_RBAC_CLUSTER")]
     pub cluster: bool,
+    /// Add what `run --leader-election` needs: reading, creating and updating Leases
+    /// (also added when the operator's code sets up leader election).
+    #[arg(long, env = "KOPF_RBAC_LEADER_ELECTION")]
+    pub leader_election: bool,
 }
 
 /// Options of `fake-apiserver`.
@@ -732,6 +767,47 @@ impl RunArgs {
         settings
     }
 
+    /// The operator's leader election (`given`, from
+    /// [`Operator::leader_election`](crate::Operator::leader_election)) with the options of
+    /// the command line applied: `--leader-election` turns it on (the lease `LEASE`, else
+    /// the given one's, else `<operator>-leader`), and the namespace and timings override
+    /// the given ones.
+    pub fn leader_election(
+        &self,
+        operator: &str,
+        given: Option<kopf_peering::LeaderElection>,
+    ) -> Option<kopf_peering::LeaderElection> {
+        let Some(name) = self.leader_election.as_ref() else {
+            return given;
+        };
+        let name = if name.is_empty() {
+            given
+                .as_ref()
+                .map(|g| g.name.clone())
+                .unwrap_or_else(|| format!("{operator}-leader"))
+        } else {
+            name.clone()
+        };
+        let mut election = given.unwrap_or_else(|| kopf_peering::LeaderElection::new(&name));
+        election.name = name;
+        if let Some(ns) = &self.leader_election_namespace {
+            election.namespace = Some(ns.clone());
+        }
+        if let Some(d) = self.lease_duration {
+            election.lease_duration = d;
+        }
+        if let Some(d) = self.renew_deadline {
+            election.renew_deadline = d;
+        }
+        if let Some(d) = self.retry_period {
+            election.retry_period = d;
+        }
+        if self.no_release_on_cancel {
+            election.release_on_cancel = false;
+        }
+        Some(election)
+    }
+
     /// With `--fake` and no `--apply`: apply these manifests (examples use their CRD and
     /// sample object).
     pub fn with_default_manifests(mut self, files: &[PathBuf]) -> Self {
@@ -761,6 +837,71 @@ mod tests {
             Command::Run(a) => a,
             other => panic!("not run: {other:?}"),
         })
+    }
+
+    #[test]
+    fn leader_election_options() {
+        let of = |args: &[&str]| {
+            let mut all = vec!["run"];
+            all.extend_from_slice(args);
+            parse(&all).expect("parses").leader_election("my-op", None)
+        };
+        assert_eq!(of(&[]), None, "off by default");
+        let plain = of(&["--leader-election"]).expect("on");
+        assert_eq!(plain.name, "my-op-leader");
+        assert_eq!(
+            (
+                plain.lease_duration,
+                plain.renew_deadline,
+                plain.retry_period
+            ),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+        assert!(plain.release_on_cancel);
+        let named = of(&[
+            "--leader-election=lead",
+            "--leader-election-namespace",
+            "ops",
+            "--lease-duration",
+            "30",
+            "--renew-deadline",
+            "20",
+            "--retry-period",
+            "4",
+            "--no-release-on-cancel",
+        ])
+        .expect("on");
+        assert_eq!(named.name, "lead");
+        assert_eq!(named.namespace.as_deref(), Some("ops"));
+        assert_eq!(named.lease_duration, Duration::from_secs(30));
+        assert_eq!(named.retry_period, Duration::from_secs(4));
+        assert!(!named.release_on_cancel);
+        assert!(
+            parse(&["run", "--lease-duration", "30"]).is_err(),
+            "timings need --leader-election"
+        );
+        let given = kopf_peering::LeaderElection::new("coded").timings(
+            Duration::from_secs(60),
+            Duration::from_secs(40),
+            Duration::from_secs(5),
+        );
+        let args = parse(&["run"]).expect("parses");
+        let kept = args.leader_election("my-op", Some(given.clone()));
+        assert_eq!(kept, Some(given.clone()), "the code's election, untouched");
+        let args = parse(&["run", "--leader-election", "--retry-period", "3"]).expect("parses");
+        let merged = args.leader_election("my-op", Some(given)).expect("on");
+        assert_eq!(
+            (
+                merged.name.as_str(),
+                merged.lease_duration,
+                merged.retry_period
+            ),
+            ("coded", Duration::from_secs(60), Duration::from_secs(3))
+        );
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub enum Error {
     /// The liveness or metrics endpoint cannot serve.
     #[error("{0}")]
     Serve(String),
+    /// Peering or leader election cannot run (settings that cannot work).
+    #[error(transparent)]
+    Peering(#[from] kopf_peering::PeeringError),
     /// The webhook server could not start.
     #[cfg(feature = "admission")]
     #[error(transparent)]

@@ -177,6 +177,15 @@ impl Operator {
                 "verbs": ["get", "list", "watch", "patch"],
             }));
         }
+        if args.leader_election || self.leader_election.is_some() {
+            // Leader election: the Lease read, created when missing, and updated (every
+            // write is a PUT with the resourceVersion read).
+            extra.push(serde_json::json!({
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["get", "create", "update"],
+            }));
+        }
         manifests(
             &self.registrations,
             &extra,

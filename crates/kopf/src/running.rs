@@ -120,6 +120,8 @@ impl Operator {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
         self.peering = args.peering(std::mem::take(&mut self.peering));
+        let name = self.about_or_default().name;
+        self.leader_election = args.leader_election(&name, self.leader_election.take());
         if !args.fake {
             let (client, url) = self.connect_to().await?;
             return self
@@ -283,7 +285,29 @@ impl Operator {
                 }
             }
         }
-        let (gate, peering) = start_peering(&client, self.peering, self.gate, self.gate_set);
+        let mut peering_settings = self.peering;
+        if self.leader_election.is_some() {
+            // The lease decides among the replicas; peering still pauses them all for a
+            // higher priority (a developer's `--dev`, `kopf freeze`).
+            peering_settings.same_priority = kopf_peering::SamePriority::Ignore;
+        }
+        let (gate, peering) = start_peering(&client, peering_settings, self.gate, self.gate_set);
+        let (gate, election) = match self.leader_election {
+            Some(settings) => {
+                let (control, elected) = kopf_core::gate::Gate::channel();
+                let mut elector =
+                    kopf_peering::LeaderElector::new(client.clone(), settings, control)?;
+                if let Some(metrics) = &self.metrics {
+                    elector = elector.metrics(metrics.clone());
+                }
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let task = tokio::spawn(elector.run(async move {
+                    let _ = stopped.await;
+                }));
+                (gate.and(elected), Some(RunningPeering { stop, task }))
+            }
+            None => (gate, None),
+        };
         let served = kopf_watch::Orchestrator::new(client, registrations)
             .settings(settings)
             .persistence(self.persistence)
@@ -292,7 +316,11 @@ impl Operator {
             .gate(gate)
             .run(shutdown)
             .await;
-        // Peering ends last: the entry goes once the handlers are done.
+        // The lease is released, and then the peering entry removed, once the handlers
+        // are done.
+        if let Some(election) = election {
+            election.stop().await;
+        }
         if let Some(peering) = peering {
             peering.stop().await;
         }
@@ -306,14 +334,14 @@ impl Operator {
     }
 }
 
-/// Peering running beside the engine, until [`RunningPeering::stop`].
+/// Peering or leader election running beside the engine, until [`RunningPeering::stop`].
 struct RunningPeering {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), kopf_peering::PeeringError>>,
 }
 
 impl RunningPeering {
-    /// Stops peering (its entry is removed from the peering object) and waits for it.
+    /// Stops it (the peering entry is removed, the lease released) and waits for it.
     async fn stop(self) {
         let _ = self.stop.send(());
         match self.task.await {

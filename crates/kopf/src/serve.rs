@@ -38,7 +38,20 @@ async fn liveness(endpoints: Endpoints) -> axum::response::Response {
         let body = json!({"error": "watch streams are failing", "dead_watches": dead});
         return json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
     }
-    json_response(StatusCode::OK, &endpoints.probes.run().await)
+    let mut body = endpoints.probes.run().await;
+    // With leader election: whether this replica leads or stands by, per lease.
+    let leaderships = endpoints.metrics.leaderships();
+    if !leaderships.is_empty()
+        && let Some(map) = body.as_object_mut()
+        && !map.contains_key("leadership")
+    {
+        let all: serde_json::Map<String, serde_json::Value> = leaderships
+            .into_iter()
+            .map(|(lease, state)| (lease, json!(state)))
+            .collect();
+        map.insert("leadership".into(), serde_json::Value::Object(all));
+    }
+    json_response(StatusCode::OK, &body)
 }
 
 async fn metrics(endpoints: Endpoints) -> axum::response::Response {

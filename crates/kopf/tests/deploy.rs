@@ -62,3 +62,36 @@ async fn rbac_names_a_resource_that_is_not_there() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn rbac_for_leader_election_lets_the_operator_hold_a_lease() {
+    let leases = "- apiGroups:\n  - coordination.k8s.io\n  resources:\n  - leases\n  verbs:\n  - get\n  - create\n  - update\n";
+    let plain = minimal_example::operator()
+        .fake_manifests(kopf::cli::example_manifests())
+        .rbac(&default_rbac_args())
+        .await
+        .expect("generated");
+    assert!(!plain.contains("leases"), "{plain}");
+    let args = match Cli::try_parse_from(["operator", "rbac", "--leader-election"])
+        .expect("parses")
+        .command
+    {
+        Command::Rbac(args) => args,
+        other => panic!("not rbac: {other:?}"),
+    };
+    for rbac in [
+        minimal_example::operator()
+            .fake_manifests(kopf::cli::example_manifests())
+            .rbac(&args)
+            .await
+            .expect("generated"),
+        minimal_example::operator()
+            .leader_election(kopf::LeaderElection::new("x"))
+            .fake_manifests(kopf::cli::example_manifests())
+            .rbac(&default_rbac_args())
+            .await
+            .expect("generated"),
+    ] {
+        assert!(rbac.contains(leases), "{rbac}");
+    }
+}

@@ -65,6 +65,7 @@ pub struct Operator {
     /// Whether [`peering`](Self::peering) was called (the test runner leaves peering out
     /// unless it was).
     pub(crate) peering_set: bool,
+    pub(crate) leader_election: Option<kopf_peering::LeaderElection>,
     pub(crate) inactivity_timeout: Duration,
     pub(crate) fake_manifests: Vec<std::path::PathBuf>,
     pub(crate) startup: Vec<HandlerSpec>,
@@ -97,6 +98,7 @@ impl Default for Operator {
             gate_set: false,
             peering: kopf_peering::PeeringSettings::default(),
             peering_set: false,
+            leader_election: None,
             inactivity_timeout: Duration::from_secs(70),
             fake_manifests: Vec::new(),
             startup: Vec::new(),
@@ -349,6 +351,26 @@ impl Operator {
     pub fn peering(mut self, settings: kopf_peering::PeeringSettings) -> Self {
         self.peering = settings;
         self.peering_set = true;
+        self
+    }
+
+    /// Several replicas, one acting: leader election with a Lease (client-go's algorithm and
+    /// timings). Until this replica holds the lease, it stands by: its watches stay open
+    /// and its indexes current, but no handler, timer or daemon runs. When it leads, the
+    /// objects are processed as after a start; when it cannot renew the lease within the
+    /// renew deadline, it stands by again before anything else. At a graceful stop, the
+    /// lease is released once the work in flight is done. Same-priority peers do not pause
+    /// each other when leader election is on. The command line's `--leader-election` and
+    /// its options override these settings.
+    ///
+    /// ```
+    /// use kopf::{LeaderElection, Operator};
+    ///
+    /// let operator = Operator::new().leader_election(LeaderElection::new("my-operator-leader"));
+    /// # let _ = operator;
+    /// ```
+    pub fn leader_election(mut self, election: kopf_peering::LeaderElection) -> Self {
+        self.leader_election = Some(election);
         self
     }
 
