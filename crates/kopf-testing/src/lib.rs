@@ -188,6 +188,14 @@ impl FakeApiServerBuilder {
         self
     }
 
+    /// Honour KEP-5866 `shardSelector` on lists and watches (true, the default, as
+    /// Kubernetes 1.36 with the `ShardedListAndWatch` feature gate), or ignore it as older
+    /// servers do (false): every object is sent and lists carry no `metadata.shardInfo`.
+    pub fn sharded_list_and_watch(mut self, on: bool) -> Self {
+        self.settings.sharded_list_and_watch = on;
+        self
+    }
+
     /// Where a webhook's `clientConfig.service` (`namespace`/`name`, `port`, 443 by default)
     /// is reached: `address` is `host:port`, e.g. a test webhook server on 127.0.0.1. The
     /// fake has no service network: calls to unmapped services fail as unreachable. The

@@ -1,9 +1,10 @@
 //! Watch semantics with `kube::runtime::watcher` and raw watch streams: list+watch,
 //! streaming lists, history replay, bookmarks, 410 → relist, selectors, DELETED with the
-//! last state, fault injection on watches.
+//! last state, fault injection on watches, KEP-5866 shard selectors on lists and watches.
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::Raw;
@@ -493,4 +494,226 @@ async fn default_watch_timeout_ends_watches_without_timeout_seconds() {
     .expect("the watch ended by itself");
     assert_eq!(r.status, 200);
     assert!(t.elapsed() >= Duration::from_millis(300));
+}
+
+const LOWER_HALF: &str =
+    "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+const UPPER_HALF: &str =
+    "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')";
+
+/// Percent-encodes a query value.
+fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The uids of a list's items and its metadata.
+async fn list_uids(raw: &Raw, query: &str) -> (BTreeSet<String>, Value) {
+    let r = raw
+        .get(&format!("/api/v1/namespaces/default/configmaps?{query}"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let list = r.json();
+    let uids = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+        .collect();
+    (uids, list["metadata"].clone())
+}
+
+/// The uids of watch events.
+fn event_uids(events: &[Value]) -> BTreeSet<String> {
+    events
+        .iter()
+        .filter_map(|e| e["object"]["metadata"]["uid"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn shard_selectors_split_lists_and_watches() {
+    let server = FakeApiServer::start().await.expect("start");
+    let raw = Raw::new(&server);
+    let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let (_, meta) = list_uids(&raw, "").await;
+    let rv0 = meta["resourceVersion"].as_str().expect("rv").to_string();
+    assert!(meta.get("shardInfo").is_none(), "no selector, no shardInfo");
+    let mut all = BTreeSet::new();
+    for i in 0..40 {
+        let c = cms
+            .create(&PostParams::default(), &cm(&format!("c{i}"), json!({})))
+            .await
+            .expect("create");
+        all.insert(c.metadata.uid.expect("uid"));
+    }
+
+    // Two complementary halves: every object in exactly one.
+    let lower_q = format!("shardSelector={}", encode(LOWER_HALF));
+    let upper_q = format!("shardSelector={}", encode(UPPER_HALF));
+    let (lower, lower_meta) = list_uids(&raw, &lower_q).await;
+    let (upper, upper_meta) = list_uids(&raw, &upper_q).await;
+    assert_eq!(lower.union(&upper).cloned().collect::<BTreeSet<_>>(), all);
+    assert!(lower.is_disjoint(&upper));
+    assert!(!lower.is_empty() && !upper.is_empty(), "40 random uids");
+    assert_eq!(lower_meta["shardInfo"], json!({"selector": LOWER_HALF}));
+    assert_eq!(upper_meta["shardInfo"], json!({"selector": UPPER_HALF}));
+    let both = format!("{LOWER_HALF} || {UPPER_HALF}");
+    let (joined, _) = list_uids(&raw, &format!("shardSelector={}", encode(&both))).await;
+    assert_eq!(joined, all);
+    // Paginated: the shard selector applies to every page.
+    let (page, page_meta) = list_uids(&raw, &format!("{lower_q}&limit=5")).await;
+    assert!(page.is_subset(&lower) && page.len() == lower.len().min(5));
+    assert!(page_meta.get("remainingItemCount").is_none());
+
+    // Malformed selectors: 400 BadRequest naming the problem.
+    for (bad, says) in [
+        ("", "empty"),
+        (
+            "hashRange(object.metadata.uid, '0x0', '0x1')",
+            "unknown function",
+        ),
+        (
+            "shardRange(object.metadata.name, '0x0', '0x1')",
+            "unknown field",
+        ),
+        (
+            "shardRange(object.metadata.uid, '0xzz', '0x1')",
+            "bad start bound",
+        ),
+        (
+            "shardRange(object.metadata.uid, '0x2', '0x1')",
+            "must be less than",
+        ),
+        (
+            "shardRange(object.metadata.uid, '0x0', '0x1') || shardRange(object.metadata.namespace, '0x1', '0x2')",
+            "same field",
+        ),
+    ] {
+        let r = raw
+            .get(&format!(
+                "/api/v1/namespaces/default/configmaps?shardSelector={}",
+                encode(bad)
+            ))
+            .await;
+        assert_eq!(r.status, 400, "{bad}");
+        let status = r.json();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["reason"], "BadRequest");
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{bad}: {message}");
+        let w = raw
+            .get(&format!(
+                "/api/v1/namespaces/default/configmaps?watch=true&shardSelector={}",
+                encode(bad)
+            ))
+            .await;
+        assert_eq!(w.status, 400, "watch: {bad}");
+    }
+
+    // Watches: the replay from before the creations, and the synthetic ADDED events.
+    let base = "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1";
+    let replay = read_events(
+        &server,
+        &format!("{base}&resourceVersion={rv0}&{lower_q}"),
+        40,
+    )
+    .await;
+    assert!(replay.iter().all(|e| e["type"] == "ADDED"), "{replay:?}");
+    assert_eq!(event_uids(&replay), lower);
+    assert_eq!(replay.len(), lower.len());
+    let initial = read_events(&server, &format!("{base}&{upper_q}"), 40).await;
+    assert_eq!(event_uids(&initial), upper);
+    assert_eq!(initial.len(), upper.len());
+    // Live events: only objects in the shard, created and modified while watching.
+    let (_, meta) = list_uids(&raw, "").await;
+    let rv1 = meta["resourceVersion"].as_str().expect("rv").to_string();
+    let live_path = format!(
+        "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=2&resourceVersion={rv1}&{upper_q}"
+    );
+    let write = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for i in 0..10 {
+            let name = format!("live{i}");
+            cms.create(&PostParams::default(), &cm(&name, json!({})))
+                .await
+                .expect("create");
+            cms.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"k": "v"}})),
+            )
+            .await
+            .expect("modify");
+        }
+    };
+    let (live, ()) = tokio::join!(read_events(&server, &live_path, 100), write);
+    let (upper_now, _) = list_uids(&raw, &upper_q).await;
+    let upper_new: BTreeSet<String> = upper_now.difference(&upper).cloned().collect();
+    assert_eq!(event_uids(&live), upper_new);
+    let types: Vec<&str> = live.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types.len(), 2 * upper_new.len(), "{types:?}");
+    assert!(
+        types.chunks(2).all(|t| t == ["ADDED", "MODIFIED"]),
+        "{types:?}"
+    );
+
+    // The knob at run time: a server before the feature sends everything.
+    let r = raw
+        .send(
+            "PATCH",
+            "/__kopf/settings",
+            Some("application/json"),
+            br#"{"shardedListAndWatch": false}"#,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        raw.get("/__kopf/settings").await.json()["shardedListAndWatch"],
+        false
+    );
+    let (everything, meta) = list_uids(&raw, &lower_q).await;
+    assert_eq!(everything.len(), 50);
+    assert!(meta.get("shardInfo").is_none());
+}
+
+#[tokio::test]
+async fn older_servers_ignore_shard_selectors() {
+    let server = FakeApiServer::builder()
+        .sharded_list_and_watch(false)
+        .start()
+        .await
+        .expect("start");
+    let raw = Raw::new(&server);
+    let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let mut all = BTreeSet::new();
+    for i in 0..40 {
+        let c = cms
+            .create(&PostParams::default(), &cm(&format!("c{i}"), json!({})))
+            .await
+            .expect("create");
+        all.insert(c.metadata.uid.expect("uid"));
+    }
+    for selector in [LOWER_HALF, UPPER_HALF, "notAFunction(", ""] {
+        let q = format!("shardSelector={}", encode(selector));
+        let (uids, meta) = list_uids(&raw, &q).await;
+        assert_eq!(uids, all, "{selector}");
+        assert!(meta.get("shardInfo").is_none(), "{meta}");
+    }
+    let events = read_events(
+        &server,
+        &format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1&shardSelector={}",
+            encode(LOWER_HALF)
+        ),
+        40,
+    )
+    .await;
+    assert_eq!(event_uids(&events), all);
 }

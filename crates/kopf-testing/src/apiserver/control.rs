@@ -344,6 +344,8 @@ pub struct OpenWatch {
     pub label_selector: String,
     /// The field selector.
     pub field_selector: String,
+    /// The shard selector (KEP-5866) the watch honours; empty when none or ignored.
+    pub shard_selector: String,
     /// The start resourceVersion as requested.
     pub resource_version: String,
 }

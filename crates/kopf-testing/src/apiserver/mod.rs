@@ -9,7 +9,7 @@
 //!
 //! The building blocks those layers use: [`catalog`] (resource definitions), [`error`]
 //! (API errors as `Status`), [`patch`], [`selectors`], [`schema`], [`managed_fields`],
-//! [`tables`], [`protobuf`], [`discovery`] and [`openapi`] (documents of the served
+//! [`shards`] (KEP-5866 shard selectors), [`tables`], [`protobuf`], [`discovery`] and [`openapi`] (documents of the served
 //! resources) and [`control`] (faults, request log, counters).
 
 pub mod catalog;
@@ -24,6 +24,7 @@ pub mod protobuf;
 pub mod schema;
 pub mod selectors;
 pub mod semantics;
+pub mod shards;
 pub mod storage;
 pub(crate) mod sync;
 pub mod tables;

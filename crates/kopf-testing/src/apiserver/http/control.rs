@@ -149,7 +149,8 @@ pub(super) async fn control(
                     "bookmarkIntervalMillis": s.bookmark_interval.as_millis() as u64,
                     "crdEstablishDelayMillis": s.crd_establish_delay.as_millis() as u64,
                     "podTerminationCapMillis": s.pod_termination_cap.as_millis() as u64,
-                    "aggregatedDiscovery": s.aggregated_discovery}),
+                    "aggregatedDiscovery": s.aggregated_discovery,
+                    "shardedListAndWatch": s.sharded_list_and_watch}),
             )
         }
         ("PATCH", "settings") => {
@@ -178,6 +179,9 @@ pub(super) async fn control(
             });
             if let Some(b) = p.get("aggregatedDiscovery").and_then(Value::as_bool) {
                 s.aggregated_discovery = b;
+            }
+            if let Some(b) = p.get("shardedListAndWatch").and_then(Value::as_bool) {
+                s.sharded_list_and_watch = b;
             }
             Ok(json!({}))
         }

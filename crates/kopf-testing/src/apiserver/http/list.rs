@@ -1,5 +1,5 @@
-//! Lists: selectors, pagination with continue tokens, consistent reads at a
-//! resourceVersion, conversion and Tables.
+//! Lists: selectors (a shard selector is reported in `metadata.shardInfo`), pagination
+//! with continue tokens, consistent reads at a resourceVersion, conversion and Tables.
 
 use std::sync::Arc;
 
@@ -25,7 +25,8 @@ pub(super) async fn list(
     query: &Query,
     as_table: Option<tables::IncludeObject>,
 ) -> ApiResult<Response<Body>> {
-    let sel = Selectors::parse(def, query)?;
+    let shards = lock(&shared.settings).sharded_list_and_watch;
+    let sel = Selectors::parse(def, query)?.with_shards(query, shards)?;
     let limit: Option<usize> = match query.get("limit") {
         None | Some("") | Some("0") => None,
         Some(l) => Some(
@@ -111,6 +112,9 @@ pub(super) async fn list(
         out.push((key, obj));
     }
     let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+    if let Some(shard) = &sel.shard {
+        metadata["shardInfo"] = json!({"selector": shard.as_str()});
+    }
     if let Some((ns, name)) = next {
         metadata["continue"] = json!(encode_continue(&ContinueToken {
             rv: list_rv,

@@ -1,11 +1,13 @@
 //! The query string: its parameters decoded, and the label and field selectors of lists,
-//! watches and deletecollection checked against what the resource supports.
+//! watches and deletecollection checked against what the resource supports (and the
+//! KEP-5866 shard selector of lists and watches).
 
 use serde_json::Value;
 
 use crate::apiserver::catalog::ResourceDef;
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::selectors::{FieldSelector, LabelSelector, field_value};
+use crate::apiserver::shards::ShardSelector;
 
 /// Query parameters.
 #[derive(Debug, Default, Clone)]
@@ -91,6 +93,8 @@ fn form_urlencoded_pairs(q: &str) -> Vec<(String, String)> {
 pub(super) struct Selectors {
     pub(super) label: LabelSelector,
     pub(super) field: FieldSelector,
+    /// `shardSelector` (lists and watches only; see [`Selectors::with_shards`]).
+    pub(super) shard: Option<ShardSelector>,
 }
 
 impl Selectors {
@@ -107,15 +111,33 @@ impl Selectors {
                 )));
             }
         }
-        Ok(Selectors { label, field })
+        Ok(Selectors {
+            label,
+            field,
+            shard: None,
+        })
+    }
+
+    /// Adds the query's `shardSelector` (KEP-5866) when the server supports it; a server
+    /// without the feature ignores the parameter, malformed or not.
+    pub(super) fn with_shards(mut self, query: &Query, supported: bool) -> ApiResult<Self> {
+        self.shard = match query.get("shardSelector") {
+            Some(s) if supported => {
+                Some(ShardSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?)
+            }
+            _ => None,
+        };
+        Ok(self)
     }
 
     pub(super) fn matches(&self, obj: &Value) -> bool {
-        self.label.matches_object(obj) && self.field.matches(|f| object_field(obj, f))
+        self.label.matches_object(obj)
+            && self.field.matches(|f| object_field(obj, f))
+            && self.shard.as_ref().is_none_or(|s| s.matches(obj))
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.label.is_empty() && self.field.is_empty()
+        self.label.is_empty() && self.field.is_empty() && self.shard.is_none()
     }
 }
 

@@ -57,6 +57,10 @@ pub struct Settings {
     /// Where webhooks given as `clientConfig.service` are reached (`host:port`): the fake
     /// has no service network. Calls to unmapped services fail as unreachable.
     pub webhook_services: BTreeMap<ServiceRef, String>,
+    /// Honour KEP-5866 `shardSelector` on lists and watches (true, the default, as
+    /// Kubernetes 1.36 with the `ShardedListAndWatch` gate); false ignores the parameter as
+    /// older servers do: everything is sent, lists carry no `metadata.shardInfo`.
+    pub sharded_list_and_watch: bool,
 }
 
 impl Default for Settings {
@@ -70,6 +74,7 @@ impl Default for Settings {
             aggregated_discovery: true,
             pod_termination_cap: Duration::from_secs(1),
             webhook_services: BTreeMap::new(),
+            sharded_list_and_watch: true,
         }
     }
 }

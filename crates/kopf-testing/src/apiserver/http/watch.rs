@@ -136,7 +136,8 @@ pub(super) fn watch(
     query: &Query,
     as_table: Option<tables::IncludeObject>,
 ) -> ApiResult<Response<Body>> {
-    let mut selectors = Selectors::parse(def, query)?;
+    let shards = lock(&shared.settings).sharded_list_and_watch;
+    let mut selectors = Selectors::parse(def, query)?.with_shards(query, shards)?;
     if let Some(name) = name {
         // GET .../<name>?watch=true watches one object.
         let combined = match query.get("fieldSelector") {
@@ -268,6 +269,12 @@ pub(super) fn watch(
             namespace: spec.namespace.clone().unwrap_or_default(),
             label_selector: query.get("labelSelector").unwrap_or("").into(),
             field_selector: query.get("fieldSelector").unwrap_or("").into(),
+            shard_selector: spec
+                .selectors
+                .shard
+                .as_ref()
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_default(),
             resource_version: rv_param.clone(),
         });
         id
