@@ -35,5 +35,6 @@ pub mod metrics;
 pub mod plan;
 pub mod processing;
 pub mod progress;
+pub mod shards;
 pub mod text;
 pub mod throttle;

@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use crate::error::PeeringError;
 
 /// The Lease resource (`coordination.k8s.io/v1`).
-fn lease_resource() -> ApiResource {
+pub(crate) fn lease_resource() -> ApiResource {
     ApiResource {
         group: "coordination.k8s.io".into(),
         version: "v1".into(),
@@ -133,26 +133,33 @@ impl LeaderElection {
         if self.identity.is_empty() {
             return bad("the identity is empty".into());
         }
-        if self.lease_duration <= self.renew_deadline {
-            return bad(format!(
-                "the lease duration ({:?}) must be longer than the renew deadline ({:?})",
-                self.lease_duration, self.renew_deadline
-            ));
-        }
-        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64() {
-            return bad(format!(
-                "the renew deadline ({:?}) must be longer than 1.2 × the retry period ({:?})",
-                self.renew_deadline, self.retry_period
-            ));
-        }
-        if self.lease_duration.subsec_nanos() != 0 || self.lease_duration.as_secs() == 0 {
-            return bad(format!(
-                "the lease duration ({:?}) must be whole seconds (Leases store seconds)",
-                self.lease_duration
-            ));
-        }
-        Ok(())
+        check_timings(self.lease_duration, self.renew_deadline, self.retry_period).or_else(bad)
     }
+}
+
+/// client-go's rule on lease timings: lease duration > renew deadline > 1.2 × retry
+/// period, and a lease duration of whole seconds (the Lease stores seconds).
+pub(crate) fn check_timings(
+    lease: Duration,
+    renew: Duration,
+    retry: Duration,
+) -> Result<(), String> {
+    if lease <= renew {
+        return Err(format!(
+            "the lease duration ({lease:?}) must be longer than the renew deadline ({renew:?})"
+        ));
+    }
+    if renew.as_secs_f64() <= 1.2 * retry.as_secs_f64() {
+        return Err(format!(
+            "the renew deadline ({renew:?}) must be longer than 1.2 × the retry period ({retry:?})"
+        ));
+    }
+    if lease.subsec_nanos() != 0 || lease.as_secs() == 0 {
+        return Err(format!(
+            "the lease duration ({lease:?}) must be whole seconds (Leases store seconds)"
+        ));
+    }
+    Ok(())
 }
 
 /// A replica's identity for leases: `$POD_NAME` (or the host name), `_`, and 8 random
@@ -196,17 +203,17 @@ impl Leadership {
 
 /// The lease record as read: what client-go calls the observed record.
 #[derive(Clone, Debug, PartialEq)]
-struct Record {
-    holder: String,
-    duration: Duration,
-    acquire_time: Option<Value>,
-    transitions: i64,
+pub(crate) struct Record {
+    pub(crate) holder: String,
+    pub(crate) duration: Duration,
+    pub(crate) acquire_time: Option<Value>,
+    pub(crate) transitions: i64,
     /// The whole spec as read: any change of it restarts the expiry.
-    raw: Value,
+    pub(crate) raw: Value,
 }
 
 impl Record {
-    fn read(lease: &DynamicObject) -> Record {
+    pub(crate) fn read(lease: &DynamicObject) -> Record {
         let spec = lease.data.get("spec").cloned().unwrap_or(Value::Null);
         Record {
             holder: spec
@@ -230,7 +237,7 @@ impl Record {
 }
 
 /// `MicroTime`: RFC 3339 with microseconds, UTC.
-fn micro_time(t: jiff::Timestamp) -> String {
+pub(crate) fn micro_time(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
 }
 
@@ -444,26 +451,9 @@ impl LeaderElector {
         self.control.stand_by(reason);
     }
 
-    /// The record this replica writes to hold the lease, continuing `old` when it holds it
-    /// already (client-go: the acquire time and transitions carry over; a new holder counts
-    /// one more transition).
+    /// The record this replica writes to hold the lease.
     fn record(&self, old: Option<&Record>) -> Value {
-        let now = micro_time(jiff::Timestamp::now());
-        let (acquire, transitions) = match old {
-            Some(old) if old.holder == self.settings.identity => (
-                old.acquire_time.clone().unwrap_or_else(|| json!(now)),
-                old.transitions,
-            ),
-            Some(old) => (json!(now), old.transitions + 1),
-            None => (json!(now), 0),
-        };
-        json!({
-            "holderIdentity": self.settings.identity,
-            "leaseDurationSeconds": self.settings.lease_duration.as_secs(),
-            "acquireTime": acquire,
-            "renewTime": now,
-            "leaseTransitions": transitions,
-        })
+        held_spec(&self.settings.identity, self.settings.lease_duration, old)
     }
 
     /// Notes the record as read or written: the expiry restarts when it changed.
@@ -564,15 +554,8 @@ impl LeaderElector {
                     // Someone else holds it already: nothing to give up.
                     return Ok(());
                 }
-                let now = micro_time(jiff::Timestamp::now());
                 let mut lease = lease;
-                lease.data["spec"] = json!({
-                    "holderIdentity": "",
-                    "leaseDurationSeconds": 1,
-                    "acquireTime": now,
-                    "renewTime": now,
-                    "leaseTransitions": old.transitions,
-                });
+                lease.data["spec"] = released_spec(&old);
                 match self.put(&lease).await {
                     Ok(_) => return Ok(()),
                     Err(kube::Error::Api(s)) if s.code == 409 => continue,
@@ -593,8 +576,43 @@ impl LeaderElector {
     }
 }
 
+/// The record of a lease held by `identity`, renewed now, continuing `old` when it held it
+/// already (client-go: the acquire time and transitions carry over; a new holder counts
+/// one more transition).
+pub(crate) fn held_spec(identity: &str, lease_duration: Duration, old: Option<&Record>) -> Value {
+    let now = micro_time(jiff::Timestamp::now());
+    let (acquire, transitions) = match old {
+        Some(old) if old.holder == identity => (
+            old.acquire_time.clone().unwrap_or_else(|| json!(now)),
+            old.transitions,
+        ),
+        Some(old) => (json!(now), old.transitions + 1),
+        None => (json!(now), 0),
+    };
+    json!({
+        "holderIdentity": identity,
+        "leaseDurationSeconds": lease_duration.as_secs(),
+        "acquireTime": acquire,
+        "renewTime": now,
+        "leaseTransitions": transitions,
+    })
+}
+
+/// The record of a released lease (client-go's release): no holder, a 1 s duration, the
+/// transitions kept.
+pub(crate) fn released_spec(old: &Record) -> Value {
+    let now = micro_time(jiff::Timestamp::now());
+    json!({
+        "holderIdentity": "",
+        "leaseDurationSeconds": 1,
+        "acquireTime": now,
+        "renewTime": now,
+        "leaseTransitions": old.transitions,
+    })
+}
+
 /// `period` plus up to 20 % (client-go's jitter factor 1.2).
-fn jittered(period: Duration) -> Duration {
+pub(crate) fn jittered(period: Duration) -> Duration {
     period.mul_f64(1.0 + 0.2 * rand::random::<f64>())
 }
 

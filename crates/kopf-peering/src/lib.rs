@@ -32,6 +32,7 @@ mod error;
 mod peer;
 mod peering;
 mod settings;
+mod sharding;
 mod verdict;
 
 pub use commands::{Listed, freeze, peers, resume};
@@ -40,6 +41,7 @@ pub use error::{PeerError, PeeringError};
 pub use peer::{DEFAULT_LIFETIME, EntryPatch, Peer, WireEntry, entry_patch, isoformat, parse_time};
 pub use peering::{GROUP_VERSION, Peering, resource};
 pub use settings::{PeeringMode, PeeringSettings, SamePriority, identity, manual_identity};
+pub use sharding::{ShardCoordinator, Sharding};
 pub use verdict::{Decision, Liveness, Verdict, decide};
 
 /// The peering resources (Kopf's CRDs `clusterkopfpeerings.kopf.dev` and

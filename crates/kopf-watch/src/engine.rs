@@ -24,13 +24,14 @@ use tokio::sync::watch;
 use crate::outage::{FailureLog, WatchBackoff};
 use crate::pause::{self, AfterPause};
 use crate::settings::Settings;
+use crate::shard;
 use crate::shared::{Observed, WorkerShared, api_for};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
 /// The engine's end of an object's worker: its latest state, and whether a state is
 /// waiting for the worker (the queue depth of the metrics).
-struct Slot {
-    tx: watch::Sender<Option<Observed>>,
+pub(crate) struct Slot {
+    pub(crate) tx: watch::Sender<Option<Observed>>,
     pending: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -133,7 +134,21 @@ impl Engine {
         // The backoff is ours, not kube's StreamBackoff: that one resets on every item,
         // including the `Init` the watcher emits before each attempt to list, so it never
         // grows during an outage of the listing.
-        let api = self.api();
+        // Sharded (unless it has index handlers, which must see every object): the watch
+        // asks for the held ranges, and events of other ranges are dropped.
+        let mut observer = match &self.settings.shards {
+            Some(control) if !self.has_indexes() => Some(control.observer()),
+            _ => None,
+        };
+        let mut scope_now = observer.as_ref().map(|o| o.scope());
+        let api = match &observer {
+            Some(o) => api_for(
+                &shard::sharded_client(self.client.clone(), o),
+                &self.resource,
+                self.namespace.as_deref(),
+            ),
+            None => self.api(),
+        };
         let mut stream: BoxStream<'static, _> = watcher(api.clone(), config.clone()).boxed();
         let mut backoff = WatchBackoff::default();
         let mut outage = FailureLog::default();
@@ -306,7 +321,14 @@ impl Engine {
                     slot.tx.send_replace(None);
                     known_before_pause.insert(uid);
                 }
-                let after = pause::wait_paused(&mut gate, &mut tasks, &mut shutdown).await;
+                let after = pause::wait_paused(
+                    &mut gate,
+                    &mut tasks,
+                    &mut shutdown,
+                    &mut observer,
+                    &mut scope_now,
+                )
+                .await;
                 shared
                     .pausing
                     .store(false, std::sync::atomic::Ordering::SeqCst);
@@ -326,6 +348,16 @@ impl Engine {
                 _ = &mut shutdown => break,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
                 _ = pause::gate_moved(&mut gate, standing_by) => continue,
+                live = shard::changed(&mut observer) => {
+                    if let (true, Some(o), Some(now)) = (live, &observer, scope_now.as_mut())
+                        && shard::adopt(o, now, &mut workers, standby.as_mut()).await
+                    {
+                        // New ranges: listed with the new selector.
+                        listing = None;
+                        stream = watcher(api.clone(), config.clone()).boxed();
+                    }
+                    continue;
+                }
                 item = stream.next() => item,
             };
             let Some(item) = item else {
@@ -438,6 +470,10 @@ impl Engine {
             let Some(uid) = obj.metadata.uid.clone() else {
                 continue;
             };
+            if scope_now.as_ref().is_some_and(|scope| !scope.owns(&uid)) {
+                // Another replica's range (a server that ignores shardSelector).
+                continue;
+            }
             if let Some(seen) = listing.as_mut() {
                 seen.insert(uid.clone());
             }

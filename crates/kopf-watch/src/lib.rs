@@ -27,6 +27,7 @@ mod outage;
 mod pause;
 mod selector;
 mod settings;
+mod shard;
 mod shared;
 mod spawning;
 mod worker;

@@ -5,6 +5,7 @@
 use std::future::Future;
 
 use kopf_core::gate::{Gate, GateState};
+use kopf_core::shards::{Scope, ScopeObserver};
 use tokio::task::JoinSet;
 
 use crate::ResourceRef;
@@ -47,15 +48,27 @@ pub(crate) fn log_pausing(resource_name: &str, state: &GateState) {
 /// Waits while the operator is paused: until the workers have all ended (each stops its
 /// daemons and timers first) and the gate is no longer paused (open, or standing by), or
 /// until `shutdown` completes.
+///
+/// Changes of the shard scope meanwhile are acknowledged once the workers have ended
+/// (nothing is processed while paused).
 pub(crate) async fn wait_paused(
     gate: &mut Gate,
     workers: &mut JoinSet<()>,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
+    observer: &mut Option<ScopeObserver>,
+    scope_now: &mut Option<Scope>,
 ) -> AfterPause {
     loop {
         tokio::select! {
             _ = &mut *shutdown => return AfterPause::ShutDown,
             Some(_) = workers.join_next(), if !workers.is_empty() => {}
+            live = crate::shard::changed(observer), if workers.is_empty() => {
+                if let (true, Some(o)) = (live, observer.as_ref()) {
+                    let next = o.scope();
+                    o.ack(next.epoch);
+                    *scope_now = Some(next);
+                }
+            }
             _ = unpaused(gate), if workers.is_empty() => return AfterPause::Resumed,
         }
     }

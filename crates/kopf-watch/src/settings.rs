@@ -55,6 +55,9 @@ pub struct Settings {
     /// Keep `metadata.managedFields` in the bodies kept per object and given to handlers
     /// (off by default: it is server bookkeeping, and often most of an object's size).
     pub keep_managed_fields: bool,
+    /// The ranges this replica serves, when the operator is sharded (resources with index
+    /// handlers are not: an index must see every object).
+    pub shards: Option<kopf_core::shards::ScopeControl>,
 }
 
 /// Holds handlers back until the initial listing of every indexed resource has been
@@ -109,6 +112,7 @@ impl Default for Settings {
             gate: IndexGate::default(),
             metrics: None,
             keep_managed_fields: false,
+            shards: None,
         }
     }
 }
