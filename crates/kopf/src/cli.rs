@@ -362,22 +362,27 @@ pub struct RunArgs {
     /// dies. Same-priority peers do not pause each other then.
     #[arg(long, env = "KOPF_RUN_LEADER_ELECTION", value_name = "LEASE", num_args = 0..=1, default_missing_value = "")]
     pub leader_election: Option<String>,
-    /// The namespace of the leader-election Lease.
+    /// Several replicas, each serving a part of the objects: the objects' uids are hashed
+    /// into N ranges, one Lease per range (OPERATOR-shards-N-I), each held by one replica at
+    /// a time; the replicas share the ranges evenly and take over the ranges of a replica
+    /// that stops or dies. Same-priority peers do not pause each other then.
+    #[arg(long, env = "KOPF_RUN_SHARDS", value_name = "N", conflicts_with = "leader_election", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub shards: Option<u32>,
+    /// The namespace of the leader-election or shard Leases.
     #[arg(
         long,
         env = "KOPF_RUN_LEADER_ELECTION_NAMESPACE",
-        value_name = "NAMESPACE",
-        requires = "leader_election"
+        value_name = "NAMESPACE"
     )]
     pub leader_election_namespace: Option<String>,
     /// How long a lease holds without renewal, in whole seconds [default: 15].
-    #[arg(long, env = "KOPF_RUN_LEASE_DURATION", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, requires = "leader_election")]
+    #[arg(long, env = "KOPF_RUN_LEASE_DURATION", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub lease_duration: Option<Duration>,
     /// How long the leader tries to renew before it stands by [default: 10].
-    #[arg(long, env = "KOPF_RUN_RENEW_DEADLINE", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, requires = "leader_election")]
+    #[arg(long, env = "KOPF_RUN_RENEW_DEADLINE", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub renew_deadline: Option<Duration>,
     /// The time between attempts to acquire or renew the lease [default: 2].
-    #[arg(long, env = "KOPF_RUN_RETRY_PERIOD", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, requires = "leader_election")]
+    #[arg(long, env = "KOPF_RUN_RETRY_PERIOD", value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub retry_period: Option<Duration>,
     /// Keep the lease at exit (by default it is released once the work in flight is done,
     /// so that a standby takes over within a retry period).
@@ -637,6 +642,10 @@ pub struct RbacArgs {
     /// (also added when the operator's code sets up leader election).
     #[arg(long, env = "KOPF_RBAC_LEADER_ELECTION")]
     pub leader_election: bool,
+    /// Add what `run --shards` needs: listing, creating and updating Leases (also added when
+    /// the operator's code sets up sharding).
+    #[arg(long, env = "KOPF_RBAC_SHARDS")]
+    pub shards: bool,
 }
 
 /// Options of `fake-apiserver`.
@@ -808,6 +817,38 @@ impl RunArgs {
         Some(election)
     }
 
+    /// The operator's sharding (`given`, from [`Operator::sharding`](crate::Operator::sharding))
+    /// with the options of the command line applied: `--shards N` turns it on (the group
+    /// `<operator>-shards` unless given), and the namespace and lease timings override the
+    /// given ones.
+    pub fn sharding(
+        &self,
+        operator: &str,
+        given: Option<kopf_peering::Sharding>,
+    ) -> Option<kopf_peering::Sharding> {
+        let mut sharding = match (self.shards, given) {
+            (None, given) => given?,
+            (Some(count), Some(mut given)) => {
+                given.count = count;
+                given
+            }
+            (Some(count), None) => kopf_peering::Sharding::new(format!("{operator}-shards"), count),
+        };
+        if let Some(ns) = &self.leader_election_namespace {
+            sharding.namespace = Some(ns.clone());
+        }
+        if let Some(d) = self.lease_duration {
+            sharding.lease_duration = d;
+        }
+        if let Some(d) = self.renew_deadline {
+            sharding.renew_deadline = d;
+        }
+        if let Some(d) = self.retry_period {
+            sharding.retry_period = d;
+        }
+        Some(sharding)
+    }
+
     /// With `--fake` and no `--apply`: apply these manifests (examples use their CRD and
     /// sample object).
     pub fn with_default_manifests(mut self, files: &[PathBuf]) -> Self {
@@ -881,8 +922,8 @@ mod tests {
         assert_eq!(named.retry_period, Duration::from_secs(4));
         assert!(!named.release_on_cancel);
         assert!(
-            parse(&["run", "--lease-duration", "30"]).is_err(),
-            "timings need --leader-election"
+            parse(&["run", "--leader-election", "--shards", "3"]).is_err(),
+            "one or the other"
         );
         let given = kopf_peering::LeaderElection::new("coded").timings(
             Duration::from_secs(60),
@@ -902,6 +943,21 @@ mod tests {
             ),
             ("coded", Duration::from_secs(60), Duration::from_secs(3))
         );
+    }
+
+    #[test]
+    fn sharding_options() {
+        let of = |args: &[&str]| {
+            let mut all = vec!["run"];
+            all.extend_from_slice(args);
+            parse(&all).expect("parses").sharding("my-op", None)
+        };
+        assert_eq!(of(&[]), None, "off by default");
+        let three = of(&["--shards", "3", "--retry-period", "0.5"]).expect("on");
+        assert_eq!((three.group.as_str(), three.count), ("my-op-shards", 3));
+        assert_eq!(three.retry_period, Duration::from_millis(500));
+        assert!(parse(&["run", "--shards", "0"]).is_err());
+        assert!(parse(&["run", "--shards", "5000"]).is_err());
     }
 
     #[test]

@@ -385,7 +385,9 @@ pub use kopf_core::progress::ProgressStorage;
 /// Kopf's peering: its settings, the peering resources (`peering::PEERING_YAML`), and the
 /// `freeze`, `resume` and `peers` operations of the `kopf` command.
 pub use kopf_peering as peering;
-pub use kopf_peering::{LeaderElection, Leadership, PeeringMode, PeeringSettings, SamePriority};
+pub use kopf_peering::{
+    LeaderElection, Leadership, PeeringMode, PeeringSettings, SamePriority, Sharding,
+};
 pub use kopf_watch::{Discovered, Selector};
 
 #[cfg(feature = "admission")]

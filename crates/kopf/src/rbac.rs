@@ -185,6 +185,13 @@ impl Operator {
                 "resources": ["leases"],
                 "verbs": ["get", "create", "update"],
             }));
+        } else if args.shards || self.sharding.is_some() {
+            // Sharding: the group's Leases listed by label, created and updated.
+            extra.push(serde_json::json!({
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["list", "create", "update"],
+            }));
         }
         manifests(
             &self.registrations,

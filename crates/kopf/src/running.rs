@@ -122,6 +122,7 @@ impl Operator {
         self.peering = args.peering(std::mem::take(&mut self.peering));
         let name = self.about_or_default().name;
         self.leader_election = args.leader_election(&name, self.leader_election.take());
+        self.sharding = args.sharding(&name, self.sharding.take());
         if !args.fake {
             let (client, url) = self.connect_to().await?;
             return self
@@ -285,8 +286,14 @@ impl Operator {
                 }
             }
         }
+        if self.leader_election.is_some() && self.sharding.is_some() {
+            return Err(Error::Peering(kopf_peering::PeeringError::Settings {
+                what: "leader election and sharding",
+                why: "choose one: leader election (one replica acts) or sharding (each serves a part)".into(),
+            }));
+        }
         let mut peering_settings = self.peering;
-        if self.leader_election.is_some() {
+        if self.leader_election.is_some() || self.sharding.is_some() {
             // The lease decides among the replicas; peering still pauses them all for a
             // higher priority (a developer's `--dev`, `kopf freeze`).
             peering_settings.same_priority = kopf_peering::SamePriority::Ignore;
@@ -308,6 +315,21 @@ impl Operator {
             }
             None => (gate, None),
         };
+        let (gate, sharding) = match self.sharding {
+            Some(sharding) => {
+                let scope = kopf_core::shards::ScopeControl::new(sharding.count);
+                settings.shards = Some(scope.clone());
+                let (control, serving) = kopf_core::gate::Gate::channel();
+                let coordinator =
+                    kopf_peering::ShardCoordinator::new(client.clone(), sharding, scope, control)?;
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let task = tokio::spawn(coordinator.run(async move {
+                    let _ = stopped.await;
+                }));
+                (gate.and(serving), Some(RunningPeering { stop, task }))
+            }
+            None => (gate, None),
+        };
         let served = kopf_watch::Orchestrator::new(client, registrations)
             .settings(settings)
             .persistence(self.persistence)
@@ -318,8 +340,8 @@ impl Operator {
             .await;
         // The lease is released, and then the peering entry removed, once the handlers
         // are done.
-        if let Some(election) = election {
-            election.stop().await;
+        for running in [election, sharding].into_iter().flatten() {
+            running.stop().await;
         }
         if let Some(peering) = peering {
             peering.stop().await;

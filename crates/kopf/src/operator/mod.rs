@@ -66,6 +66,7 @@ pub struct Operator {
     /// unless it was).
     pub(crate) peering_set: bool,
     pub(crate) leader_election: Option<kopf_peering::LeaderElection>,
+    pub(crate) sharding: Option<kopf_peering::Sharding>,
     pub(crate) inactivity_timeout: Duration,
     pub(crate) fake_manifests: Vec<std::path::PathBuf>,
     pub(crate) startup: Vec<HandlerSpec>,
@@ -99,6 +100,7 @@ impl Default for Operator {
             peering: kopf_peering::PeeringSettings::default(),
             peering_set: false,
             leader_election: None,
+            sharding: None,
             inactivity_timeout: Duration::from_secs(70),
             fake_manifests: Vec::new(),
             startup: Vec::new(),
@@ -371,6 +373,26 @@ impl Operator {
     /// ```
     pub fn leader_election(mut self, election: kopf_peering::LeaderElection) -> Self {
         self.leader_election = Some(election);
+        self
+    }
+
+    /// Several replicas, each serving a part of the objects: the uids are hashed into
+    /// `count` ranges, each a Lease held by one replica at a time; the replicas share them
+    /// evenly, and take over those of a replica that stops or dies (after its Leases
+    /// expire; a replica that gives a range up to a newcomer stops working on its objects
+    /// first). The watches ask the API server for the held ranges only (`shardSelector`,
+    /// Kubernetes 1.36+) and filter by the same hash where the server ignores it. Resources
+    /// with index handlers are not sharded (an index sees every object). The command line's
+    /// `--shards N` and the lease options override these settings.
+    ///
+    /// ```
+    /// use kopf::{Operator, Sharding};
+    ///
+    /// let operator = Operator::new().sharding(Sharding::new("my-operator-shards", 4));
+    /// # let _ = operator;
+    /// ```
+    pub fn sharding(mut self, sharding: kopf_peering::Sharding) -> Self {
+        self.sharding = Some(sharding);
         self
     }
 
