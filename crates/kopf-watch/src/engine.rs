@@ -25,15 +25,9 @@ use crate::outage::{FailureLog, WatchBackoff};
 use crate::pause::{self, AfterPause};
 use crate::settings::Settings;
 use crate::shard;
-use crate::shared::{Observed, WorkerShared, api_for};
+use crate::shared::{Observed, Slot, WorkerShared, api_for};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
-/// The engine's end of an object's worker: its latest state, and whether a state is
-/// waiting for the worker (the queue depth of the metrics).
-pub(crate) struct Slot {
-    pub(crate) tx: watch::Sender<Option<Observed>>,
-    pending: Arc<std::sync::atomic::AtomicBool>,
-}
 
 /// Per-resource processing.
 pub struct Engine {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use kopf_core::shards::{Scope, ScopeObserver, selector};
 
-use crate::engine::Slot;
+use crate::shared::Slot;
 
 /// A client for the watch of a sharded resource: every GET (its lists and watches) carries
 /// the `shardSelector` of the scope as it is when the request is sent.

@@ -159,3 +159,10 @@ pub(crate) fn object_span(body: &Value) -> tracing::Span {
         uid = %field("/metadata/uid"),
     )
 }
+
+/// The engine's end of an object's worker: its latest state, and whether a state is
+/// waiting for the worker (the queue depth of the metrics).
+pub(crate) struct Slot {
+    pub(crate) tx: tokio::sync::watch::Sender<Option<Observed>>,
+    pub(crate) pending: Arc<std::sync::atomic::AtomicBool>,
+}
