@@ -6,7 +6,7 @@ mod minimal_example;
 #[path = "../examples/children.rs"]
 mod children_example;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use kopf::cli::{Cli, Command, RbacArgs};
 
 fn default_rbac_args() -> RbacArgs {
@@ -94,4 +94,55 @@ async fn rbac_for_leader_election_lets_the_operator_hold_a_lease() {
     ] {
         assert!(rbac.contains(leases), "{rbac}");
     }
+}
+
+#[tokio::test]
+async fn the_replicas_deployment_applies_and_its_settings_are_options_of_run() {
+    let path = format!(
+        "{}/../../deploy/operator-replicas.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let server = kopf::testing::FakeApiServer::start()
+        .await
+        .expect("the fake server starts");
+    server
+        .apply_yaml("operator-replicas.yaml", &text)
+        .expect("the manifests apply");
+    // Every KOPF_RUN_* variable of the Deployment is an option of `run`, and they parse.
+    let run = Cli::command();
+    let run = run.find_subcommand("run").expect("run");
+    let known: Vec<String> = run
+        .get_arguments()
+        .filter_map(|a| a.get_env().map(|e| e.to_string_lossy().to_string()))
+        .collect();
+    let used: Vec<&str> = text
+        .lines()
+        .filter_map(|l| {
+            let at = l.find("name: KOPF_RUN_")?;
+            let rest = &l[at + "name: ".len()..];
+            Some(&rest[..rest.find(',')?])
+        })
+        .collect();
+    assert!(used.contains(&"KOPF_RUN_LEADER_ELECTION"), "{used:?}");
+    for var in &used {
+        assert!(
+            known.iter().any(|k| k == var),
+            "{var} is not an option of run"
+        );
+    }
+    let args = [
+        "operator",
+        "run",
+        "--leader-election=kopf-operator-leader",
+        "-A",
+    ];
+    let parsed = Cli::try_parse_from(args).expect("parses");
+    let Command::Run(run) = parsed.command else {
+        panic!("not run");
+    };
+    assert_eq!(
+        run.leader_election("kopf-operator", None).map(|e| e.name),
+        Some("kopf-operator-leader".to_string())
+    );
 }
