@@ -1,6 +1,8 @@
 //! The operator's API client. Every request it sends goes through one layer that:
 //!
-//! - paces the requests with a token bucket (`--qps`, `--burst`);
+//! - paces the requests with a token bucket (`--qps`, `--burst`), except those of leader
+//!   election, sharding and peering (Leases, peering objects): a renewal must never wait
+//!   behind the operator's own work, or the replica loses its lead;
 //! - counts every answer in the metrics by verb and status (`kopf_api_requests_total`);
 //! - logs a warning when the API server has not answered a request after 10 s (a third of
 //!   the request timeout if that is shorter), and gives up on the attempt after the request
@@ -47,6 +49,15 @@ pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// After this long without an answer, a warning says that the request is still waiting
 /// (or after a third of the request timeout, if that is shorter).
 const SLOW_ANSWER: Duration = Duration::from_secs(10);
+/// Whether a request goes without the rate limit: Leases and peering objects are never held
+/// back behind the operator's own work (a renewal that waits in the queue can cost the
+/// lead).
+fn unpaced(path: &str) -> bool {
+    path.starts_with("/apis/coordination.k8s.io/")
+        || path.starts_with("/apis/kopf.dev/v1/clusterkopfpeerings")
+        || (path.starts_with("/apis/kopf.dev/v1/namespaces/") && path.contains("/kopfpeerings/"))
+}
+
 /// The longest wait the rate limit imposes, whatever its settings.
 const MAX_RATE_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The longest API server message quoted in a log line.
@@ -292,8 +303,9 @@ impl Limited {
         let path = parts.uri.path();
         let attempts = MAX_RETRIES + 1;
         let mut attempt = 1;
+        let coordination = unpaced(path);
         loop {
-            if let Some(limit) = &self.settings.limit {
+            if let Some(limit) = self.settings.limit.as_ref().filter(|_| !coordination) {
                 limit.acquire().await;
             }
             let mut request =
@@ -465,6 +477,19 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn leases_and_peering_are_not_paced() {
+        assert!(unpaced(
+            "/apis/coordination.k8s.io/v1/namespaces/ops/leases/op-leader"
+        ));
+        assert!(unpaced("/apis/kopf.dev/v1/clusterkopfpeerings/default"));
+        assert!(unpaced(
+            "/apis/kopf.dev/v1/namespaces/ops/kopfpeerings/default"
+        ));
+        assert!(!unpaced("/apis/kopf.dev/v1/namespaces/ops/kopfexamples/x"));
+        assert!(!unpaced("/api/v1/namespaces/ops/pods"));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_bucket_lets_a_burst_through_then_paces() {
