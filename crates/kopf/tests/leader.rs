@@ -126,17 +126,17 @@ async fn standing_by_the_watch_stays_open_nothing_runs_and_the_leader_processes_
     // Standing by again: the daemons stop as for a pause, the timers with them.
     control.stand_by("c leads (lease default/x)");
     eventually("the daemons stopped", async || {
-        seen.reasons
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
-            == 2
+        seen.reasons.lock().unwrap_or_else(|e| e.into_inner()).len() == 2
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ticks = seen.ticks.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(seen.ticks.load(Ordering::SeqCst), ticks, "no tick on standby");
+    assert_eq!(
+        seen.ticks.load(Ordering::SeqCst),
+        ticks,
+        "no tick on standby"
+    );
     running.stop().await;
     assert_eq!(
         *seen.reasons.lock().unwrap_or_else(|e| e.into_inner()),
@@ -158,7 +158,9 @@ async fn of_two_replicas_only_the_leader_acts_and_the_other_takes_over_at_its_st
     let (seen_a, seen_b) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
     let a = Running::start(&server, elected(&seen_a)).await;
     eventually("a leads", async || {
-        a.logs().iter().any(|l| l.contains("This replica leads now"))
+        a.logs()
+            .iter()
+            .any(|l| l.contains("This replica leads now"))
     })
     .await;
     let b = Running::start(&server, elected(&seen_b)).await;
@@ -190,7 +192,9 @@ async fn of_two_replicas_only_the_leader_acts_and_the_other_takes_over_at_its_st
     // objects and the old ones' daemons, without running the done creations again.
     a.stop().await;
     eventually("b leads", async || {
-        b.logs().iter().any(|l| l.contains("This replica leads now"))
+        b.logs()
+            .iter()
+            .any(|l| l.contains("This replica leads now"))
     })
     .await;
     api.create(&PostParams::default(), &obj("e4", json!({})))
