@@ -16,6 +16,12 @@
 //! The expectations per example are the table `SCENARIOS`. `KOPF_E2E_ECHO=1` echoes the
 //! operators' output.
 //!
+//! After the examples, the scenario `replicas` (`replicas.rs`) runs three processes of the
+//! minimal example with Lease leader election: one leads, the others stand by; the failover
+//! after a SIGKILL of the leader and the hand-over after a SIGTERM are timed against
+//! client-go's bounds, and every object must be handled by exactly one replica. It runs
+//! unless `--example` names are given and none of them is `replicas`.
+//!
 //! Some examples need more around them (`Setup`): the admission example gets its two-version
 //! CRD (restored to `examples/crd.yaml` afterwards), a free port for its webhook server, and
 //! a host the API server reaches: `localhost` for the fake API server, the gateway of kind's
@@ -30,10 +36,12 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use kopf_testing::{Cluster, ClusterKind};
 
+mod replicas;
 mod scenarios;
 mod setup;
 mod steps;
 
+use replicas::REPLICAS;
 use scenarios::*;
 use setup::*;
 use steps::*;
@@ -63,7 +71,8 @@ pub struct E2eArgs {
     /// The cluster to run against.
     #[arg(long, value_enum, default_value_t = ClusterArg::Fake)]
     cluster: ClusterArg,
-    /// Run only this example (repeatable). Default: all of crates/kopf/examples.
+    /// Run only this example (repeatable). Default: all of crates/kopf/examples, then the
+    /// leader-election scenario `replicas` (a name for this option too).
     #[arg(long = "example", value_name = "NAME")]
     examples: Vec<String>,
     /// Go on with the next example after a failure (default: stop at the first).
@@ -85,23 +94,30 @@ pub async fn run(args: E2eArgs) -> Result<()> {
     let paths = locate()?;
     let available = example_names(&paths.root)?;
     for name in &args.examples {
-        if !available.contains(name) {
+        if !available.contains(name) && name != REPLICAS {
             bail!(
-                "no example {name:?} in crates/kopf/examples (there are: {})",
+                "no example {name:?} in crates/kopf/examples (there are: {}; and the scenario {REPLICAS})",
                 available.join(", ")
             );
         }
     }
+    let replicas = args.examples.is_empty() || args.examples.iter().any(|e| e == REPLICAS);
     let selected: Vec<String> = if args.examples.is_empty() {
         available
     } else {
-        args.examples.clone()
+        args.examples
+            .iter()
+            .filter(|e| *e != REPLICAS)
+            .cloned()
+            .collect()
     };
     if !args.no_build {
         build(&paths.root)?;
     }
-    for bin in
-        std::iter::once(paths.kopf.clone()).chain(selected.iter().map(|e| paths.examples.join(e)))
+    let replicas_bin = replicas.then(|| paths.examples.join(replicas::EXAMPLE));
+    for bin in std::iter::once(paths.kopf.clone())
+        .chain(selected.iter().map(|e| paths.examples.join(e)))
+        .chain(replicas_bin)
     {
         if !bin.is_file() {
             bail!(
@@ -128,7 +144,7 @@ pub async fn run(args: E2eArgs) -> Result<()> {
     );
     // On Ctrl-C, the operators are killed and the cluster is still torn down.
     let outcome = tokio::select! {
-        outcome = run_all(&cluster, &paths, &selected, args.keep_going) => outcome,
+        outcome = run_all(&cluster, &paths, &selected, replicas, args.keep_going) => outcome,
         _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
     };
     if let Err(e) = cluster.teardown().await {
@@ -153,6 +169,7 @@ async fn run_all(
     cluster: &Cluster,
     paths: &Paths,
     selected: &[String],
+    replicas: bool,
     keep_going: bool,
 ) -> Result<(usize, usize, usize)> {
     cluster
@@ -209,22 +226,44 @@ async fn run_all(
                 "no scenario for the example {example}: add one to SCENARIOS in xtask/src/e2e.rs"
             )),
         };
-        let secs = t0.elapsed().as_secs_f64();
-        match result {
-            Ok(()) => {
-                passed += 1;
-                println!("   {example}: passed ({secs:.1} s)");
-            }
-            Err(e) => {
-                failed += 1;
-                println!("   {example}: FAILED ({secs:.1} s): {e:#}");
-                if !keep_going {
-                    return Ok((passed, failed, selected.len() - i - 1));
-                }
-            }
+        if !report(example, t0, result, &mut passed, &mut failed) && !keep_going {
+            return Ok((
+                passed,
+                failed,
+                selected.len() - i - 1 + usize::from(replicas),
+            ));
         }
     }
+    if replicas {
+        let t0 = Instant::now();
+        println!("== {REPLICAS}");
+        let result = replicas::run(cluster, paths, &template).await;
+        report(REPLICAS, t0, result, &mut passed, &mut failed);
+    }
     Ok((passed, failed, 0))
+}
+
+/// Prints a scenario's outcome and counts it; whether it passed.
+fn report(
+    name: &str,
+    t0: Instant,
+    result: Result<()>,
+    passed: &mut usize,
+    failed: &mut usize,
+) -> bool {
+    let secs = t0.elapsed().as_secs_f64();
+    match result {
+        Ok(()) => {
+            *passed += 1;
+            println!("   {name}: passed ({secs:.1} s)");
+            true
+        }
+        Err(e) => {
+            *failed += 1;
+            println!("   {name}: FAILED ({secs:.1} s): {e:#}");
+            false
+        }
+    }
 }
 
 /// The workspace root and the binaries' paths, from `cargo metadata`.

@@ -1,11 +1,12 @@
 //! One example's run through its scenario: create, restart, update, delete, stop, each step
 //! waited for and checked against the cluster and the operator's logs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use kopf_testing::{Cluster, OperatorRunner};
+use kopf_testing::{Cluster, OperatorRunner, RunnerBuilder};
 use serde_json::Value;
 
 use super::scenarios::Check::*;
@@ -111,14 +112,9 @@ impl E2e<'_> {
     }
 
     fn start_operator(&self, run: u32) -> Result<OperatorRunner> {
-        OperatorRunner::command(&self.binary)
-            .args(["run", "-A", "--standalone"])
+        let name = format!("{}#{run}", self.scenario.example);
+        operator_command(self.cluster, &self.binary, name)
             .args(&self.run_args)
-            .env("KUBECONFIG", self.cluster.kubeconfig())
-            // Settings from the caller's environment that would change what is checked.
-            .env_remove("KOPF_RUN_NAMESPACE")
-            .env_remove("KOPF_RUN_LOG_FORMAT")
-            .name(format!("{}#{run}", self.scenario.example))
             .start()
             .with_context(|| format!("starting the operator {}", self.binary.display()))
     }
@@ -410,9 +406,26 @@ pub(crate) async fn force_delete(cluster: &Cluster, name: &str) {
         .await;
 }
 
+/// An example operator's process against the cluster: `run -A --standalone` (more
+/// arguments may follow), named `name` in errors and echoed lines.
+pub(crate) fn operator_command(cluster: &Cluster, binary: &Path, name: String) -> RunnerBuilder {
+    OperatorRunner::command(binary)
+        .args(["run", "-A", "--standalone"])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        // Settings from the caller's environment that would change what is checked.
+        .env_remove("KOPF_RUN_NAMESPACE")
+        .env_remove("KOPF_RUN_LOG_FORMAT")
+        .name(name)
+}
+
 /// SIGTERM, and an error unless the operator exits with 0 in time (with its last lines).
 async fn stop_cleanly(op: &mut OperatorRunner, which: &str) -> Result<()> {
     let status = op.stop(STOP_TIMEOUT).await?;
+    exited_cleanly(op, status, which)
+}
+
+/// An error unless the operator exited with 0 after SIGTERM (with its last lines).
+pub(crate) fn exited_cleanly(op: &OperatorRunner, status: ExitStatus, which: &str) -> Result<()> {
     if !status.success() {
         bail!(
             "{which} exited with {status} on SIGTERM (expected 0); the last lines:\n{}",
