@@ -12,7 +12,7 @@ use kopf::{HandlerError, Name, Operator, Sharding};
 use kube::api::PostParams;
 use serde_json::json;
 
-use common::{Running, eventually, kex_api, obj, until_object};
+use common::{Running, eventually, kex_api, obj};
 
 /// Which replica handled which object's creation, in order.
 type Calls = Arc<Mutex<Vec<(usize, String)>>>;
