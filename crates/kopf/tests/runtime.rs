@@ -310,6 +310,56 @@ async fn liveness_and_metrics_are_scraped() {
     assert!(status.success(), "{status}");
 }
 
+#[tokio::test]
+async fn with_leader_election_the_probe_and_metrics_say_who_leads() {
+    let (server, dir) = cluster().await;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut op = operator(
+        "minimal",
+        &dir,
+        &[
+            "-A",
+            "--leader-election=probe-leader",
+            "--lease-duration",
+            "2",
+            "--renew-deadline",
+            "1",
+            "--retry-period",
+            "0.2",
+            "--liveness",
+            &format!("http://{addr}/healthz"),
+            "--metrics",
+            &addr,
+        ],
+    );
+    op.wait_for_log("This replica leads now", Duration::from_secs(20))
+        .await
+        .expect("leads");
+    let (_, body) = until_http(&addr, "/healthz", |code, body| {
+        code == 200 && body.contains("leading")
+    })
+    .await;
+    let probe: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        probe["leadership"]["default/probe-leader"], "leading",
+        "{probe}"
+    );
+    let (_, text) = until_http(&addr, "/metrics", |code, _| code == 200).await;
+    for line in [
+        r#"kopf_leader_is_leader{lease="default/probe-leader"} 1"#,
+        r#"kopf_leader_transitions_total{lease="default/probe-leader"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    let status = op.stop(Duration::from_secs(10)).await.expect("stops");
+    assert!(status.success(), "{status}");
+    assert!(
+        op.logs()
+            .contains("Released the lease default/probe-leader"),
+        "released at exit"
+    );
+}
+
 /// The operator's output when it fails at start: exit status 1 and the error's line.
 async fn failing_start(dir: &tempfile::TempDir, kubeconfig: &std::path::Path) -> String {
     let mut op = OperatorRunner::command(example_binary("minimal"))
