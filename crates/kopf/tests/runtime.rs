@@ -312,7 +312,7 @@ async fn liveness_and_metrics_are_scraped() {
 
 #[tokio::test]
 async fn with_leader_election_the_probe_and_metrics_say_who_leads() {
-    let (server, dir) = cluster().await;
+    let (_server, dir) = cluster().await;
     let addr = format!("127.0.0.1:{}", free_port());
     let mut op = operator(
         "minimal",
