@@ -186,3 +186,55 @@ async fn a_killed_replicas_ranges_move_and_its_objects_complete() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_server_without_shard_selectors_the_replicas_filter_by_the_same_hash() {
+    let server = kopf::testing::FakeApiServer::builder()
+        .sharded_list_and_watch(false)
+        .start()
+        .await
+        .expect("the fake server starts");
+    server.apply_object(common::crd()).expect("crd");
+    let calls: Calls = Arc::default();
+    let replicas = [
+        Running::start(&server, replica(0, &calls)).await,
+        Running::start(&server, replica(1, &calls)).await,
+    ];
+    eventually("the replicas share the ranges", async || {
+        let mut all: Vec<u32> = replicas.iter().flat_map(ranges).collect();
+        all.sort();
+        all == [0, 1, 2] && replicas.iter().all(|r| !ranges(r).is_empty())
+    })
+    .await;
+    let names: Vec<String> = (0..300).map(|i| format!("u{i}")).collect();
+    create(&server, names.iter().cloned()).await;
+    all_handled(&server, &names).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let by = per_object(&calls);
+    assert_eq!(by.len(), names.len());
+    // Each object once, by the replica whose ranges hold its uid's hash.
+    let api = kex_api(&server);
+    let list = api.list(&Default::default()).await.expect("list");
+    for o in list.items {
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let uid = o.metadata.uid.clone().unwrap_or_default();
+        let range = kopf_core::shards::range_of(&uid, 3);
+        let handlers = &by[&name];
+        assert_eq!(handlers.len(), 1, "{name}: {handlers:?}");
+        assert!(
+            ranges(&replicas[handlers[0]]).contains(&range),
+            "{name} (range {range}) handled by replica {}",
+            handlers[0]
+        );
+    }
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path.contains("kopfexamples") && r.query.contains("shardSelector")),
+        "the replicas asked for their ranges (the server ignored it)"
+    );
+    for r in replicas {
+        r.stop().await;
+    }
+}
