@@ -1008,6 +1008,10 @@ mod tests {
                 "request-timeout",
                 "webhook-port",
                 "priority",
+                "shards",
+                "lease-duration",
+                "renew-deadline",
+                "retry-period",
             ],
         ),
         (
@@ -1043,6 +1047,8 @@ mod tests {
             "name",
             "account-namespace",
             "peering",
+            "leader-election",
+            "leader-election-namespace",
         ];
         for sub in Cli::command().get_subcommands() {
             let known = NUMERIC
@@ -1081,6 +1087,23 @@ mod tests {
                     later(d / 3);
                 }
                 let _ = tokio::sync::Semaphore::new(a.worker_limit.max(1));
+                // Leases: the settings are checked, then their timings waited (with jitter).
+                let mut timings = Vec::new();
+                if let Some(e) =
+                    a.leader_election("op", Some(kopf_peering::LeaderElection::new("x")))
+                    && e.validate().is_ok()
+                {
+                    timings.extend([e.lease_duration, e.renew_deadline, e.retry_period]);
+                }
+                if let Some(s) = a.sharding("op", Some(kopf_peering::Sharding::new("x", 3)))
+                    && s.validate().is_ok()
+                {
+                    timings.extend([s.lease_duration, s.renew_deadline, s.retry_period]);
+                }
+                for d in timings {
+                    later(d);
+                    later(d.mul_f64(1.2));
+                }
             }
             Command::FakeApiserver(a) => {
                 later(Duration::from_secs(a.bookmark_interval));

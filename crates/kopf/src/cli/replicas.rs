@@ -1,6 +1,8 @@
 //! The options of `run` for more than one replica: peering, leader election, sharding,
 //! applied to the settings the operator's code gave.
 
+use std::time::Duration;
+
 use super::RunArgs;
 
 impl RunArgs {
@@ -45,31 +47,24 @@ impl RunArgs {
         operator: &str,
         given: Option<kopf_peering::LeaderElection>,
     ) -> Option<kopf_peering::LeaderElection> {
-        let Some(name) = self.leader_election.as_ref() else {
-            return given;
+        let mut election = match (self.leader_election.as_deref(), given) {
+            (None, given) => given?,
+            (Some(""), Some(given)) => given,
+            (Some(""), None) => kopf_peering::LeaderElection::new(format!("{operator}-leader")),
+            (Some(name), Some(mut given)) => {
+                given.name = name.to_string();
+                given
+            }
+            (Some(name), None) => kopf_peering::LeaderElection::new(name),
         };
-        let name = if name.is_empty() {
-            given
-                .as_ref()
-                .map(|g| g.name.clone())
-                .unwrap_or_else(|| format!("{operator}-leader"))
-        } else {
-            name.clone()
-        };
-        let mut election = given.unwrap_or_else(|| kopf_peering::LeaderElection::new(&name));
-        election.name = name;
-        if let Some(ns) = &self.leader_election_namespace {
-            election.namespace = Some(ns.clone());
-        }
-        if let Some(d) = self.lease_duration {
-            election.lease_duration = d;
-        }
-        if let Some(d) = self.renew_deadline {
-            election.renew_deadline = d;
-        }
-        if let Some(d) = self.retry_period {
-            election.retry_period = d;
-        }
+        self.lease_options(
+            &mut election.namespace,
+            [
+                &mut election.lease_duration,
+                &mut election.renew_deadline,
+                &mut election.retry_period,
+            ],
+        );
         if self.no_release_on_cancel {
             election.release_on_cancel = false;
         }
@@ -93,18 +88,28 @@ impl RunArgs {
             }
             (Some(count), None) => kopf_peering::Sharding::new(format!("{operator}-shards"), count),
         };
-        if let Some(ns) = &self.leader_election_namespace {
-            sharding.namespace = Some(ns.clone());
-        }
-        if let Some(d) = self.lease_duration {
-            sharding.lease_duration = d;
-        }
-        if let Some(d) = self.renew_deadline {
-            sharding.renew_deadline = d;
-        }
-        if let Some(d) = self.retry_period {
-            sharding.retry_period = d;
-        }
+        self.lease_options(
+            &mut sharding.namespace,
+            [
+                &mut sharding.lease_duration,
+                &mut sharding.renew_deadline,
+                &mut sharding.retry_period,
+            ],
+        );
         Some(sharding)
+    }
+
+    /// The Lease options given on the command line, over the settings' own: the namespace,
+    /// and the lease duration, renew deadline and retry period (in that order).
+    fn lease_options(&self, namespace: &mut Option<String>, timings: [&mut Duration; 3]) {
+        if let Some(ns) = &self.leader_election_namespace {
+            *namespace = Some(ns.clone());
+        }
+        let given = [self.lease_duration, self.renew_deadline, self.retry_period];
+        for (timing, given) in timings.into_iter().zip(given) {
+            if let Some(d) = given {
+                *timing = d;
+            }
+        }
     }
 }
