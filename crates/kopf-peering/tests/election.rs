@@ -3,31 +3,20 @@
 //! stop, a partitioned leader that stands by before its lease can be taken, a lost race,
 //! and the metrics.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use kopf_core::gate::{Gate, GateState};
 use kopf_core::metrics::Metrics;
 use kopf_peering::{LeaderElection, LeaderElector, Leadership};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
-use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 use tokio::sync::watch;
 
 const LEASE: Duration = Duration::from_secs(2);
 const RENEW: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(200);
-
-/// A client whose requests the server can tell apart (its User-Agent names `who`).
-fn client_of(server: &FakeApiServer, who: &str) -> kube::Client {
-    let uri = server.url().parse().expect("the server's URL");
-    let mut config = kube::Config::new(uri);
-    config.default_retry = false;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_str(&format!("test/{who}")).expect("a header value"),
-    ));
-    kube::Client::try_from(config).expect("a client")
-}
 
 /// One replica's elector, running until stopped or killed.
 struct Replica {
@@ -47,7 +36,7 @@ impl Replica {
             .timings(LEASE, RENEW, RETRY);
         let (control, gate) = Gate::channel();
         let metrics = Metrics::new();
-        let elector = LeaderElector::new(client_of(server, identity), settings, control)
+        let elector = LeaderElector::new(common::client_of(server, identity), settings, control)
             .expect("valid settings")
             .metrics(metrics.clone());
         let leadership = elector.leadership();
@@ -87,15 +76,9 @@ impl Replica {
 }
 
 async fn lease(server: &FakeApiServer) -> Value {
-    let ar = ApiResource {
-        group: "coordination.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "coordination.k8s.io/v1".into(),
-        kind: "Lease".into(),
-        plural: "leases".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
-    api.get("op-leader").await.expect("the lease").data["spec"].clone()
+    common::lease_spec(server, "op-leader")
+        .await
+        .expect("the lease")
 }
 
 /// Waits until one of `replicas` leads; its index.

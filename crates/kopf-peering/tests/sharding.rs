@@ -3,6 +3,8 @@
 //! a partitioned replica drops its ranges before another can take them; a replica of
 //! another shard count waits for the old count's leases to expire.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -10,22 +12,10 @@ use kopf_core::gate::{Gate, GateState};
 use kopf_core::shards::{ScopeControl, ScopeObserver};
 use kopf_peering::{ShardCoordinator, Sharding};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
-use kube::api::{Api, ApiResource, DynamicObject};
 
 const LEASE: Duration = Duration::from_secs(2);
 const RENEW: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(200);
-
-fn client_of(server: &FakeApiServer, who: &str) -> kube::Client {
-    let uri = server.url().parse().expect("the server's URL");
-    let mut config = kube::Config::new(uri);
-    config.default_retry = false;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_str(&format!("test/{who}")).expect("a header value"),
-    ));
-    kube::Client::try_from(config).expect("a client")
-}
 
 /// One replica's coordinator, and an engine's view of its scope.
 struct Replica {
@@ -45,9 +35,13 @@ impl Replica {
         let scope = ScopeControl::new(count);
         let observer = scope.observer();
         let (control, gate) = Gate::channel();
-        let coordinator =
-            ShardCoordinator::new(client_of(server, who), settings, scope.clone(), control)
-                .expect("valid settings");
+        let coordinator = ShardCoordinator::new(
+            common::client_of(server, who),
+            settings,
+            scope.clone(),
+            control,
+        )
+        .expect("valid settings");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(coordinator.run(async move {
             let _ = stopped.await;
@@ -79,16 +73,7 @@ impl Replica {
 }
 
 async fn holder(server: &FakeApiServer, name: &str) -> Option<String> {
-    let ar = ApiResource {
-        group: "coordination.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "coordination.k8s.io/v1".into(),
-        kind: "Lease".into(),
-        plural: "leases".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
-    let lease = api.get_opt(name).await.expect("a lease or none")?;
-    lease.data["spec"]["holderIdentity"]
+    common::lease_spec(server, name).await?["holderIdentity"]
         .as_str()
         .map(str::to_string)
 }
