@@ -288,15 +288,7 @@ impl LeaderElector {
         control: GateControl,
     ) -> Result<Self, PeeringError> {
         settings.validate()?;
-        let namespace = settings
-            .namespace
-            .clone()
-            .or_else(|| {
-                std::env::var("POD_NAMESPACE")
-                    .ok()
-                    .filter(|n| !n.is_empty())
-            })
-            .unwrap_or_else(|| client.default_namespace().to_string());
+        let namespace = lease_namespace(settings.namespace.as_deref(), &client);
         let api = Api::namespaced_with(client, &namespace, &lease_resource());
         let place = format!("{namespace}/{}", settings.name);
         let (leadership, _) = watch::channel(Leadership::Standby { leader: None });
@@ -574,6 +566,19 @@ impl LeaderElector {
             }
         }
     }
+}
+
+/// The namespace of the Leases: the one given, else `$POD_NAMESPACE`, else the client's
+/// default namespace.
+pub(crate) fn lease_namespace(given: Option<&str>, client: &kube::Client) -> String {
+    given
+        .map(str::to_string)
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
+        .unwrap_or_else(|| client.default_namespace().to_string())
 }
 
 /// The record of a lease held by `identity`, renewed now, continuing `old` when it held it

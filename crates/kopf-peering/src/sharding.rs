@@ -31,7 +31,8 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::election::{
-    Record, check_timings, election_identity, held_spec, jittered, lease_resource, released_spec,
+    Record, check_timings, election_identity, held_spec, jittered, lease_namespace, lease_resource,
+    released_spec,
 };
 use crate::error::PeeringError;
 
@@ -178,15 +179,7 @@ impl ShardCoordinator {
         gate: GateControl,
     ) -> Result<Self, PeeringError> {
         settings.validate()?;
-        let namespace = settings
-            .namespace
-            .clone()
-            .or_else(|| {
-                std::env::var("POD_NAMESPACE")
-                    .ok()
-                    .filter(|n| !n.is_empty())
-            })
-            .unwrap_or_else(|| client.default_namespace().to_string());
+        let namespace = lease_namespace(settings.namespace.as_deref(), &client);
         let api = Api::namespaced_with(client, &namespace, &lease_resource());
         let place = format!("{namespace}/{}", settings.group);
         Ok(ShardCoordinator {
