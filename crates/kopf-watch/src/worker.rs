@@ -105,8 +105,15 @@ impl WorkerShared {
         let mut conflicts: u32 = 0;
         // The pending wake-up is a re-check after a conflict (never a touch).
         let mut recheck = false;
+        // The object as read after our write did not come back in time (see below), and
+        // its resourceVersion: states older than that are never processed.
+        let mut fetched: Option<Observed> = None;
+        let mut floor: Option<u64> = None;
         loop {
-            let observed = rx.borrow_and_update().clone();
+            let observed = match fetched.take() {
+                Some(fresh) => Some(fresh),
+                None => rx.borrow_and_update().clone(),
+            };
             let Some(observed) = observed else { return };
             if !self.operator_gate.is_open() {
                 // No cycle starts (and nothing is spawned) while the operator pauses: the
@@ -123,9 +130,9 @@ impl WorkerShared {
             // States older than our last write are skipped until it comes back (or the
             // consistency timeout passes); a DELETED event is never stale.
             let stale = observed.event != EventKind::Deleted
-                && expected_rv.is_some_and(|(want, deadline)| {
+                && (expected_rv.is_some_and(|(want, deadline)| {
                     rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
-                });
+                }) || floor.is_some_and(|f| rv(&observed.body).is_some_and(|have| have < f)));
             if !stale {
                 expected_rv = None;
                 let permit = match &self.limit {
@@ -230,12 +237,65 @@ impl WorkerShared {
                         retry_at = None;
                         woken = !std::mem::take(&mut recheck);
                     }
-                    // Past the consistency deadline, the state at hand counts as consistent.
                     if expected_rv.is_some_and(|(_, deadline)| deadline <= now) {
                         expected_rv = None;
+                        // Our write has not come back through the watch in time (a slow
+                        // watch): the object is read, rather than processing the state at
+                        // hand, from before the write (that would run its handlers again).
+                        let at_hand = rx.borrow().as_ref().map(|o| o.body.clone());
+                        match at_hand {
+                            Some(body) => match self.read_fresh(&body).await {
+                                Fresh::Read(fresh) => {
+                                    floor = rv(&fresh.body).max(floor);
+                                    fetched = Some(fresh);
+                                }
+                                // Its deletion comes through the watch: waited for.
+                                Fresh::Gone => {
+                                    if rx.changed().await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Fresh::Unknown => rx.mark_changed(),
+                            },
+                            None => return,
+                        }
+                        continue;
                     }
                     rx.mark_changed();
                 }
+            }
+        }
+    }
+
+    /// The object as the API server has it now (one GET), for a worker whose own write has
+    /// not come back through the watch within the consistency timeout.
+    async fn read_fresh(&self, body: &Value) -> Fresh {
+        let Some(name) = body.pointer("/metadata/name").and_then(Value::as_str) else {
+            return Fresh::Unknown;
+        };
+        match self.api_for(body).get_opt(name).await {
+            Ok(Some(mut obj)) => {
+                if !self.settings.keep_managed_fields {
+                    obj.metadata.managed_fields = None;
+                }
+                match serde_json::to_value(&obj) {
+                    Ok(body) => Fresh::Read(Observed {
+                        body,
+                        event: EventKind::Modified,
+                    }),
+                    Err(_) => Fresh::Unknown,
+                }
+            }
+            // Gone: its deletion comes through the watch.
+            Ok(None) => Fresh::Gone,
+            Err(e) => {
+                object_span(body).in_scope(|| {
+                    tracing::debug!(
+                        "Reading the object after a slow watch failed ({}); processing the state at hand.",
+                        for_log(&e)
+                    )
+                });
+                Fresh::Unknown
             }
         }
     }
@@ -306,6 +366,16 @@ impl WorkerShared {
         .instrument(span)
         .await
     }
+}
+
+/// What a read of the object after a slow watch found.
+enum Fresh {
+    /// The object as it is now.
+    Read(Observed),
+    /// It is gone.
+    Gone,
+    /// The read failed: the state at hand is processed (Kopf's consistency timeout).
+    Unknown,
 }
 
 /// Kopf's log lines for the cause of a cycle, what it found on the object, and its
