@@ -5,9 +5,10 @@
 //! Each replica also keeps a member Lease `<group>-member-<hash>` alive, so that all know
 //! how many replicas there are; each holds at most its fair share, ⌈count ÷ replicas⌉.
 //!
-//! Requests per retry period and replica: one LIST of the group's Leases (by label), one
-//! PUT of its member Lease, one PUT per range it holds; and a PUT per range it takes or
-//! gives up.
+//! Requests per retry period and replica: one PUT per range it holds (renewed from its own
+//! last write, before anything else), one LIST of the group's Leases (by label), one PUT of
+//! its member Lease; and a PUT per range it takes or gives up. A round that outlasts the
+//! renew deadline of a held range is cut short, and the range dropped.
 //!
 //! Hand-over: a replica takes a range only when its Lease is free or expired, and serves it
 //! only once it holds it. A replica that gives a range up (a new replica joined) first takes
@@ -205,7 +206,21 @@ impl ShardCoordinator {
             self.settings.count, self.place
         ));
         loop {
-            self.round().await;
+            // A round that outlasts the renew deadline of a held range (a slow API server)
+            // is cut short: the range is dropped from the scope in time, before another
+            // replica can take it.
+            match self.renew_due() {
+                Some(due) => {
+                    if tokio::time::timeout_at(due.into(), self.round())
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!(group = %self.place, "The shard leases of {} could not be renewed in time (the API server is slow to answer).", self.place);
+                    }
+                }
+                None => self.round().await,
+            }
+            self.drop_overdue();
             tokio::select! {
                 _ = &mut stop => break,
                 _ = tokio::time::sleep(jittered(self.settings.retry_period)) => {}
@@ -226,6 +241,9 @@ impl ShardCoordinator {
     /// One round: read the group, keep this replica's Leases, give up or take ranges.
     async fn round(&mut self) {
         self.rounds += 1;
+        // The held ranges first, from this replica's own last writes: no read before a
+        // renewal while nobody else wrote.
+        let renewed = self.renew_own().await;
         let group = format!("{GROUP_LABEL}={}", self.settings.group);
         let leases = match self.api.list(&ListParams::default().labels(&group)).await {
             Ok(list) => list.items,
@@ -251,7 +269,7 @@ impl ShardCoordinator {
         }
         self.keep_member(by_name.get(&self.settings.member_name()).cloned())
             .await;
-        self.renew(&by_name).await;
+        self.renew(&by_name, &renewed).await;
         self.drop_overdue();
         self.release_adopted().await;
         let live = self.live_members(&by_name);
@@ -366,8 +384,13 @@ impl ShardCoordinator {
 
     /// Renews every range Lease held (one PUT each); a range seen held by another replica
     /// is lost at once.
-    async fn renew(&mut self, by_name: &HashMap<String, DynamicObject>) {
-        let indices: Vec<u32> = self.held.keys().copied().collect();
+    async fn renew(&mut self, by_name: &HashMap<String, DynamicObject>, renewed: &[u32]) {
+        let indices: Vec<u32> = self
+            .held
+            .keys()
+            .filter(|i| !renewed.contains(i))
+            .copied()
+            .collect();
         for index in indices {
             let name = self.settings.range_name(index);
             let Some(current) = by_name.get(&name) else {
@@ -399,6 +422,40 @@ impl ShardCoordinator {
                 }
             }
         }
+    }
+
+    /// When the first held range is due to be dropped unless renewed.
+    fn renew_due(&self) -> Option<Instant> {
+        self.held
+            .values()
+            .map(|h| h.renewed + self.settings.renew_deadline)
+            .min()
+    }
+
+    /// Renews the held ranges from their last written Leases (a PUT each, conditional on
+    /// this replica's last write); the ranges renewed. The others (someone else wrote, or
+    /// the request failed) are looked at again after the next read.
+    async fn renew_own(&mut self) -> Vec<u32> {
+        let mut renewed = Vec::new();
+        let indices: Vec<u32> = self.held.keys().copied().collect();
+        for index in indices {
+            let Some(mut lease) = self.held.get(&index).map(|h| h.lease.clone()) else {
+                continue;
+            };
+            lease.data["spec"] = self.spec(Some(&Record::read(&lease)));
+            let name = self.settings.range_name(index);
+            if let Ok(written) = self
+                .api
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+                && let Some(h) = self.held.get_mut(&index)
+            {
+                h.lease = written;
+                h.renewed = Instant::now();
+                renewed.push(index);
+            }
+        }
+        renewed
     }
 
     /// Drops the ranges not renewed within the renew deadline: out of the scope before
