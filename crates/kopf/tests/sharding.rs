@@ -12,7 +12,7 @@ use kopf::{HandlerError, Name, Operator, Sharding};
 use kube::api::PostParams;
 use serde_json::json;
 
-use common::{Running, eventually, kex_api, obj};
+use common::{Running, kex_api, obj};
 
 /// Which replica handled which object's creation, in order.
 type Calls = Arc<Mutex<Vec<(usize, String)>>>;
@@ -28,12 +28,37 @@ fn replica(index: usize, calls: &Calls) -> Operator {
             async { Ok::<_, HandlerError>("created") }
         })
         // Scaled-down timings, with room for a loaded 2-core machine running three
-        // operators: a renewal that misses its deadline drops the range.
+        // operators: a renewal that misses its deadline drops the range, and a cycle still
+        // running then may overlap the next holder's work if it outlasts the 3 s between
+        // the renew deadline and the lease duration (the documented overlap).
         .sharding(Sharding::new("kex-shards", 3).timings(
-            Duration::from_secs(4),
+            Duration::from_secs(6),
             Duration::from_secs(3),
-            Duration::from_millis(400),
+            Duration::from_millis(500),
         ))
+}
+
+/// One test of this file at a time: each runs three operators and the fake server on a
+/// 2-core machine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts a replica; it watches only once it holds a range, so this does not wait for a
+/// watch.
+async fn start(server: &kopf::testing::FakeApiServer, op: Operator) -> Running {
+    Running::start_with(server, op, Duration::from_secs(70), false).await
+}
+
+/// Waits (up to a minute: the sharing takes a few lease rounds, slower on a loaded machine)
+/// until `check` holds.
+async fn sharing(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The ranges a replica says it serves, last (`{0, 2}`).
@@ -105,16 +130,17 @@ async fn all_handled(server: &kopf::testing::FakeApiServer, names: &[String]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_the_objects_and_handle_each_exactly_once() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let server = common::server().await;
     let calls: Calls = Arc::default();
     // Objects before, while and after the replicas start and share the ranges.
     let names: Vec<String> = (0..3000).map(|i| format!("o{i}")).collect();
     create(&server, names[..1000].iter().cloned()).await;
-    let a = Running::start(&server, replica(0, &calls)).await;
+    let a = start(&server, replica(0, &calls)).await;
     create(&server, names[1000..2000].iter().cloned()).await;
-    let b = Running::start(&server, replica(1, &calls)).await;
-    let c = Running::start(&server, replica(2, &calls)).await;
-    eventually("each replica serves one range", async || {
+    let b = start(&server, replica(1, &calls)).await;
+    let c = start(&server, replica(2, &calls)).await;
+    sharing("each replica serves one range", async || {
         [&a, &b, &c].iter().all(|r| serves_one(r))
     })
     .await;
@@ -141,12 +167,13 @@ async fn three_replicas_share_the_objects_and_handle_each_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replicas_ranges_move_and_its_objects_complete() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let server = common::server().await;
     let calls: Calls = Arc::default();
-    let a = Running::start(&server, replica(0, &calls)).await;
-    let b = Running::start(&server, replica(1, &calls)).await;
-    let c = Running::start(&server, replica(2, &calls)).await;
-    eventually("each replica serves one range", async || {
+    let a = start(&server, replica(0, &calls)).await;
+    let b = start(&server, replica(1, &calls)).await;
+    let c = start(&server, replica(2, &calls)).await;
+    sharing("each replica serves one range", async || {
         [&a, &b, &c].iter().all(|r| serves_one(r))
     })
     .await;
@@ -189,6 +216,7 @@ async fn a_killed_replicas_ranges_move_and_its_objects_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_server_without_shard_selectors_the_replicas_filter_by_the_same_hash() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let server = kopf::testing::FakeApiServer::builder()
         .sharded_list_and_watch(false)
         .start()
@@ -197,10 +225,10 @@ async fn on_a_server_without_shard_selectors_the_replicas_filter_by_the_same_has
     server.apply_object(common::crd()).expect("crd");
     let calls: Calls = Arc::default();
     let replicas = [
-        Running::start(&server, replica(0, &calls)).await,
-        Running::start(&server, replica(1, &calls)).await,
+        start(&server, replica(0, &calls)).await,
+        start(&server, replica(1, &calls)).await,
     ];
-    eventually("the replicas share the ranges", async || {
+    sharing("the replicas share the ranges", async || {
         let mut all: Vec<u32> = replicas.iter().flat_map(ranges).collect();
         all.sort();
         all == [0, 1, 2] && replicas.iter().all(|r| !ranges(r).is_empty())
