@@ -1,4 +1,5 @@
-//! `cargo xtask chaos [--quick] [--objects N] [--kills N] [--seed N] [--faults on|off] [--keep]`
+//! `cargo xtask chaos [--quick] [--objects N] [--kills N] [--seed N] [--faults on|off]
+//! [--replicas N] [--keep]`
 //!
 //! A soak test of Kopf's contract under faults: nothing is left behind, every handler runs at
 //! least once per cause, delete handlers run before an object goes, and progress survives
@@ -26,6 +27,23 @@
 //!    runs, or a failed request of the operator (status ≥ 400, or no answer, from the fake
 //!    server's request log by the operator's User-Agent) about that object between them.
 //!
+//! **Replicas** (`--replicas N`, N > 1): N processes of the operator at once, each with
+//! `--leader-election --leader-election-namespace default --lease-duration 2
+//! --renew-deadline 1 --retry-period 0.2` (and `--standalone`, which only turns Kopf's
+//! peering off), each with its own output. Each kill hits one replica: the leader 2 times
+//! in 3 (the running replica whose latest `This replica leads now` is the most recent and not
+//! followed by `This replica lost the lead`; any replica when none leads), else one of the
+//! others, drawn from an RNG of its own so that a seed keeps the rest of its schedule. The
+//! same invariants, with the duplicates explained per process: by a kill of *the replica
+//! that ran the first call*, by a change of leader ([`leaders`]: a replica began to lead
+//! while the first call's replica did not), or by a failed request when one process ran
+//! both; two runs by different replicas both alive with neither is flagged as "two live
+//! leaders". Two more rows: *one leader at a time* (leadership intervals from each process's
+//! output, from `leads now` to `lost the lead` or to its kill, exit or stop; a killed
+//! leader's interval ends at its kill, so no two may overlap), and *handlers run by the
+//! leader only*. The summary adds the takeovers: kill of the leader → the next `leads now`,
+//! min / median / max. The standbys are stopped before the leader at the end.
+//!
 //! `--quick` (40 objects, 15 kills, about two minutes once built) runs in CI; its verdict on
 //! a correct operator does not depend on timing (the checks run after convergence, with
 //! generous bounds). The full run (2000 objects, 150 kills, about 6 minutes) is for
@@ -36,9 +54,11 @@ mod checks;
 mod converge;
 mod drive;
 mod evidence;
+mod leaders;
 mod plan;
 mod report;
 mod supervisor;
+mod table;
 
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -97,6 +117,10 @@ pub struct ChaosArgs {
     /// Seconds the quiet phase waits for convergence [default: 60, or 300 without --quick].
     #[arg(long, value_name = "SECONDS")]
     deadline: Option<u64>,
+    /// Operator processes at once: with more than one, Lease leader election (2 s leases),
+    /// the kills aimed at the leader 2 times in 3, and the leadership checked.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=9))]
+    replicas: u16,
 }
 
 /// Runs the chaos test; an error when an invariant fails.
@@ -111,7 +135,8 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
     let seed = args.seed.unwrap_or_else(|| now_micros().unsigned_abs());
     let plan = Plan::generate(shape, seed);
     println!(
-        "chaos: seed {seed} (replay: --seed {seed}); {} objects ({} updates, {} deletes), {} kills, {} faults over {:.0} s",
+        "chaos: seed {seed} (replay: --seed {seed}); {} replica(s); {} objects ({} updates, {} deletes), {} kills, {} faults over {:.0} s",
+        args.replicas,
         plan.objects.len(),
         plan.updates(),
         plan.deletes(),
@@ -157,14 +182,9 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
         t0: now_micros(),
         ..Default::default()
     });
-    let mut operator = Supervisor {
-        binary,
-        kubeconfig,
-        log_path: log_path.clone(),
-        current: None,
-        outputs: Vec::new(),
-    };
-    operator.start(&timeline)?;
+    let replicas = usize::from(args.replicas);
+    let mut operator = Supervisor::new(binary, kubeconfig, log_path.clone(), replicas);
+    operator.start_all(&timeline)?;
 
     // The chaos phase: load, kills and faults at once.
     let started = Instant::now();
@@ -218,7 +238,7 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
             deadline.as_secs()
         ),
     }
-    let stop_status = operator.stop().await;
+    let stop_status = operator.stop(&timeline).await;
 
     // The evidence and the verdict.
     let ev = gather(
@@ -227,10 +247,11 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
         &timeline.borrow(),
         &log_path,
         operator.outputs.clone(),
+        replicas,
     )?;
     let rows = checks::check_all(&ev);
     println!();
-    print!("{}", checks::render(&rows));
+    print!("{}", table::render(&rows));
     println!();
     print!(
         "{}",

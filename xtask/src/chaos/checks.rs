@@ -1,5 +1,5 @@
-//! The invariants of a chaos run, one function each, over the [`Evidence`] of the run; and
-//! the table they are printed as.
+//! The invariants of a chaos run, one function each, over the [`Evidence`] of the run (the
+//! leadership rows of several replicas are in [`leaders`]; the table in [`super::table`]).
 //!
 //! What Kopf promises, and so what is checked:
 //!
@@ -11,63 +11,29 @@
 //! - an object of which any handler ran gets its delete handler before it goes (objects
 //!   deleted before the operator got to them are fine);
 //! - handlers run at least once per cause, and again only when a crash or a failed write
-//!   lost their outcome (a duplicate with neither a kill nor a failed request about the
-//!   object between the two runs is a violation);
+//!   lost their outcome (a duplicate with neither a kill of the process that ran it nor a
+//!   failed request about the object between the two runs is a violation; with several
+//!   replicas, a change of leader explains one too, and one run by two different live
+//!   leaders with neither a kill nor a change of leader between is flagged as such);
+//! - with several replicas: one leader at a time (the intervals from [`leaders`]), and
+//!   handlers run only by a replica while it leads;
 //! - no panic, no exit but the kills, and a bounded number of requests per object.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde_json::Value;
 
 use super::evidence::{Call, Cause, Completion, Evidence, Micros, ObjectFacts};
+use super::leaders::{self, handlers_on_leaders, one_leader};
+use super::table::Row;
 
 /// Kopf's finalizer: on every object of which a handler ran, while a delete handler exists.
 pub const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
 
-/// How many detail lines a row prints at most.
-const MAX_DETAILS: usize = 25;
-
-/// One invariant's outcome: a row of the table, with what is wrong (or notable) below it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
-    /// The invariant.
-    pub name: &'static str,
-    /// What a correct operator shows.
-    pub expected: String,
-    /// What the run showed.
-    pub seen: String,
-    /// Whether it holds.
-    pub ok: bool,
-    /// The violations (for a FAIL), or notes (e.g. explained duplicates).
-    pub details: Vec<String>,
-}
-
-impl Row {
-    fn new(
-        name: &'static str,
-        expected: impl Into<String>,
-        seen: impl Into<String>,
-        ok: bool,
-    ) -> Row {
-        Row {
-            name,
-            expected: expected.into(),
-            seen: seen.into(),
-            ok,
-            details: Vec::new(),
-        }
-    }
-
-    fn with(mut self, details: Vec<String>) -> Row {
-        self.details = details;
-        self
-    }
-}
-
-/// Every invariant, in the order of the table.
+/// Every invariant, in the order of the table (with several replicas, the leadership rows
+/// last).
 pub fn check_all(ev: &Evidence) -> Vec<Row> {
-    vec![
+    let mut rows = vec![
         status_written(ev),
         handled(ev),
         finalizer_kept(ev),
@@ -78,7 +44,12 @@ pub fn check_all(ev: &Evidence) -> Vec<Row> {
         no_panic(ev),
         no_unexpected_exit(ev),
         requests_per_object(ev),
-    ]
+    ];
+    if ev.replicas > 1 {
+        rows.push(one_leader(ev));
+        rows.push(handlers_on_leaders(ev));
+    }
+    rows
 }
 
 /// The objects that should still exist at the end.
@@ -368,25 +339,29 @@ pub struct Duplicate {
     pub first: Micros,
     /// This run.
     pub again: Micros,
-    /// Why it ran again: a kill or a failed request about the object in between; None:
-    /// unexplained.
+    /// Why it ran again: a kill of the process of the first run, a leadership change, or a
+    /// failed request about the object in between; None: unexplained.
     pub explanation: Option<String>,
+    /// Unexplained, by two different processes both alive (and so both leading) at the
+    /// second run: (the first's pid, the second's pid).
+    pub two_leaders: Option<(u32, u32)>,
 }
 
-/// Why a handler that began at `first` for the object `name` (for `cause` and `value`) ran
-/// again at `again`: the first kill, or else the first failed request of the operator about
-/// the object (its paths, `/status` included), after the first run and before the cause was
-/// completely stored (its diff-base written, or its finalizer released, with a success). A
-/// kill or a failure after that explains nothing: the cause was handled for good.
-pub fn explain(
-    ev: &Evidence,
-    name: &str,
-    cause: Cause,
-    value: Option<i64>,
-    first: Micros,
-    again: Micros,
-) -> Option<String> {
+/// Why a handler that began with the call `a` ran again with the call `b` (the same object,
+/// cause and value), looking only at what came after `a` and before the cause was
+/// completely stored (its diff-base written, or its finalizer released, with a success): a
+/// kill or a failure after that explains nothing, the cause was handled for good. In order:
+///
+/// - a kill of the process that ran `a` (a kill of another replica, a standby, explains
+///   nothing);
+/// - a leadership change (several replicas only): a replica began to lead while the process
+///   of `a` did not (it had lost the lead, or was gone);
+/// - a failed request of the operator about the object (its paths, `/status` included),
+///   only when the same process ran both: two processes running one cause with neither a
+///   kill nor a change of leader between them were two leaders at once.
+pub fn explain(ev: &Evidence, a: &Call, b: &Call) -> Option<String> {
     let t = &ev.timeline;
+    let (name, cause, value, first) = (a.name.as_str(), a.cause, a.value, a.micros);
     let completes = |c: Completion| match (cause, c) {
         (Cause::Delete, Completion::Released) => true,
         (Cause::Create | Cause::Update, Completion::Handled(v)) => Some(v) == value,
@@ -404,14 +379,36 @@ pub fn explain(
         })
         .map(|r| r.micros)
         .min()
-        .unwrap_or(again)
-        .min(again);
+        .unwrap_or(b.micros)
+        .min(b.micros);
     if let Some(k) = t
         .kills
         .iter()
-        .find(|k| k.micros > first && k.micros < until)
+        .find(|k| k.pid == a.pid && k.micros > first && k.micros < until)
     {
         return Some(format!("kill #{} at {}", k.n, t.at(k.micros)));
+    }
+    let all = if ev.replicas > 1 {
+        leaders::intervals(ev)
+    } else {
+        Vec::new()
+    };
+    if let Some(l) = all.iter().find(|l| {
+        l.from > first
+            && l.from < until
+            && !all
+                .iter()
+                .any(|o| o != *l && o.pid == a.pid && o.from <= l.from && l.from < o.to)
+    }) {
+        return Some(format!(
+            "takeover: {} (pid {}) leads from {}",
+            l.name,
+            l.pid,
+            t.at(l.from)
+        ));
+    }
+    if a.pid != b.pid {
+        return None;
     }
     ev.requests
         .iter()
@@ -439,13 +436,18 @@ pub fn find_duplicates(ev: &Evidence) -> Vec<Duplicate> {
         runs.sort_by_key(|c| c.micros);
         for pair in runs.windows(2) {
             let (a, b) = (pair[0], pair[1]);
+            let explanation = explain(ev, a, b);
+            let two_leaders =
+                (explanation.is_none() && a.pid != b.pid && leaders::alive(ev, a.pid, b.micros))
+                    .then_some((a.pid, b.pid));
             found.push(Duplicate {
                 name: a.name.clone(),
                 cause: a.cause,
                 value: a.value,
                 first: a.micros,
                 again: b.micros,
-                explanation: explain(ev, &a.name, a.cause, a.value, a.micros, b.micros),
+                explanation,
+                two_leaders,
             });
         }
     }
@@ -468,27 +470,46 @@ pub fn duplicates(ev: &Evidence) -> Row {
                 d.value.map_or("-".into(), |v| v.to_string()),
                 t.at(d.first),
                 t.at(d.again),
-                d.explanation.as_deref().unwrap_or("UNEXPLAINED")
+                match (&d.explanation, d.two_leaders) {
+                    (Some(e), _) => e.clone(),
+                    (None, Some((p, q))) => format!(
+                        "UNEXPLAINED: two live leaders (pid {p}, then pid {q} while {p} still ran)"
+                    ),
+                    (None, None) => "UNEXPLAINED".into(),
+                }
             )
         })
         .collect();
-    let by_kill = all
-        .iter()
-        .filter(|d| {
-            d.explanation
-                .as_deref()
-                .is_some_and(|e| e.starts_with("kill #"))
-        })
-        .count();
+    let by = |prefix: &str| {
+        all.iter()
+            .filter(|d| {
+                d.explanation
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with(prefix))
+            })
+            .count()
+    };
+    let (by_kill, by_takeover) = (by("kill #"), by("takeover: "));
+    let takeovers = if ev.replicas > 1 {
+        format!(", {by_takeover} after a takeover")
+    } else {
+        String::new()
+    };
+    let two_leaders = all.iter().filter(|d| d.two_leaders.is_some()).count();
     Row::new(
         "duplicate runs explained",
         "0 unexplained",
         format!(
-            "{} unexplained ({} duplicates: {} after a kill, {} after a failed request)",
+            "{} unexplained{} ({} duplicates: {} after a kill{takeovers}, {} after a failed request)",
             unexplained,
+            if two_leaders > 0 {
+                format!(", {two_leaders} by two live leaders")
+            } else {
+                String::new()
+            },
             all.len(),
             by_kill,
-            all.len() - unexplained - by_kill
+            all.len() - unexplained - by_kill - by_takeover
         ),
         unexplained == 0,
     )
@@ -568,46 +589,6 @@ pub fn requests_per_object(ev: &Evidence) -> Row {
     row
 }
 
-/// The table: one row per invariant, then the details of each row.
-pub fn render(rows: &[Row]) -> String {
-    let width = |f: &dyn Fn(&Row) -> usize, title: &str| {
-        rows.iter().map(f).max().unwrap_or(0).max(title.len())
-    };
-    let wn = width(&|r| r.name.len(), "invariant");
-    let we = width(&|r| r.expected.len(), "expected");
-    let ws = width(&|r| r.seen.len(), "seen");
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<wn$}  {:<we$}  {:<ws$}  verdict",
-        "invariant", "expected", "seen"
-    );
-    let _ = writeln!(out, "{}", "-".repeat(wn + we + ws + 13));
-    for r in rows {
-        let verdict = if r.ok { "OK" } else { "FAIL" };
-        let _ = writeln!(
-            out,
-            "{:<wn$}  {:<we$}  {:<ws$}  {verdict}",
-            r.name, r.expected, r.seen
-        );
-    }
-    for r in rows.iter().filter(|r| !r.details.is_empty()) {
-        let _ = writeln!(
-            out,
-            "\n{} ({}):",
-            r.name,
-            if r.ok { "notes" } else { "FAIL" }
-        );
-        for d in r.details.iter().take(MAX_DETAILS) {
-            let _ = writeln!(out, "  - {d}");
-        }
-        if r.details.len() > MAX_DETAILS {
-            let _ = writeln!(out, "  ... and {} more", r.details.len() - MAX_DETAILS);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -615,6 +596,7 @@ mod tests {
     use super::super::evidence::{
         HandlerLog, KillRecord, Request, RunOutput, Timeline, completion,
     };
+    use super::super::table::render;
     use super::*;
 
     const T0: Micros = 1_000_000_000_000;
@@ -707,6 +689,7 @@ mod tests {
                 lines: vec!["INFO handler succeeded".into()],
             }],
             request_bound: 40,
+            replicas: 1,
         }
     }
 
@@ -879,6 +862,96 @@ mod tests {
         assert!(!duplicates(&ev4).ok, "the kill came after the diff-base");
         ev4.requests.last_mut().expect("pushed").micros = at(1.4);
         assert!(duplicates(&ev4).ok, "the kill came before the diff-base");
+    }
+
+    /// An operator's log line at `t` seconds.
+    fn log_line(t: f64, text: &str) -> String {
+        let ts = jiff::Timestamp::from_microsecond(at(t)).expect("a time");
+        format!(
+            "[{},{:03}] kopf_peering.elect [INFO    ] {text}",
+            ts.strftime("%Y-%m-%d %H:%M:%S"),
+            ts.subsec_millisecond()
+        )
+    }
+
+    /// `good()` with three replicas: pid 7 leads from 0.5 s until its kill at 5 s, pid 8
+    /// from 5.8 s until the stop at 10 s, pid 9 stands by.
+    fn replicated() -> Evidence {
+        let mut ev = good();
+        ev.replicas = 3;
+        ev.timeline.starts = vec![(at(0.0), 7), (at(0.0), 8), (at(0.0), 9)];
+        ev.timeline.stops = vec![(at(10.0), 9), (at(10.0), 8)];
+        ev.outputs = vec![
+            RunOutput {
+                name: "chaos#1".into(),
+                pid: 7,
+                lines: vec![log_line(0.5, leaders::LEADS)],
+            },
+            RunOutput {
+                name: "chaos#2".into(),
+                pid: 8,
+                lines: vec![log_line(5.8, leaders::LEADS)],
+            },
+            RunOutput {
+                name: "chaos#3".into(),
+                pid: 9,
+                lines: vec![],
+            },
+        ];
+        ev
+    }
+
+    #[test]
+    fn replicas_one_leader_at_a_time_and_handlers_on_the_leader_only() {
+        let ev = replicated();
+        let rows = check_all(&ev);
+        assert_eq!(rows.len(), 12);
+        assert_eq!(failing(&rows), Vec::<&str>::new(), "{}", render(&rows));
+        assert_eq!(leaders::takeovers(&ev).len(), 1);
+        // A kill of a standby explains no duplicate; the takeover at 5.8 s, after pid 7 lost
+        // the lead, does.
+        let mut ev2 = replicated();
+        ev2.timeline.kills[0].pid = 9;
+        ev2.timeline.stops.push((at(10.0), 7));
+        ev2.outputs[0].lines.push(log_line(5.5, leaders::LOST));
+        assert!(one_leader(&ev2).ok, "{:?}", one_leader(&ev2));
+        let dup = duplicates(&ev2);
+        assert!(dup.ok, "{dup:?}");
+        assert!(dup.details[0].contains("takeover: chaos#2 (pid 8) leads from 5.800 s"));
+        // pid 8 leads at 3 s while pid 7 still leads: two leaders, and the create of obj-0
+        // run by both is a duplicate by two live leaders that no failed request excuses.
+        let mut ev3 = replicated();
+        ev3.outputs[1].lines = vec![log_line(3.0, leaders::LEADS)];
+        ev3.log.calls.push(call(3.5, 8, Cause::Create, 0, 10));
+        ev3.requests.push(request(1.5, 0, "/status", 503));
+        let rows = check_all(&ev3);
+        assert_eq!(
+            failing(&rows),
+            vec!["duplicate runs explained", "one leader at a time"],
+            "{}",
+            render(&rows)
+        );
+        let dup = duplicates(&ev3);
+        assert!(dup.seen.contains("1 by two live leaders"), "{dup:?}");
+        assert!(
+            dup.details
+                .iter()
+                .any(|d| d.contains("two live leaders (pid 7, then pid 8")),
+            "{dup:?}"
+        );
+        let row = one_leader(&ev3);
+        assert!(
+            row.details[0].starts_with("chaos#2: chaos#2 (pid 8) led from 3.000 s"),
+            "{row:?}"
+        );
+        // One that lost the lead before the other took it is fine; a standby's handler is not.
+        let mut ev4 = replicated();
+        ev4.outputs[2].lines = vec![log_line(0.2, leaders::LEADS), log_line(0.4, leaders::LOST)];
+        assert!(one_leader(&ev4).ok, "{:?}", one_leader(&ev4));
+        ev4.log.calls.push(call(2.5, 9, Cause::Create, 2, 30));
+        let row = handlers_on_leaders(&ev4);
+        assert!(!row.ok);
+        assert!(row.details[0].contains("by pid 9 at 2.500 s"), "{row:?}");
     }
 
     #[test]

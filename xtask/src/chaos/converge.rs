@@ -127,6 +127,7 @@ pub(super) fn gather(
     timeline: &Timeline,
     log_path: &Path,
     outputs: Vec<RunOutput>,
+    replicas: usize,
 ) -> Result<Evidence> {
     let text = std::fs::read_to_string(log_path)
         .with_context(|| format!("reading the handler log {}", log_path.display()))?;
@@ -150,5 +151,6 @@ pub(super) fn gather(
         final_objects: stored_objects(server),
         outputs,
         request_bound: REQUEST_BOUND,
+        replicas,
     })
 }

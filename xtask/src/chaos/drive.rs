@@ -123,9 +123,9 @@ pub(super) async fn delete(api: &Api<DynamicObject>, name: &str) -> Result<()> {
     }
 }
 
-/// The kills at their planned moments (the operator restarted after each, at once or after
-/// its pause); between them, and until the load and the faults are done, a process that
-/// exited by itself is recorded and restarted.
+/// The kills at their planned moments, each of the replica it aims at (with several: the
+/// leader, or another), restarted at once or after its pause; between them, and until the
+/// load and the faults are done, a process that exited by itself is recorded and restarted.
 pub(super) async fn drive_kills(
     plan: &Plan,
     operator: &mut Supervisor,
@@ -138,11 +138,12 @@ pub(super) async fn drive_kills(
             operator.check(timeline).await?;
             tokio::time::sleep(POLL.min(kill.at.saturating_sub(started.elapsed()))).await;
         }
-        operator.kill(timeline).await?;
+        let slot = operator.target(kill);
+        operator.kill(slot, timeline).await?;
         if !kill.pause.is_zero() {
             tokio::time::sleep(kill.pause).await;
         }
-        operator.start(timeline)?;
+        operator.start(slot, timeline)?;
     }
     while finished.get() < 2 || started.elapsed() < plan.duration {
         operator.check(timeline).await?;

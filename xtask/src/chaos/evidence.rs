@@ -171,6 +171,8 @@ pub struct Timeline {
     pub starts: Vec<(Micros, u32)>,
     /// Operator processes that exited without being killed: (time, pid, status).
     pub exits: Vec<(Micros, u32, String)>,
+    /// Operator processes stopped (SIGTERM) at the end, once gone: (time, pid).
+    pub stops: Vec<(Micros, u32)>,
     /// Faults injected (and cleared): (time, description).
     pub faults: Vec<(Micros, String)>,
     /// Faults injected, by kind.
@@ -338,6 +340,8 @@ pub struct Evidence {
     pub outputs: Vec<RunOutput>,
     /// The highest acceptable count of requests about one object.
     pub request_bound: usize,
+    /// How many replicas ran at once (1: one process, no leader election).
+    pub replicas: usize,
 }
 
 impl Evidence {

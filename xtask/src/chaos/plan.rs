@@ -74,7 +74,14 @@ pub struct Kill {
     pub at: Duration,
     /// How long the operator stays down (mostly zero: restarted at once).
     pub pause: Duration,
+    /// With several replicas: aim at the leader (2 kills in 3), else at a standby.
+    pub leader: bool,
+    /// With several replicas: which of the candidates (modulo their number).
+    pub pick: usize,
 }
+
+/// The share of kills aimed at the leader when several replicas run.
+const LEADER_KILLS: f64 = 2.0 / 3.0;
 
 /// Which endpoint of the objects a PATCH fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +178,19 @@ impl Plan {
             } else {
                 Duration::ZERO
             };
-            kills.push(Kill { at: secs(t), pause });
+            kills.push(Kill {
+                at: secs(t),
+                pause,
+                leader: false,
+                pick: 0,
+            });
+        }
+        // The replicas' targets from an RNG of their own, so that a seed replays the same
+        // schedule of everything else with one replica or several.
+        let mut targets = StdRng::seed_from_u64(seed ^ 0x7265_706c_6963_6173);
+        for k in &mut kills {
+            k.leader = targets.random_bool(LEADER_KILLS);
+            k.pick = targets.random_range(0..1024);
         }
         let span = (t + 2.0).max(MIN_SECS);
         let creating = span * 0.75;

@@ -10,6 +10,7 @@ use kopf_testing::FakeApiServer;
 
 use super::checks;
 use super::evidence::{Evidence, Micros, Timeline};
+use super::leaders;
 use super::plan::Plan;
 
 /// The figures of the run, after the table.
@@ -64,6 +65,10 @@ pub(super) fn summary(
         "kills",
         format!("{} (processes: {})", t.kills.len(), t.starts.len()),
     );
+    if ev.replicas > 1 {
+        line(&mut out, "replicas", ev.replicas.to_string());
+        line(&mut out, "takeovers", leaders::takeover_summary(ev));
+    }
     line(
         &mut out,
         "faults injected",
@@ -162,6 +167,12 @@ pub(super) fn keep_files(
     );
     events.extend(
         timeline
+            .stops
+            .iter()
+            .map(|(t, pid)| (*t, format!("pid {pid} stopped (SIGTERM)"))),
+    );
+    events.extend(
+        timeline
             .exits
             .iter()
             .map(|(t, pid, s)| (*t, format!("pid {pid} exited by itself: {s}"))),
@@ -178,6 +189,12 @@ pub(super) fn keep_files(
             .iter()
             .map(|(t, f)| (*t, format!("failed operation: {f}"))),
     );
+    for l in leaders::intervals(ev) {
+        events.push((l.from, format!("{} (pid {}) leads now", l.name, l.pid)));
+        if l.end == leaders::End::Lost {
+            events.push((l.to, format!("{} (pid {}) lost the lead", l.name, l.pid)));
+        }
+    }
     events.sort_by_key(|(t, _)| *t);
     for (t, e) in events {
         let _ = writeln!(text, "{:>9} {}  {e}", timeline.at(t), t);
