@@ -22,6 +22,12 @@
 //! client-go's bounds, and every object must be handled by exactly one replica. It runs
 //! unless `--example` names are given and none of them is `replicas`.
 //!
+//! Then the scenario `shards` (`shards.rs`) runs three processes of the minimal example with
+//! `--shards 3`: each serves one hash range; 3,000 objects are shared, each handled by
+//! exactly one replica; a replica is SIGKILLed among 1,500 more, its range taken over by a
+//! survivor within client-go's bound (timed), and every object handled (at least once around
+//! the kill, never by both survivors). Selected like `replicas`, by its name.
+//!
 //! Some examples need more around them (`Setup`): the admission example gets its two-version
 //! CRD (restored to `examples/crd.yaml` afterwards), a free port for its webhook server, and
 //! a host the API server reaches: `localhost` for the fake API server, the gateway of kind's
@@ -39,12 +45,17 @@ use kopf_testing::{Cluster, ClusterKind};
 mod replicas;
 mod scenarios;
 mod setup;
+mod shards;
 mod steps;
 
 use replicas::REPLICAS;
 use scenarios::*;
 use setup::*;
+use shards::SHARDS;
 use steps::*;
+
+/// The scenarios of several processes, run after the examples (names for `--example`).
+const GROUPS: [&str; 2] = [REPLICAS, SHARDS];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClusterArg {
@@ -72,7 +83,8 @@ pub struct E2eArgs {
     #[arg(long, value_enum, default_value_t = ClusterArg::Fake)]
     cluster: ClusterArg,
     /// Run only this example (repeatable). Default: all of crates/kopf/examples, then the
-    /// leader-election scenario `replicas` (a name for this option too).
+    /// leader-election scenario `replicas` and the sharding scenario `shards` (names for
+    /// this option too).
     #[arg(long = "example", value_name = "NAME")]
     examples: Vec<String>,
     /// Go on with the next example after a failure (default: stop at the first).
@@ -94,30 +106,35 @@ pub async fn run(args: E2eArgs) -> Result<()> {
     let paths = locate()?;
     let available = example_names(&paths.root)?;
     for name in &args.examples {
-        if !available.contains(name) && name != REPLICAS {
+        if !available.contains(name) && !GROUPS.contains(&name.as_str()) {
             bail!(
-                "no example {name:?} in crates/kopf/examples (there are: {}; and the scenario {REPLICAS})",
-                available.join(", ")
+                "no example {name:?} in crates/kopf/examples (there are: {}; and the scenarios {})",
+                available.join(", "),
+                GROUPS.join(", ")
             );
         }
     }
-    let replicas = args.examples.is_empty() || args.examples.iter().any(|e| e == REPLICAS);
+    let groups: Vec<&str> = GROUPS
+        .into_iter()
+        .filter(|g| args.examples.is_empty() || args.examples.iter().any(|e| e == g))
+        .collect();
     let selected: Vec<String> = if args.examples.is_empty() {
         available
     } else {
         args.examples
             .iter()
-            .filter(|e| *e != REPLICAS)
+            .filter(|e| !GROUPS.contains(&e.as_str()))
             .cloned()
             .collect()
     };
     if !args.no_build {
         build(&paths.root)?;
     }
-    let replicas_bin = replicas.then(|| paths.examples.join(replicas::EXAMPLE));
+    // Both group scenarios run the minimal example.
+    let group_bin = (!groups.is_empty()).then(|| paths.examples.join(replicas::EXAMPLE));
     for bin in std::iter::once(paths.kopf.clone())
         .chain(selected.iter().map(|e| paths.examples.join(e)))
-        .chain(replicas_bin)
+        .chain(group_bin)
     {
         if !bin.is_file() {
             bail!(
@@ -144,7 +161,7 @@ pub async fn run(args: E2eArgs) -> Result<()> {
     );
     // On Ctrl-C, the operators are killed and the cluster is still torn down.
     let outcome = tokio::select! {
-        outcome = run_all(&cluster, &paths, &selected, replicas, args.keep_going) => outcome,
+        outcome = run_all(&cluster, &paths, &selected, &groups, args.keep_going) => outcome,
         _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
     };
     if let Err(e) = cluster.teardown().await {
@@ -169,7 +186,7 @@ async fn run_all(
     cluster: &Cluster,
     paths: &Paths,
     selected: &[String],
-    replicas: bool,
+    groups: &[&str],
     keep_going: bool,
 ) -> Result<(usize, usize, usize)> {
     cluster
@@ -227,18 +244,20 @@ async fn run_all(
             )),
         };
         if !report(example, t0, result, &mut passed, &mut failed) && !keep_going {
-            return Ok((
-                passed,
-                failed,
-                selected.len() - i - 1 + usize::from(replicas),
-            ));
+            return Ok((passed, failed, selected.len() - i - 1 + groups.len()));
         }
     }
-    if replicas {
+    for (i, &group) in groups.iter().enumerate() {
         let t0 = Instant::now();
-        println!("== {REPLICAS}");
-        let result = replicas::run(cluster, paths, &template).await;
-        report(REPLICAS, t0, result, &mut passed, &mut failed);
+        println!("== {group}");
+        let result = if group == SHARDS {
+            shards::run(cluster, paths, &template).await
+        } else {
+            replicas::run(cluster, paths, &template).await
+        };
+        if !report(group, t0, result, &mut passed, &mut failed) && !keep_going {
+            return Ok((passed, failed, groups.len() - i - 1));
+        }
     }
     Ok((passed, failed, 0))
 }

@@ -61,11 +61,7 @@ pub(crate) async fn run(cluster: &Cluster, paths: &Paths, template: &str) -> Res
     for name in existing(cluster, &names).await? {
         force_delete(cluster, &name).await;
     }
-    let mut r = Replicas {
-        cluster,
-        procs: Vec::new(),
-        step: "start",
-    };
+    let mut r = Replicas::new(cluster);
     let result = r
         .scenario(paths, template, &names)
         .await
@@ -85,15 +81,25 @@ pub(crate) async fn run(cluster: &Cluster, paths: &Paths, template: &str) -> Res
     result.and(cleaned)
 }
 
-struct Replicas<'a> {
-    cluster: &'a Cluster,
+/// The replicas of a scenario and its step (also the `shards` scenario's).
+pub(crate) struct Replicas<'a> {
+    pub(crate) cluster: &'a Cluster,
     /// The replicas, `replicas#1` to `#3`, in the order they were started.
-    procs: Vec<OperatorRunner>,
+    pub(crate) procs: Vec<OperatorRunner>,
     /// The step under way (or the last one).
-    step: &'static str,
+    pub(crate) step: &'static str,
 }
 
-impl Replicas<'_> {
+impl<'a> Replicas<'a> {
+    /// No replica yet; the step `start`.
+    pub(crate) fn new(cluster: &'a Cluster) -> Self {
+        Replicas {
+            cluster,
+            procs: Vec::new(),
+            step: "start",
+        }
+    }
+
     async fn scenario(&mut self, paths: &Paths, template: &str, names: &[String]) -> Result<()> {
         let (first, rest) = names.split_at(BATCHES[0]);
         let (second, third) = rest.split_at(BATCHES[1]);
@@ -239,12 +245,12 @@ impl Replicas<'_> {
         Ok(())
     }
 
-    fn begin(&mut self, step: &'static str) -> Instant {
+    pub(crate) fn begin(&mut self, step: &'static str) -> Instant {
         self.step = step;
         Instant::now()
     }
 
-    fn done(&self, started: Instant) {
+    pub(crate) fn done(&self, started: Instant) {
         println!(
             "   {:<8} ok ({:.1} s)",
             self.step,
@@ -252,7 +258,7 @@ impl Replicas<'_> {
         );
     }
 
-    fn name(&self, i: usize) -> &str {
+    pub(crate) fn name(&self, i: usize) -> &str {
         self.procs[i].name()
     }
 
@@ -315,7 +321,7 @@ impl Replicas<'_> {
         Ok(())
     }
 
-    fn tails(&self, which: &[usize]) -> String {
+    pub(crate) fn tails(&self, which: &[usize]) -> String {
         which
             .iter()
             .map(|&i| format!("[{}]\n{}", self.name(i), self.procs[i].tail(20)))
@@ -469,16 +475,30 @@ fn identity(op: &OperatorRunner) -> Option<String> {
     Some(rest[..rest.find(").")?].to_string())
 }
 
-/// The lines that show a handler call of the object: the minimal example's
-/// `Creating NAME with spec …`, and Kopf's `[NS/NAME] Handler '…' succeeded.` (or failed,
-/// or retried).
+/// The lines that show a handler call of the object (see [`handler_line`]).
 fn handler_lines(op: &OperatorRunner, name: &str) -> Vec<String> {
-    let creating = format!("Creating {name} with spec");
-    let prefix = format!("[{NAMESPACE}/{name}] ");
     op.lines()
         .into_iter()
-        .filter(|l| l.contains(&creating) || (l.contains(&prefix) && l.contains("Handler '")))
+        .filter(|l| handler_line(l).is_some_and(|(n, _)| n == name))
         .collect()
+}
+
+/// The object of a line that shows a handler call, and whether it is the call itself: the
+/// minimal example's `Creating NAME with spec …` (true), or Kopf's `[NS/NAME] Handler '…'
+/// succeeded.` (or failed, or retried; false).
+pub(crate) fn handler_line(line: &str) -> Option<(&str, bool)> {
+    if let Some(at) = line.find("Creating ") {
+        let rest = &line[at + "Creating ".len()..];
+        if let Some(end) = rest.find(" with spec") {
+            return Some((&rest[..end], true));
+        }
+    }
+    if !line.contains("Handler '") {
+        return None;
+    }
+    let prefix = format!("[{NAMESPACE}/");
+    let rest = &line[line.find(&prefix)? + prefix.len()..];
+    Some((&rest[..rest.find("] ")?], false))
 }
 
 fn ran_handler(op: &OperatorRunner, name: &str) -> bool {
@@ -486,7 +506,7 @@ fn ran_handler(op: &OperatorRunner, name: &str) -> bool {
 }
 
 /// The spec in the object's diff-base annotation.
-fn diffbase_spec(object: &Value) -> Option<Value> {
+pub(crate) fn diffbase_spec(object: &Value) -> Option<Value> {
     let text = object.pointer("/metadata/annotations")?.get(DIFFBASE)?;
     let diffbase: Value = serde_json::from_str(text.as_str()?).ok()?;
     diffbase.get("spec").cloned()
