@@ -28,7 +28,6 @@ use crate::shard;
 use crate::shared::{Observed, Slot, WorkerShared, api_for};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
-
 /// Per-resource processing.
 pub struct Engine {
     client: kube::Client,
