@@ -7,7 +7,12 @@
 //! handler: what the finalizer costs), `kopf` (Python Kopf 1.45 from PyPI, in a
 //! venv the harness creates), `kube-rs` (a `kube::runtime::Controller`), `limit` (a plain
 //! client sending exactly the diff-base and status PATCHes) and `limit-status` (the status
-//! PATCH only). Scenarios, in this order on one server per system:
+//! PATCH only); opt-in with `--system`: `kopf-rs-sharded-2` and `kopf-rs-sharded-3` (2 or 3
+//! processes of the `minimal` example with `--shards 2` or `3` against one server, lease
+//! timings 5 s, 4 s, 0.5 s; CPU and RSS summed over the processes and shown per process,
+//! and the start-up sharing timed). They are not in the default list: they add two systems'
+//! churn and idle time to every run, and on a 2-core machine they measure the cores more
+//! than the framework. Scenarios, in this order on one server per system:
 //!
 //! * **burst**: N objects exist before the operator starts; time until all have their
 //!   status, requests per object by endpoint, CPU seconds and peak RSS of the operator;
@@ -45,7 +50,7 @@ pub struct BenchArgs {
     /// Objects (default 10,000; 1,000 with --quick).
     #[arg(long)]
     n: Option<usize>,
-    /// Only these systems (repeatable). Default: all.
+    /// Only these systems (repeatable). Default: all but the sharded ones.
     #[arg(long = "system", value_enum)]
     systems: Vec<System>,
     /// Updates per second in the churn scenario (default 50; 20 with --quick).
@@ -97,19 +102,40 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     };
     let machine = machine(python.as_deref());
     println!("== machine\n{machine}");
+    let kopf_rs: Vec<String> = vec![
+        release.join("examples/minimal").display().to_string(),
+        "run".into(),
+        "-A".into(),
+        "--standalone".into(),
+        // Kopf and kube-rs have no client-side rate limit either.
+        "--qps".into(),
+        "0".into(),
+    ];
     let mut results = Vec::new();
     for system in systems {
         println!("== {} (N = {})", system.name(), plan.n);
         let command = match system {
-            System::KopfRs => vec![
-                release.join("examples/minimal").display().to_string(),
-                "run".into(),
-                "-A".into(),
-                "--standalone".into(),
-                // Kopf and kube-rs have no client-side rate limit either.
-                "--qps".into(),
-                "0".into(),
-            ],
+            System::KopfRs => kopf_rs.clone(),
+            System::KopfRsSharded2 | System::KopfRsSharded3 => {
+                let shards = system.replicas().to_string();
+                let mut command = kopf_rs.clone();
+                // Scaled-down lease timings (defaults: 15, 10, 2): the ranges are taken in
+                // the second round, one retry period after the start.
+                command.extend(
+                    [
+                        "--shards",
+                        &shards,
+                        "--lease-duration",
+                        "5",
+                        "--renew-deadline",
+                        "4",
+                        "--retry-period",
+                        "0.5",
+                    ]
+                    .map(String::from),
+                );
+                command
+            }
             System::KopfRsDelete => vec![
                 release.join("kopf-rs-delete").display().to_string(),
                 "run".into(),

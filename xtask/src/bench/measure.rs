@@ -106,47 +106,86 @@ pub(super) async fn measure_on(
     });
     let watcher = tokio::spawn(watch_progress(api.clone(), rv, tx));
 
-    // Burst.
-    let mut operator = OperatorRunner::command(&command[0])
-        .args(&command[1..])
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .name(system.name())
-        .start()?;
+    // Burst: the clock starts with the processes, as for every system (start-up included).
+    let replicas = system.replicas();
+    let mut operators = (0..replicas)
+        .map(|i| {
+            let name = match replicas {
+                1 => system.name().to_string(),
+                _ => format!("{}-{i}", system.name()),
+            };
+            OperatorRunner::command(&command[0])
+                .args(&command[1..])
+                .env("KUBECONFIG", cluster.kubeconfig())
+                .name(name)
+                .start()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let t0 = Instant::now();
     let deadline = t0 + plan.burst_timeout;
+    let mut burst_seconds = None;
+    let mut sharing = None;
     loop {
         let done = progress.borrow_and_update().created.len();
-        if done >= plan.n {
+        if replicas > 1 && sharing.is_none() && operators.iter().all(serves_one) {
+            sharing = Some((t0.elapsed().as_secs_f64(), done));
+            println!(
+                "   every replica serves one range after {:.2}s, {done} objects done by then",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        if done >= plan.n && burst_seconds.is_none() {
+            burst_seconds = Some(t0.elapsed().as_secs_f64());
+        }
+        if burst_seconds.is_some() && (replicas == 1 || sharing.is_some()) {
             break;
         }
-        if let Some(status) = operator.try_status() {
+        if let Some((name, status)) = operators
+            .iter_mut()
+            .find_map(|o| o.try_status().map(|s| (o.name().to_string(), s)))
+        {
             bail!(
-                "the operator exited ({status}) with {done} of {} objects done:\n{}",
+                "{name} exited ({status}) with {done} of {} objects done:\n{}",
                 plan.n,
-                operator.tail(20)
+                tails(&operators)
             );
         }
         if Instant::now() > deadline {
             bail!(
-                "{done} of {} objects done after {:?}: the system misses objects\n{}",
+                "{done} of {} objects done after {:?}{}: the system misses objects\n{}",
                 plan.n,
                 plan.burst_timeout,
-                operator.tail(20)
+                if replicas > 1 && sharing.is_none() {
+                    " (the replicas never served one range each)"
+                } else {
+                    ""
+                },
+                tails(&operators)
             );
         }
-        let _ = tokio::time::timeout(Duration::from_millis(200), progress.changed()).await;
+        // Finer while the replicas' sharing is awaited: it is timed from their logs.
+        let tick = if sharing.is_none() && replicas > 1 {
+            20
+        } else {
+            200
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(tick), progress.changed()).await;
     }
-    let burst_seconds = t0.elapsed().as_secs_f64();
+    let burst_seconds = burst_seconds.unwrap_or_default();
     // Writes still in flight for the last objects (e.g. a diff-base after the status).
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (cpu, _, _) = process_usage(operator.pid());
+    let cpu: Vec<f64> = operators.iter().map(|o| process_usage(o.pid()).0).collect();
     let burst = requests(&client).await?;
     let mut measured = Measured {
         system: system.name(),
         n: plan.n,
         burst_seconds,
         burst_requests_per_object: per_endpoint(&burst, plan.n),
-        burst_cpu_seconds: cpu,
+        burst_cpu_seconds: cpu.iter().sum(),
+        replicas,
+        burst_cpu_per_replica: if replicas > 1 { cpu } else { Vec::new() },
+        sharing_seconds: sharing.map(|(s, _)| s),
+        done_at_sharing: sharing.map_or(0, |(_, d)| d),
         ..Default::default()
     };
 
@@ -201,20 +240,47 @@ pub(super) async fn measure_on(
     control(&client, "DELETE", "requests").await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     // The peak over the whole run (the churn may need more than the burst did).
-    let (_, peak, rss) = process_usage(operator.pid());
-    measured.peak_rss_mb = peak;
-    measured.idle_rss_mb = rss;
+    let usage: Vec<(f64, f64, f64)> = operators.iter().map(|o| process_usage(o.pid())).collect();
+    measured.peak_rss_mb = usage.iter().map(|u| u.1).sum();
+    measured.idle_rss_mb = usage.iter().map(|u| u.2).sum();
+    if replicas > 1 {
+        measured.peak_rss_per_replica_mb = usage.iter().map(|u| u.1).collect();
+    }
     measured.idle_requests = requests(&client)
         .await?
         .iter()
         .filter(|r| r.by_operator())
         .count();
     watcher.abort();
-    let status = operator.stop(Duration::from_secs(30)).await?;
-    if !status.success() {
-        println!("   note: {} exited with {status}", system.name());
+    for operator in &mut operators {
+        let status = operator.stop(Duration::from_secs(30)).await?;
+        if !status.success() {
+            println!("   note: {} exited with {status}", operator.name());
+        }
     }
     Ok(measured)
+}
+
+/// Whether a sharded replica's last `Serving shards {..} of N.` line names exactly one range.
+fn serves_one(operator: &OperatorRunner) -> bool {
+    operator
+        .lines()
+        .iter()
+        .rev()
+        .find_map(|l| {
+            let rest = &l[l.find("Serving shards ")? + "Serving shards ".len()..];
+            Some(rest[..rest.find(" of ")?].to_string())
+        })
+        .is_some_and(|s| s != "{}" && !s.contains(','))
+}
+
+/// The last lines of each process's output.
+fn tails(operators: &[OperatorRunner]) -> String {
+    operators
+        .iter()
+        .map(|o| format!("-- {}:\n{}", o.name(), o.tail(20)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 pub(super) async fn watch_progress(

@@ -12,6 +12,12 @@ pub enum System {
     KopfRs,
     /// kopf-rs: the `minimal` example's job plus a delete handler (the finalizer's cost).
     KopfRsDelete,
+    /// kopf-rs: 2 processes of the `minimal` example with `--shards 2` (opt-in).
+    #[value(name = "kopf-rs-sharded-2")]
+    KopfRsSharded2,
+    /// kopf-rs: 3 processes of the `minimal` example with `--shards 3` (opt-in).
+    #[value(name = "kopf-rs-sharded-3")]
+    KopfRsSharded3,
     /// Python Kopf 1.45.
     Kopf,
     /// kube-rs `Controller`.
@@ -27,10 +33,21 @@ impl System {
         match self {
             System::KopfRs => "kopf-rs",
             System::KopfRsDelete => "kopf-rs-delete",
+            System::KopfRsSharded2 => "kopf-rs-sharded-2",
+            System::KopfRsSharded3 => "kopf-rs-sharded-3",
             System::Kopf => "kopf",
             System::KubeRs => "kube-rs",
             System::Limit => "limit",
             System::LimitStatus => "limit-status",
+        }
+    }
+
+    /// How many processes of the system run side by side (each with `--shards` this many).
+    pub(super) fn replicas(self) -> usize {
+        match self {
+            System::KopfRsSharded2 => 2,
+            System::KopfRsSharded3 => 3,
+            _ => 1,
         }
     }
 }
@@ -50,8 +67,18 @@ pub(super) struct Measured {
     pub(super) n: usize,
     pub(super) burst_seconds: f64,
     pub(super) burst_requests_per_object: BTreeMap<String, f64>,
+    /// Summed over the replicas, as are the RSS figures.
     pub(super) burst_cpu_seconds: f64,
     pub(super) peak_rss_mb: f64,
+    /// Processes of the system.
+    pub(super) replicas: usize,
+    /// Per replica (empty for a single process).
+    pub(super) burst_cpu_per_replica: Vec<f64>,
+    pub(super) peak_rss_per_replica_mb: Vec<f64>,
+    /// Sharded: from the start until every replica served exactly one range, and the
+    /// objects done by then.
+    pub(super) sharing_seconds: Option<f64>,
+    pub(super) done_at_sharing: usize,
     pub(super) churn_updates: usize,
     pub(super) churn_latency_ms: BTreeMap<&'static str, f64>,
     pub(super) churn_requests_per_update: BTreeMap<String, f64>,

@@ -39,6 +39,7 @@ pub(super) fn report(results: &[Measured], machine: &str, plan: &Plan) -> String
             m.peak_rss_mb
         ));
     }
+    sharded(&mut md, results);
     md.push_str("\n### churn\n\n| system | updates | p50 ms | p99 ms | max ms | requests per update |\n|---|---|---|---|---|---|\n");
     for m in results {
         let l = |k: &str| m.churn_latency_ms.get(k).copied().unwrap_or(f64::NAN);
@@ -52,7 +53,9 @@ pub(super) fn report(results: &[Measured], machine: &str, plan: &Plan) -> String
             requests_text(&m.churn_requests_per_update)
         ));
     }
-    md.push_str("\n### idle\n\n| system | RSS MB | requests in 5 s |\n|---|---|---|\n");
+    md.push_str(
+        "\n### idle\n\n| system | RSS MB (all processes) | requests in 5 s |\n|---|---|---|\n",
+    );
     for m in results {
         md.push_str(&format!(
             "| {} | {:.1} | {} |\n",
@@ -75,4 +78,46 @@ pub(super) fn report(results: &[Measured], machine: &str, plan: &Plan) -> String
         md.push_str("\nThroughput ×: kopf-rs objects/s divided by theirs (above 1: kopf-rs is faster). RSS × and p99 ×: kopf-rs divided by theirs (below 1: kopf-rs uses less, waits less).\n");
     }
     md
+}
+
+/// The sharded systems (several processes): per replica, the start-up sharing, and the
+/// ratios of the totals to the one-process `kopf-rs`.
+fn sharded(md: &mut String, results: &[Measured]) {
+    let many: Vec<&Measured> = results.iter().filter(|m| m.replicas > 1).collect();
+    if many.is_empty() {
+        return;
+    }
+    let one = results.iter().find(|m| m.system == "kopf-rs");
+    let list = |v: &[f64], digits: usize| {
+        v.iter()
+            .map(|x| format!("{x:.digits$}"))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    md.push_str("\n### sharded replicas (burst)\n\nCPU and RSS above are summed over the replicas; here per replica, and the totals against one `kopf-rs` process (×). Sharing: from the start until every replica served exactly one range; the objects/s after it count only the objects left then.\n\n| system | replicas | objects/s (×) | CPU s total (×) | peak RSS MB total (×) | CPU s per replica | peak RSS MB per replica | sharing s | done by then | objects/s after sharing |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for m in many {
+        let x = |ours: f64, theirs: Option<f64>| theirs.map_or("n/a".into(), |t| ratio(ours, t));
+        let sharing = m.sharing_seconds.unwrap_or(f64::NAN);
+        let after = (m.n - m.done_at_sharing.min(m.n)) as f64 / (m.burst_seconds - sharing);
+        md.push_str(&format!(
+            "| {} | {} | {:.0} ({}) | {:.2} ({}) | {:.1} ({}) | {} | {} | {:.2} | {} | {} |\n",
+            m.system,
+            m.replicas,
+            m.n as f64 / m.burst_seconds,
+            x(1.0 / m.burst_seconds, one.map(|o| 1.0 / o.burst_seconds)),
+            m.burst_cpu_seconds,
+            x(m.burst_cpu_seconds, one.map(|o| o.burst_cpu_seconds)),
+            m.peak_rss_mb,
+            x(m.peak_rss_mb, one.map(|o| o.peak_rss_mb)),
+            list(&m.burst_cpu_per_replica, 2),
+            list(&m.peak_rss_per_replica_mb, 1),
+            sharing,
+            m.done_at_sharing,
+            if after.is_finite() && after > 0.0 {
+                format!("{after:.0}")
+            } else {
+                "n/a".into()
+            },
+        ));
+    }
 }
