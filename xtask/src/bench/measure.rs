@@ -216,6 +216,21 @@ pub(super) async fn measure_on(
     for w in writes {
         w.await?.context("a churn write")?;
     }
+    // Two writes to one object can land in the other order than they were issued (each is
+    // its own task): what must be handled is each object's spec as it ended up.
+    let listed = api
+        .list(&Default::default())
+        .await
+        .context("listing the objects after the churn")?;
+    for o in listed.items {
+        if let (Some(name), Some(field)) = (
+            o.metadata.name.as_ref(),
+            o.data["spec"]["field"].as_str(),
+        ) && let Some(expected) = last.get_mut(name)
+        {
+            *expected = field.to_string();
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let missing = last
