@@ -223,10 +223,9 @@ pub(super) async fn measure_on(
         .await
         .context("listing the objects after the churn")?;
     for o in listed.items {
-        if let (Some(name), Some(field)) = (
-            o.metadata.name.as_ref(),
-            o.data["spec"]["field"].as_str(),
-        ) && let Some(expected) = last.get_mut(name)
+        if let (Some(name), Some(field)) =
+            (o.metadata.name.as_ref(), o.data["spec"]["field"].as_str())
+            && let Some(expected) = last.get_mut(name)
         {
             *expected = field.to_string();
         }
