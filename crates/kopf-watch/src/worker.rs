@@ -128,7 +128,8 @@ impl WorkerShared {
                 Box::pin(self.sync_daemons(&uid, &observed, memo, spawned)).await;
             }
             // States older than our last write are skipped until it comes back (or the
-            // consistency timeout passes); a DELETED event is never stale.
+            // consistency timeout passes and the object is read), and states older than one
+            // read are skipped for good; a DELETED event is never stale.
             let stale = observed.event != EventKind::Deleted
                 && (expected_rv.is_some_and(|(want, deadline)| {
                     rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline

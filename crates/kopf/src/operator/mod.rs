@@ -297,7 +297,9 @@ impl Operator {
     }
 
     /// How long changing handlers wait for our own write to come back through the watch
-    /// (default 5 s, Kopf's consistency timeout).
+    /// (default 5 s, Kopf's consistency timeout). When it has not come back by then, the
+    /// object is read (one GET) and that state is processed, not the older one at hand
+    /// (which would run the handlers again); Kopf processes the state at hand.
     pub fn consistency_timeout(mut self, timeout: Duration) -> Self {
         self.settings.consistency_timeout = timeout;
         self
