@@ -276,13 +276,7 @@ impl Engine {
                 // stopped with "operator pausing"), and the watch starts again with a
                 // listing, whose objects are held, not processed (the workers' states are
                 // gone with them).
-                shared
-                    .pausing
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                for (uid, slot) in workers.drain() {
-                    slot.tx.send_replace(None);
-                    known_before_pause.insert(uid);
-                }
+                shared.end_workers(&mut workers, &mut known_before_pause);
                 tokio::select! {
                     _ = &mut shutdown => break,
                     _ = async { while tasks.join_next().await.is_some() {} } => {}
@@ -307,13 +301,7 @@ impl Engine {
                 listing = None;
                 // Each worker ends (its pending state dropped, its daemons and timers stopped
                 // with "operator pausing"); the listing after the pause brings them back.
-                shared
-                    .pausing
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                for (uid, slot) in workers.drain() {
-                    slot.tx.send_replace(None);
-                    known_before_pause.insert(uid);
-                }
+                shared.end_workers(&mut workers, &mut known_before_pause);
                 let after = pause::wait_paused(
                     &mut gate,
                     &mut tasks,

@@ -57,6 +57,23 @@ pub(crate) fn rv(body: &Value) -> Option<u64> {
 }
 
 impl WorkerShared {
+    /// Ends every worker for a pause or a standby (each drops its pending state and stops
+    /// its daemons and timers with "operator pausing"); their uids go to `known`, so that
+    /// the listing afterwards can tell which objects went away meanwhile. The caller waits
+    /// for the workers' tasks, then clears `pausing`.
+    pub(crate) fn end_workers(
+        &self,
+        workers: &mut std::collections::HashMap<String, Slot>,
+        known: &mut HashSet<String>,
+    ) {
+        self.pausing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for (uid, slot) in workers.drain() {
+            slot.tx.send_replace(None);
+            known.insert(uid);
+        }
+    }
+
     pub(crate) fn was_handled(&self, uid: &str) -> bool {
         self.handled_once
             .lock()
