@@ -454,16 +454,22 @@ impl<'a> Replicas<'a> {
 
 /// `run`'s leader-election options.
 fn election_args() -> Vec<String> {
+    let mut args = vec![format!("--leader-election={LEASE}")];
+    args.extend(lease_args(LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD));
+    args
+}
+
+/// `run`'s Lease options (leader election and sharding): the namespace and the timings.
+pub(crate) fn lease_args(lease: Duration, renew: Duration, retry: Duration) -> Vec<String> {
     vec![
-        format!("--leader-election={LEASE}"),
         "--leader-election-namespace".into(),
         NAMESPACE.into(),
         "--lease-duration".into(),
-        LEASE_DURATION.as_secs().to_string(),
+        lease.as_secs().to_string(),
         "--renew-deadline".into(),
-        RENEW_DEADLINE.as_secs().to_string(),
+        renew.as_secs().to_string(),
         "--retry-period".into(),
-        RETRY_PERIOD.as_secs_f64().to_string(),
+        retry.as_secs_f64().to_string(),
     ]
 }
 

@@ -515,18 +515,13 @@ impl Shards<'_> {
 
 /// `run`'s sharding options.
 fn shard_args() -> Vec<String> {
-    vec![
-        "--shards".into(),
-        COUNT.to_string(),
-        "--leader-election-namespace".into(),
-        NAMESPACE.into(),
-        "--lease-duration".into(),
-        LEASE_DURATION.as_secs().to_string(),
-        "--renew-deadline".into(),
-        RENEW_DEADLINE.as_secs().to_string(),
-        "--retry-period".into(),
-        RETRY_PERIOD.as_secs_f64().to_string(),
-    ]
+    let mut args = vec!["--shards".into(), COUNT.to_string()];
+    args.extend(super::replicas::lease_args(
+        LEASE_DURATION,
+        RENEW_DEADLINE,
+        RETRY_PERIOD,
+    ));
+    args
 }
 
 /// The ranges in a replica's last `Serving shards {0, 2} of 3.` line.
