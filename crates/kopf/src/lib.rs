@@ -136,7 +136,7 @@ pub use client::Client;
 pub use config::{USER_AGENT, client_config};
 pub use error::Error;
 pub use fake::fake_apiserver;
-pub use operator::Operator;
+pub use operator::{Operator, Reconciler};
 pub use running::run;
 
 /// Attribute macros that register handlers for [`run()`](fn@run) (and
@@ -382,6 +382,9 @@ pub use kopf_core::memo::Memo;
 pub use kopf_core::metrics::{Metrics, MetricsLayer};
 pub use kopf_core::processing::{Lifecycle, Persistence};
 pub use kopf_core::progress::ProgressStorage;
+pub use kopf_core::reconcile::{
+    Action, Backoff, ObjectRef, ReconcileConfig, ReconcileContext, Trigger,
+};
 /// Kopf's peering: its settings, the peering resources (`peering::PEERING_YAML`), and the
 /// `freeze`, `resume` and `peers` operations of the `kopf` command.
 pub use kopf_peering as peering;

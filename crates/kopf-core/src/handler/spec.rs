@@ -157,6 +157,21 @@ pub enum HandlerKind {
     Timer(TimerOptions),
     /// A daemon per object.
     Daemon(DaemonOptions),
+    /// Not a handler: something the resource's engine reads (its reconcile, its declared
+    /// conditions), registered and routed to the resource like a handler.
+    Declaration(Declaration),
+}
+
+/// A value of any type declared for a resource (see [`HandlerKind::Declaration`]); the
+/// module that owns the type reads it back with [`HandlerSpec::declared`]. Type-erased so
+/// that this vocabulary module depends on none of them.
+#[derive(Clone)]
+pub struct Declaration(Arc<dyn std::any::Any + Send + Sync>, &'static str);
+
+impl std::fmt::Debug for Declaration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.1)
+    }
 }
 
 /// A registered handler.
@@ -299,6 +314,34 @@ impl HandlerSpec {
         spec.kind = HandlerKind::Daemon(options);
         spec.requires_finalizer = true;
         spec
+    }
+
+    /// A declaration for the resource's engine (not a handler: it is never called).
+    ///
+    /// ```
+    /// use kopf_core::handler::HandlerSpec;
+    ///
+    /// #[derive(Debug, PartialEq)]
+    /// struct Settings(u32);
+    /// let spec = HandlerSpec::declaration("settings", Settings(7));
+    /// assert_eq!(spec.declared::<Settings>(), Some(&Settings(7)));
+    /// assert_eq!(spec.declared::<String>(), None);
+    /// ```
+    pub fn declaration<T: Send + Sync + 'static>(id: &str, value: T) -> Self {
+        let noop = |_: Cause| async { Ok(None) };
+        let mut spec = HandlerSpec::new(id, None, noop);
+        spec.kind =
+            HandlerKind::Declaration(Declaration(Arc::new(value), std::any::type_name::<T>()));
+        spec.requires_finalizer = false;
+        spec
+    }
+
+    /// The declared value of type `T`, if this spec declares one.
+    pub fn declared<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        match &self.kind {
+            HandlerKind::Declaration(Declaration(value, _)) => value.downcast_ref::<T>(),
+            _ => None,
+        }
     }
 
     /// Applies registration options. A `field` option on a handler without one restricts it
