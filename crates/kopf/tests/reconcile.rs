@@ -492,3 +492,52 @@ async fn the_concurrency_limit_holds_across_objects() {
         "at most two at once, and two did run at once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_of_a_reconcile_is_retried_not_lost() {
+    let server = server().await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let op = Operator::new().reconcile_with(
+        Reconciler::new(
+            "kopfexamples",
+            move |obj: Arc<Value>, ctx: ReconcileContext| {
+                c.fetch_add(1, Ordering::SeqCst);
+                ctx.patch()
+                    .merge(json!({"status": {"seen": obj["spec"]["field"]}}));
+                async { Ok::<_, HandlerError>(Action::await_change()) }
+            },
+        )
+        .backoff(Backoff::exponential(
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+        )),
+    );
+    // The status PATCHes fail three times (the API server, not the reconcile).
+    server.inject_fault(kopf_testing::FaultRule::new(
+        kopf_testing::RequestPattern::any()
+            .verb("patch")
+            .resource("kopfexamples")
+            .subresource("status"),
+        503,
+        3,
+    ));
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(
+        &api,
+        "k",
+        "the reconcile's status despite three 503s",
+        |o| o.is_some_and(|o| o.data["status"]["seen"] == json!("a")),
+    )
+    .await;
+    running.stop().await;
+    assert!(
+        calls.load(Ordering::SeqCst) >= 4,
+        "the reconcile ran again after each failed write: {}",
+        calls.load(Ordering::SeqCst)
+    );
+}
