@@ -541,3 +541,53 @@ async fn a_failed_write_of_a_reconcile_is_retried_not_lost() {
         calls.load(Ordering::SeqCst)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_drops_pending_requeues_and_the_resume_reconciles_each_object_once() {
+    let server = server().await;
+    let (control, gate) = kopf::Gate::channel();
+    let triggers = Arc::new(Mutex::new(Vec::<Trigger>::new()));
+    let t = triggers.clone();
+    let op = Operator::new().gate(gate).reconcile(
+        "kopfexamples",
+        move |_obj: Arc<Value>, ctx: ReconcileContext| {
+            t.lock().expect("lock").push(ctx.trigger().clone());
+            async { Ok::<_, HandlerError>(Action::requeue(Duration::from_millis(100))) }
+        },
+    );
+    let running = Running::start(&server, op).await;
+    kex_api(&server)
+        .create(&PostParams::default(), &obj("k", json!({})))
+        .await
+        .expect("create");
+    let requeues = |t: &Mutex<Vec<Trigger>>| {
+        t.lock()
+            .expect("lock")
+            .iter()
+            .filter(|t| **t == Trigger::Requeue)
+            .count()
+    };
+    eventually("requeues", async || requeues(&triggers) >= 2).await;
+    control.pause("in favour of other@host (priority 100)");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at_pause = triggers.lock().expect("lock").len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        triggers.lock().expect("lock").len(),
+        at_pause,
+        "no reconcile while paused (its requeues are dropped)"
+    );
+    control.resume();
+    eventually("reconciled again after the pause", async || {
+        triggers.lock().expect("lock")[at_pause..].contains(&Trigger::Listed)
+    })
+    .await;
+    running.stop().await;
+    let after: Vec<Trigger> = triggers.lock().expect("lock")[at_pause..].to_vec();
+    assert_eq!(after[0], Trigger::Listed, "{after:?}");
+    assert_eq!(
+        after.iter().filter(|t| **t == Trigger::Listed).count(),
+        1,
+        "once per object when the operator acts again: {after:?}"
+    );
+}
