@@ -162,6 +162,18 @@ fn try_expand(attr: TokenStream, item: TokenStream, kind: Kind) -> syn::Result<T
                 }
             }
         }
+        Kind::Reconcile => {
+            let make = quote_spanned!(name.span()=> ::kopf::Reconciler::new(#target, #name));
+            let calls = &args.reconciler;
+            quote! {
+                ::kopf::registry::ReconcileRegistration {
+                    resource: #target,
+                    id: #id,
+                    apply: |op: ::kopf::Operator| op.reconcile_with(#make.id(#id) #(#calls)*),
+                    #place
+                }
+            }
+        }
         Kind::Validate | Kind::Mutate => {
             if let Some(f) = &args.field {
                 options.push(quote!(.field(#f)));
