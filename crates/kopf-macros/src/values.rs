@@ -151,3 +151,22 @@ pub(crate) fn duration(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
         other => Err(syn::Error::new_spanned(other, not_a_duration(key))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_with_units() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration(" 1h "), Some(Duration::from_secs(3600)));
+        for bad in ["30", "s", "1 fortnight", "-1s", "1.2.3s", ""] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+}
