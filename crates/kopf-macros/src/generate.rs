@@ -169,7 +169,11 @@ fn try_expand(attr: TokenStream, item: TokenStream, kind: Kind) -> syn::Result<T
                 ::kopf::registry::ReconcileRegistration {
                     resource: #target,
                     id: #id,
-                    apply: |op: ::kopf::Operator| op.reconcile_with(#make.id(#id) #(#calls)*),
+                    // (a name no user function has: the function and its `cleanup` and
+                    // mappers are named inside the closure)
+                    apply: |__kopf_operator: ::kopf::Operator| {
+                        __kopf_operator.reconcile_with(#make.id(#id) #(#calls)*)
+                    },
                     #place
                 }
             }
