@@ -167,11 +167,28 @@ impl Engine {
         let indexers = kind_of(|k| matches!(k, HandlerKind::Index(_)));
         let watchers = kind_of(|k| matches!(k, HandlerKind::Event));
         let spawners = kind_of(|k| matches!(k, HandlerKind::Timer(_) | HandlerKind::Daemon(_)));
-        let reconcile = self
+        let reconciles: Vec<&ReconcileSpec> = self
             .handlers
             .iter()
-            .find_map(|h| h.declared::<ReconcileSpec>())
-            .cloned();
+            .filter_map(|h| h.declared::<ReconcileSpec>())
+            .collect();
+        if reconciles.len() > 1 {
+            let ar = &self.resource.api_resource;
+            return Err(WatchError::SeveralReconciles {
+                resource: if ar.group.is_empty() {
+                    ar.plural.clone()
+                } else {
+                    format!("{}.{}", ar.plural, ar.group)
+                },
+                count: reconciles.len(),
+                ids: reconciles
+                    .iter()
+                    .map(|r| format!("'{}'", r.id))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let reconcile = reconciles.first().map(|r| (*r).clone());
         let mut extensions = self.settings.extensions.clone();
         extensions.insert(self.client.clone());
         extensions.insert(self.settings.indexes.clone());

@@ -83,6 +83,18 @@ pub enum WatchError {
         /// The API server's message.
         message: String,
     },
+    /// More than one reconcile is registered for one resource.
+    #[error(
+        "{resource} has {count} reconciles ({ids}); a resource has at most one: merge them into one function, or give the others to cause handlers"
+    )]
+    SeveralReconciles {
+        /// `plural.group`.
+        resource: String,
+        /// How many.
+        count: usize,
+        /// Their ids.
+        ids: String,
+    },
     /// The resource cannot be watched.
     #[error("{resource} cannot be served: it lacks the {verb:?} verb")]
     MissingVerb {

@@ -591,3 +591,24 @@ async fn a_pause_drops_pending_requeues_and_the_resume_reconciles_each_object_on
         "once per object when the operator acts again: {after:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reconciles_of_one_resource_stop_the_operator_with_a_clear_error() {
+    let server = server().await;
+    let noop = |_obj: Arc<Value>, _ctx: ReconcileContext| async {
+        Ok::<_, HandlerError>(Action::await_change())
+    };
+    let op = Operator::new()
+        .reconcile_with(Reconciler::new("kopfexamples", noop).id("first"))
+        .reconcile_with(Reconciler::new("kopfexamples", noop).id("second"));
+    let running = Running::start_with(&server, op, Duration::from_secs(70), false).await;
+    let error = running
+        .result()
+        .await
+        .expect_err("two reconciles are refused");
+    let text = error.to_string();
+    assert!(
+        text.contains("kopfexamples.kopf.dev has 2 reconciles ('first', 'second')"),
+        "{text}"
+    );
+}
