@@ -19,6 +19,7 @@
 
 pub mod activities;
 pub mod causes;
+pub mod conditions;
 mod cycle;
 pub mod daemons;
 pub mod events;

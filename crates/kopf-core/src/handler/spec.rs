@@ -13,6 +13,7 @@ use super::context::{EventsHandle, Extensions, PatchHandle};
 use super::error::{ErrorsMode, HandlerResult};
 use super::options::{FieldFilter, MetaFilter, Options, WhenFilter, split_field};
 use crate::causes::Reason;
+use crate::conditions::{ConditionsHandle, ConditionsSpec};
 use crate::daemons::options::{DaemonOptions, TimerOptions};
 use crate::daemons::stopped::Stopped;
 use crate::index::IndexTypes;
@@ -54,11 +55,15 @@ pub struct Cause {
     pub stopped: Option<Stopped>,
     /// Operator-wide values handlers can ask for (the API client, the indexes...).
     pub extensions: Extensions,
+    /// The object's `status.conditions` for this cycle, shared by its handlers (read with
+    /// the [`Conditions`](crate::conditions::Conditions) extractor).
+    pub conditions: ConditionsHandle,
 }
 
 impl Cause {
     /// A cause for a body with no diff and no history (for tests and tools).
     pub fn for_body(reason: Reason, body: Value) -> Self {
+        let conditions = ConditionsHandle::new(&body);
         Cause {
             reason,
             body,
@@ -74,6 +79,7 @@ impl Cause {
             event: None,
             stopped: None,
             extensions: Extensions::default(),
+            conditions,
         }
     }
 
@@ -157,6 +163,10 @@ pub enum HandlerKind {
     Timer(TimerOptions),
     /// A daemon per object.
     Daemon(DaemonOptions),
+    /// The resource's `status.conditions`: declared defaults and auto conditions. A
+    /// declaration that rides with the resource's handlers, not a handler (its function
+    /// is a no-op, it needs no finalizer).
+    Conditions(ConditionsSpec),
 }
 
 /// A registered handler.
@@ -290,6 +300,16 @@ impl HandlerSpec {
         spec.kind = HandlerKind::Timer(options);
         spec.requires_finalizer = true;
         spec
+    }
+
+    /// The resource's conditions declaration ([`HandlerKind::Conditions`]): no handler
+    /// runs, no finalizer is needed; the cycles of the resource's objects apply it.
+    pub fn conditions(spec: ConditionsSpec) -> Self {
+        let noop = |_c: Cause| async { Ok(None) };
+        let mut spec_ = HandlerSpec::new("conditions", None, noop);
+        spec_.kind = HandlerKind::Conditions(spec);
+        spec_.errors = ErrorsMode::Ignored;
+        spec_
     }
 
     /// A daemon per object; it requires the finalizer, so that it stops before the object
