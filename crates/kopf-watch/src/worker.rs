@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::conditions::ApiConditionsSync;
 use crate::shared::{Observed, WorkerShared, object_span, rv};
 use crate::spawning::Spawned;
 use crate::write::CycleEnd;
@@ -339,9 +340,15 @@ impl WorkerShared {
         let span = object_span(&observed.body);
         async move {
             let body = &observed.body;
+            // Handlers' `Conditions::sync()` writes through the object's API at once.
+            let sync = Arc::new(ApiConditionsSync::new(
+                self.api_for(body),
+                body,
+                self.resource.status_subresource,
+            ));
             let outcome = self
                 .processor
-                .process_with(observed.event, body, initial, memo, rejected)
+                .process_synced(observed.event, body, initial, memo, rejected, Some(sync))
                 .await;
             log_cause(&outcome, body);
             if outcome.reason == Reason::Gone {
