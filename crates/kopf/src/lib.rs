@@ -362,6 +362,9 @@ pub mod on {
 // The framework's types, from the crates that define them.
 pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
+pub use kopf_core::conditions::{
+    AutoConditions, Condition, ConditionStatus, Conditions, ConditionsSpec,
+};
 pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
 pub use kopf_core::extract::{
     Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,

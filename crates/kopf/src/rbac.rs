@@ -280,4 +280,16 @@ mod tests {
         )];
         assert!(super::rules(&missing, &all).is_err());
     }
+
+    #[test]
+    fn a_conditions_declaration_needs_the_status_patch() {
+        let all = [discovered("kopf.dev", "kopfexamples", true)];
+        let regs = vec![(
+            Selector::from("kopfexamples"),
+            HandlerSpec::conditions(kopf_core::conditions::ConditionsSpec::new().summary("Ready")),
+        )];
+        let rules = rules(&regs, &all).expect("resolved");
+        assert!(rules.contains(&json!({"apiGroups": ["kopf.dev"], "resources": ["kopfexamples/status"], "verbs": ["patch"]})));
+        assert!(rules.contains(&json!({"apiGroups": ["kopf.dev"], "resources": ["kopfexamples"], "verbs": ["list", "watch", "patch"]})));
+    }
 }

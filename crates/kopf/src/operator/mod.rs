@@ -3,6 +3,7 @@
 //! file per kind of handler, each its own `impl Operator` block).
 
 mod activities;
+mod conditions;
 mod connect;
 mod resource_handlers;
 #[cfg(feature = "admission")]
