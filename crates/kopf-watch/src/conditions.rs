@@ -155,6 +155,8 @@ pub(crate) struct ApiConditionsSync {
     status_subresource: bool,
     /// The object as last known (the cycle's body, then what our syncs returned).
     body: Arc<Mutex<Value>>,
+    /// Whether a sync has written.
+    synced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ApiConditionsSync {
@@ -169,7 +171,16 @@ impl ApiConditionsSync {
                 .to_string(),
             status_subresource,
             body: Arc::new(Mutex::new(body.clone())),
+            synced: Arc::default(),
         }
+    }
+
+    /// The object as the last sync wrote it (None when nothing was synced): the cycle's
+    /// own write goes against it, so that its guard expects the synced list.
+    pub(crate) fn synced_body(&self) -> Option<Value> {
+        self.synced
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then(|| self.body.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
 }
 
@@ -179,6 +190,7 @@ impl ConditionsSync for ApiConditionsSync {
         let name = self.name.clone();
         let status = self.status_subresource;
         let shared = self.body.clone();
+        let synced = self.synced.clone();
         Box::pin(async move {
             let body = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let mut plan = PatchPlan::new();
@@ -215,6 +227,7 @@ impl ConditionsSync for ApiConditionsSync {
             };
             if let Ok(v) = serde_json::to_value(stored) {
                 *shared.lock().unwrap_or_else(|e| e.into_inner()) = v;
+                synced.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             tracing::debug!("The conditions are written (synced by a handler).");
             Ok(())

@@ -348,15 +348,25 @@ impl WorkerShared {
             ));
             let outcome = self
                 .processor
-                .process_synced(observed.event, body, initial, memo, rejected, Some(sync))
+                .process_synced(
+                    observed.event,
+                    body,
+                    initial,
+                    memo,
+                    rejected,
+                    Some(sync.clone()),
+                )
                 .await;
+            // After a handler's sync, the writes go against the object as it returned it.
+            let synced = sync.synced_body();
+            let written = synced.as_ref().unwrap_or(body);
             log_cause(&outcome, body);
             if outcome.reason == Reason::Gone {
                 self.forget(uid);
                 return CycleEnd::Gone;
             }
             let end = self
-                .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
+                .apply(written, &outcome.plan, &outcome.delivered, outcome.delay)
                 .await;
             // Outcomes are reported once the writes went through: a result the API server
             // refused is not a success, and a cause whose writes failed is not processed.

@@ -10,7 +10,8 @@
 //! Handler arguments are extractors (the axum pattern): `Spec<T>`, `Status<T>`, `Body`,
 //! `Meta`, `Name`, `Namespace`, `Uid`, `Labels`, `Annotations`, `Diff`, `Old<T>`, `New<T>`,
 //! `Reason`, `Retry`, `Started`, `Runtime`, `Patch`, `Events`, `Logger`, `Memo<T>`,
-//! `SubHandlers`, or the whole `Cause`. Handlers are `async fn`s, or plain `fn`s that run on
+//! `SubHandlers`, `Conditions` (the object's `status.conditions`; see
+//! [`Operator::conditions`]), or the whole `Cause`. Handlers are `async fn`s, or plain `fn`s that run on
 //! blocking threads.
 //!
 //! ```no_run

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use kopf::{
     ConditionStatus, Conditions, ConditionsSpec, HandlerError, Name, Operator, PermanentError,
+    TimerOptions,
 };
 use kopf_testing::FakeApiServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -363,8 +364,38 @@ async fn sync_publishes_conditions_while_the_handler_runs() {
     go_on.notify_one();
     until_condition(&api, "k", "Provisioned", "True").await;
     eventually("the creation handled", async || handled(&api, "k").await).await;
+    settle(&server).await;
     let list = conditions(&api, "k").await;
     assert_eq!(list.len(), 1, "one entry per type: {list:?}");
     assert_eq!(list[0]["reason"], "Created");
+    // The sync, then the cycle's own write, guarded by the synced list: no conflict.
+    let codes: Vec<u16> = status_patches(&server, "k").iter().map(|p| p.0).collect();
+    assert_eq!(codes, vec![200, 200]);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn timers_set_conditions_with_their_delivery() {
+    let server = server().await;
+    let api = kex_api(&server);
+    let op = Operator::new().timer(
+        "kopfexamples",
+        "check",
+        TimerOptions::every(Duration::from_millis(200)),
+        |c: Conditions| async move {
+            c.set("Checked", ConditionStatus::True, "Ticked", "")?;
+            Ok::<_, HandlerError>(())
+        },
+    );
+    let running = Running::start(&server, op).await;
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_condition(&api, "k", "Checked", "True").await;
+    // Later ticks set the same: nothing more is written.
+    settle(&server).await;
+    let first = status_patches(&server, "k").len();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(status_patches(&server, "k").len(), first);
     running.stop().await;
 }
