@@ -399,3 +399,85 @@ async fn timers_set_conditions_with_their_delivery() {
     assert_eq!(status_patches(&server, "k").len(), first);
     running.stop().await;
 }
+
+#[tokio::test]
+async fn an_invalid_condition_fails_the_handler_before_any_request() {
+    let server = server().await;
+    let api = kex_api(&server);
+    let op = Operator::new().on_create("kopfexamples", "create_fn", |c: Conditions| async move {
+        c.set("Ready", ConditionStatus::True, "not a reason", "")?;
+        Ok::<_, HandlerError>(json!({"message": "never"}))
+    });
+    let running = Running::start(&server, op).await;
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    eventually("the creation handled (failed)", async || {
+        handled(&api, "k").await
+    })
+    .await;
+    settle(&server).await;
+    assert!(conditions(&api, "k").await.is_empty());
+    let sent_conditions = operator_requests(&server)
+        .iter()
+        .any(|r| r.method == "PATCH" && r.body.contains("conditions"));
+    assert!(!sent_conditions, "nothing of it was sent");
+    assert!(
+        !running
+            .logged_at("ERROR", "invalid condition reason")
+            .is_empty(),
+        "the handler's failure says why: {:?}",
+        running.logs()
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_status_subresource_conditions_go_with_the_objects_patch() {
+    let server = server().await;
+    let mut crd = common::crd();
+    crd["metadata"]["name"] = json!("kopfplains.kopf.dev");
+    crd["spec"]["names"] =
+        json!({"kind": "KopfPlain", "plural": "kopfplains", "singular": "kopfplain"});
+    if let Some(versions) = crd["spec"]["versions"].as_array_mut() {
+        for v in versions {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("subresources");
+                m.remove("additionalPrinterColumns");
+            }
+        }
+    }
+    server.apply_object(crd).expect("crd");
+    let ar = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("kopf.dev", "v1", "KopfPlain"),
+        "kopfplains",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
+    let op = Operator::new().on_create("kopfplains", "create_fn", |c: Conditions| async move {
+        c.set("Ready", ConditionStatus::True, "Created", "")?;
+        Ok::<_, HandlerError>(json!({"message": "hello"}))
+    });
+    let running = Running::start(&server, op).await;
+    let object: DynamicObject = serde_json::from_value(json!({"apiVersion": "kopf.dev/v1",
+        "kind": "KopfPlain", "metadata": {"name": "p"}, "spec": {"field": "a"}}))
+    .expect("object");
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("create");
+    until_condition(&api, "p", "Ready", "True").await;
+    eventually("the creation handled", async || handled(&api, "p").await).await;
+    settle(&server).await;
+    let stored = api.get("p").await.expect("get");
+    assert_eq!(stored.data["status"]["create_fn"]["message"], "hello");
+    let patches: Vec<(u16, String)> = operator_requests(&server)
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/kopfplains/p"))
+        .map(|r| (r.status, r.patch_type))
+        .collect();
+    assert_eq!(
+        patches,
+        vec![(200, "json".to_string())],
+        "one guarded JSON patch"
+    );
+    running.stop().await;
+}
