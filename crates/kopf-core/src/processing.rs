@@ -280,7 +280,22 @@ impl Processor {
             && !deleting
             && !out.ran.is_empty()
         {
-            intents.extend(auto_intents(&spec.auto, &out.ran, out.done));
+            let mut ran = out.ran.clone();
+            let failed_now = ran
+                .iter()
+                .any(|(_, o)| matches!(o, HandlerOutcome::Failed { .. }));
+            if out.counts.1 > 0 && !failed_now {
+                // A handler of the cause failed for good in an earlier cycle: the summary
+                // and kstatus still say so (its own condition was set then).
+                ran.push((
+                    String::new(),
+                    HandlerOutcome::Failed {
+                        message: "a handler of this cause failed for good in an earlier attempt"
+                            .into(),
+                    },
+                ));
+            }
+            intents.extend(auto_intents(&spec.auto, &ran, out.done));
         }
         intents
     }

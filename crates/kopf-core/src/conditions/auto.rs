@@ -36,7 +36,9 @@ fn set(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Int
 }
 
 /// The intents of the auto conditions for the outcomes of the handlers that ran in a cycle
-/// (id, outcome), `done` when the cause is handled (every handler of it finished).
+/// (id, outcome), `done` when the cause is handled (every handler of it finished). An
+/// outcome with an empty id stands for the cause's earlier outcomes: it counts for the
+/// summary and kstatus, its message as is, and has no per-handler condition.
 ///
 /// | outcome | per handler | summary | kstatus |
 /// |---|---|---|---|
@@ -60,7 +62,7 @@ pub fn auto_intents(
 ) -> Vec<Intent> {
     let mut out = Vec::new();
     if spec.per_handler {
-        for (id, outcome) in outcomes {
+        for (id, outcome) in outcomes.iter().filter(|(id, _)| !id.is_empty()) {
             let t = handler_condition_type(id);
             match outcome {
                 HandlerOutcome::Succeeded => {
@@ -82,6 +84,7 @@ pub fn auto_intents(
         }
     }
     let failure = outcomes.iter().find_map(|(id, o)| match o {
+        HandlerOutcome::Failed { message } if id.is_empty() => Some(message.clone()),
         HandlerOutcome::Failed { message } => Some(format!("handler '{id}' failed: {message}")),
         _ => None,
     });

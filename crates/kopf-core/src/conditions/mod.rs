@@ -312,6 +312,35 @@ mod tests {
             Some(ConditionStatus::True)
         );
         assert!(auto_intents(&AutoConditions::default(), &failed, true).is_empty());
+        // An earlier failure of the cause (empty id): the summary stays False.
+        let earlier = [
+            ("update_fn".into(), HandlerOutcome::Succeeded),
+            (
+                String::new(),
+                HandlerOutcome::Failed {
+                    message: "earlier".into(),
+                },
+            ),
+        ];
+        let e = auto_intents(&auto, &earlier, true);
+        assert_eq!(
+            status_of(&e, "Ready").map(|s| s.0),
+            Some(ConditionStatus::False)
+        );
+        assert_eq!(
+            status_of(&e, "Stalled").map(|s| s.0),
+            Some(ConditionStatus::True)
+        );
+        assert_eq!(
+            status_of(&e, "UpdateFnSucceeded").map(|s| s.0),
+            Some(ConditionStatus::True)
+        );
+        assert_eq!(
+            e.iter()
+                .filter(|i| i.type_().ends_with("Succeeded"))
+                .count(),
+            1
+        );
         assert_eq!(
             handler_condition_type("update/spec.field"),
             "UpdateSpecFieldSucceeded"
