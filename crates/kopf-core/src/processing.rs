@@ -253,12 +253,23 @@ impl Processor {
 }
 
 impl Processor {
-    /// The resource's conditions declaration, if it has one.
-    fn conditions_spec(&self) -> Option<&ConditionsSpec> {
-        self.inner.handlers.iter().find_map(|h| match &h.kind {
+    /// The resource's conditions declarations, as one (declared types in order; an auto
+    /// condition on when any declaration asks for it; the first summary type).
+    fn conditions_spec(&self) -> Option<ConditionsSpec> {
+        let mut specs = self.inner.handlers.iter().filter_map(|h| match &h.kind {
             HandlerKind::Conditions(spec) => Some(spec),
             _ => None,
-        })
+        });
+        let mut all = specs.next()?.clone();
+        for spec in specs {
+            all.declared.extend(spec.declared.iter().cloned());
+            all.auto.per_handler |= spec.auto.per_handler;
+            all.auto.kstatus |= spec.auto.kstatus;
+            if all.auto.summary.is_none() {
+                all.auto.summary = spec.auto.summary.clone();
+            }
+        }
+        Some(all)
     }
 
     /// The condition intents of a cycle: the declared defaults (except in a deletion's
@@ -269,14 +280,14 @@ impl Processor {
         let mut intents = Vec::new();
         let deleting = out.reason == Reason::Delete;
         let spec = self.conditions_spec();
-        if let Some(spec) = spec
+        if let Some(spec) = &spec
             && !deleting
             && out.finalizer != Some(FinalizerChange::Added)
         {
             intents.extend(spec.declared.iter().cloned());
         }
         intents.extend(handlers);
-        if let Some(spec) = spec
+        if let Some(spec) = &spec
             && !deleting
             && !out.ran.is_empty()
         {
