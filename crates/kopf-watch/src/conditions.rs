@@ -106,7 +106,12 @@ pub(crate) async fn write_guarded(
             Ok(v) => v,
             Err(e) => return Guarded::Failed(kube::Error::SerdeError(e)),
         };
-        if guard_holds(&base, &fresh) {
+        // On the object, the patch may carry a finalizer's resourceVersion test too: only
+        // an unchanged object makes the 422 the server's refusal of the content.
+        let unchanged = status
+            || base.pointer("/metadata/resourceVersion")
+                == fresh.pointer("/metadata/resourceVersion");
+        if guard_holds(&base, &fresh) && unchanged {
             if s.code == 422 {
                 return Guarded::Refused(*s);
             }

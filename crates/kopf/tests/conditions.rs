@@ -481,3 +481,45 @@ async fn without_a_status_subresource_conditions_go_with_the_objects_patch() {
     );
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_422_on_an_unchanged_list_is_a_failure_of_the_handler_not_a_race() {
+    use kopf_testing::{FaultRule, RequestPattern};
+    let server = server().await;
+    let api = kex_api(&server);
+    let op = Operator::new().on_create("kopfexamples", "create_fn", |c: Conditions| async move {
+        c.set("Ready", ConditionStatus::True, "Created", "")?;
+        Ok::<_, HandlerError>(json!({"message": "hello"}))
+    });
+    let running = Running::start(&server, op).await;
+    // As kube-apiserver words a schema violation of the result.
+    let patches = RequestPattern::any()
+        .verb("patch")
+        .resource("kopfexamples")
+        .subresource("status");
+    let mut rule = FaultRule::new(patches, 422, 1);
+    rule.message = Some(
+        r#"KopfExample.kopf.dev "k" is invalid: status.create_fn: Invalid value: "object": status.create_fn in body must be of type string: "object""#
+            .into(),
+    );
+    server.inject_fault(rule);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    eventually("the refusal reported", async || {
+        !running
+            .logged_at("ERROR", "Handler 'create_fn' returned a result")
+            .is_empty()
+    })
+    .await;
+    settle(&server).await;
+    // One send, one read of the object (the list is as it was), no resend of the same.
+    let codes: Vec<u16> = status_patches(&server, "k").iter().map(|p| p.0).collect();
+    assert_eq!(codes, vec![422]);
+    assert!(
+        !handled(&api, "k").await,
+        "never a diff-base without the result"
+    );
+    assert!(conditions(&api, "k").await.is_empty());
+    running.stop().await;
+}
