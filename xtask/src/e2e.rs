@@ -215,6 +215,7 @@ async fn run_all(
                     name: name.clone(),
                     binary: paths.examples.join(example),
                     child: None,
+                    child_state: Default::default(),
                     step: "setup",
                     run_args: Vec::new(),
                 };

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod plan;
 pub mod processing;
 pub mod progress;
+pub mod reconcile;
 pub mod shards;
 pub mod text;
 pub mod throttle;

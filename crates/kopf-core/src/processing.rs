@@ -256,10 +256,11 @@ impl Processor {
     /// The resource's conditions declarations, as one (declared types in order; an auto
     /// condition on when any declaration asks for it; the first summary type).
     fn conditions_spec(&self) -> Option<ConditionsSpec> {
-        let mut specs = self.inner.handlers.iter().filter_map(|h| match &h.kind {
-            HandlerKind::Conditions(spec) => Some(spec),
-            _ => None,
-        });
+        let mut specs = self
+            .inner
+            .handlers
+            .iter()
+            .filter_map(|h| h.declared::<ConditionsSpec>());
         let mut all = specs.next()?.clone();
         for spec in specs {
             all.declared.extend(spec.declared.iter().cloned());
@@ -1512,12 +1513,11 @@ mod tests {
             c.set("Provisioned", ConditionStatus::True, "Created", "")?;
             Ok(())
         }
-        let declared = HandlerSpec::conditions(
-            ConditionsSpec::new()
-                .declare("Ready", ConditionStatus::Unknown, "Pending", "")
-                .per_handler(true)
-                .summary("Ready"),
-        );
+        let declared = ConditionsSpec::new()
+            .declare("Ready", ConditionStatus::Unknown, "Pending", "")
+            .per_handler(true)
+            .summary("Ready")
+            .into_spec();
         let processor = Processor::new(
             vec![
                 declared,

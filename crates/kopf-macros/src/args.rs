@@ -26,6 +26,8 @@ pub(crate) struct Args {
     pub(crate) interval: Option<TokenStream2>,
     /// Method calls on `TimerOptions` / `DaemonOptions`.
     pub(crate) spawning: Vec<TokenStream2>,
+    /// Method calls on `Reconciler`.
+    pub(crate) reconciler: Vec<TokenStream2>,
 }
 
 /// Parses and checks the attribute's arguments for `kind`.
@@ -96,6 +98,11 @@ pub(crate) fn parse_args(attr: TokenStream, kind: Kind) -> syn::Result<Args> {
             ));
         }
         seen.push(name.clone());
+        if kind == Kind::Reconcile && name != "id" {
+            args.reconciler
+                .push(crate::reconcile::option(&key, &name, given)?);
+            continue;
+        }
         if let Given::Entries(entries) = given {
             let method = match name.as_str() {
                 "labels" => quote!(label),

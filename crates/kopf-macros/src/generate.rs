@@ -162,6 +162,22 @@ fn try_expand(attr: TokenStream, item: TokenStream, kind: Kind) -> syn::Result<T
                 }
             }
         }
+        Kind::Reconcile => {
+            let make = quote_spanned!(name.span()=> ::kopf::Reconciler::new(#target, #name));
+            let calls = &args.reconciler;
+            quote! {
+                ::kopf::registry::ReconcileRegistration {
+                    resource: #target,
+                    id: #id,
+                    // (a name no user function has: the function and its `cleanup` and
+                    // mappers are named inside the closure)
+                    apply: |__kopf_operator: ::kopf::Operator| {
+                        __kopf_operator.reconcile_with(#make.id(#id) #(#calls)*)
+                    },
+                    #place
+                }
+            }
+        }
         Kind::Validate | Kind::Mutate => {
             if let Some(f) = &args.field {
                 options.push(quote!(.field(#f)));

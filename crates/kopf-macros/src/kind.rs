@@ -20,6 +20,8 @@ pub(crate) enum Kind {
     Validate,
     Mutate,
     Convert,
+    /// `#[kopf::reconcile]` (not under `on`: a reconcile is not a handler of a cause).
+    Reconcile,
 }
 
 /// What comes first in the attribute.
@@ -50,6 +52,7 @@ pub(crate) const ALL: &[Kind] = &[
     Kind::Validate,
     Kind::Mutate,
     Kind::Convert,
+    Kind::Reconcile,
 ];
 
 /// The filters of handlers of objects.
@@ -114,6 +117,16 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
             ]);
         }
         Kind::Login | Kind::Convert => {}
+        Kind::Reconcile => v.extend([
+            "id",
+            "owns",
+            "watches",
+            "cleanup",
+            "debounce",
+            "concurrency",
+            "timeout",
+            "backoff",
+        ]),
     }
     v
 }
@@ -150,6 +163,15 @@ pub(crate) fn why_not(kind: Kind, key: &str) -> Option<&'static str> {
         Kind::Convert => Some(
             "a converter takes only the CRD's name: #[kopf::on::convert(\"kopfexamples.kopf.dev\")]",
         ),
+        Kind::Reconcile if matches!(key, "retries" | "errors") => Some(
+            "a failed reconcile is retried after its `backoff` until it succeeds (a HandlerError::Permanent waits for the next change)",
+        ),
+        Kind::Reconcile if FILTERS.contains(&key) || matches!(key, "old" | "new") => Some(
+            "a reconcile runs for every object of its resource, whatever changed: look at the object in the function",
+        ),
+        Kind::Reconcile if matches!(key, "interval" | "idle" | "initial_delay") => {
+            Some("to be called again later, return `Action::requeue(duration)`")
+        }
         _ => None,
     }
 }
@@ -173,11 +195,15 @@ impl Kind {
             Kind::Validate => "validate",
             Kind::Mutate => "mutate",
             Kind::Convert => "convert",
+            Kind::Reconcile => "reconcile",
         }
     }
 
     pub(crate) fn attr(self) -> String {
-        format!("#[kopf::on::{}]", self.name())
+        match self {
+            Kind::Reconcile => "#[kopf::reconcile]".to_string(),
+            _ => format!("#[kopf::on::{}]", self.name()),
+        }
     }
 
     pub(crate) fn target(self) -> Target {
@@ -195,7 +221,10 @@ impl Kind {
             Kind::Timer => ", interval = 60",
             _ => "",
         };
-        format!("#[kopf::on::{}(\"kopfexamples\"{extra})]", self.name())
+        match self {
+            Kind::Reconcile => "#[kopf::reconcile(\"kopfexamples\")]".to_string(),
+            _ => format!("#[kopf::on::{}(\"kopfexamples\"{extra})]", self.name()),
+        }
     }
 
     /// Its options, as a message lists them.
@@ -203,7 +232,7 @@ impl Kind {
         let names: Vec<String> = options_of(self)
             .iter()
             .map(|o| match *o {
-                "labels" | "annotations" => format!("`{o}(...)`"),
+                "labels" | "annotations" | "watches" => format!("`{o}(...)`"),
                 _ => format!("`{o}`"),
             })
             .collect();

@@ -3,6 +3,9 @@
 //! `kopf` crate re-exports them as `kopf::on::*`, where each has an example); each registers
 //! the function for `kopf::run()` / `Operator::from_registry()`.
 //!
+//! `#[kopf::reconcile("kopfexamples")]` (at the crate's root, not under `on`) registers a
+//! level-triggered reconcile.
+//!
 //! Handlers of objects take the resource first (a string literal), then Kopf's options, all
 //! optional; activities (`startup`, `cleanup`, `probe`, `login`) take no resource;
 //! `convert` takes the CRD's name. Which options each macro takes:
@@ -24,6 +27,7 @@
 //! | `interval`, `initial_delay`, `idle` (seconds), `sharp` | `timer` | Kopf's timer options |
 //! | `initial_delay`, `cancellation_backoff`, `cancellation_timeout`, `cancellation_polling` (seconds) | `daemon` | Kopf's daemon options (`timer`: `cancellation_timeout` too) |
 //! | `operations = ["CREATE", ...]`, `operation`, `subresource`, `persistent`, `side_effects`, `ignore_failures` | `validate`, `mutate` | admission options |
+//! | `owns = [...]`, `watches(...)`, `cleanup = some_fn`, `debounce`, `concurrency`, `timeout`, `backoff = "1s..300s"` | `reconcile` | the reconcile's options (see `reconcile`) |
 //!
 //! Seconds are integers or floats (`timeout = 60`, `backoff = 1.5`); flags are written alone
 //! (`sharp`) or as `sharp = true`. Handlers are `async fn`s or plain `fn`s (these run on
@@ -33,6 +37,7 @@ mod args;
 mod errors;
 mod generate;
 mod kind;
+mod reconcile;
 mod syntax;
 mod values;
 
@@ -221,4 +226,29 @@ pub fn validate(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn mutate(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand(attr, item, Kind::Mutate)
+}
+
+/// Registers a level-triggered reconcile (as `Operator::reconcile_with`; Kopf has none):
+/// an `async fn(Arc<K>, ReconcileContext) -> Result<Action, E>` (`K`: any type the object
+/// deserializes into; `E: Into<HandlerError>`) called once for every object at start, after
+/// every change of it or of the objects it owns or watches, and when its `Action` asks.
+/// `#[kopf::reconcile("kopfexamples", owns = ["configmaps"])]`; its id is the function's
+/// name.
+///
+/// Options:
+/// * `id = "name"`: its id (logs, metrics; its cleanup's id is `<id>/cleanup`);
+/// * `owns = ["configmaps", "deployments.apps"]` (or one string): objects of these
+///   resources whose ownerReferences name an object trigger its reconcile;
+/// * `watches("secrets" = secret_owners)`: objects of these resources trigger the
+///   reconcile of the objects their mapper, a `fn(&T) -> Vec<kopf::ObjectRef>`, names;
+/// * `cleanup = remove_children`: an `async fn(Arc<K>, ReconcileContext) -> Result<(), E>`
+///   run when an object is deleted, behind the operator's finalizer;
+/// * `debounce = "500ms"`, `timeout = 30`: durations, as seconds (integers or floats) or
+///   strings with a unit (`"500ms"`, `"30s"`, `"5m"`, `"1h"`);
+/// * `concurrency = 8`: at most this many reconciles of the resource at once;
+/// * `backoff = "1s..300s"`: failed reconciles are retried after delays doubling from the
+///   first up to the second (bare numbers are seconds).
+#[proc_macro_attribute]
+pub fn reconcile(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand(attr, item, Kind::Reconcile)
 }

@@ -103,3 +103,70 @@ pub(crate) fn filter(value: &Expr, meta: bool) -> TokenStream2 {
         _ => quote!(#ty::Predicate(::std::sync::Arc::new(#value))),
     }
 }
+
+/// A duration as a string with a unit: `"500ms"`, `"30s"`, `"1.5s"`, `"5m"`, `"1h"` (None:
+/// not one).
+pub(crate) fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let at = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(at);
+    let number: f64 = number.parse().ok()?;
+    let factor = match unit.trim() {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    };
+    std::time::Duration::try_from_secs_f64(number * factor).ok()
+}
+
+/// A duration computed here, as code.
+pub(crate) fn duration_tokens(d: std::time::Duration) -> TokenStream2 {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    quote!(::std::time::Duration::new(#secs, #nanos))
+}
+
+/// The message of a value that is not a duration.
+fn not_a_duration(key: &Ident) -> String {
+    format!(
+        "`{key}` takes a duration: seconds (`{key} = 30`, `{key} = 1.5`) or a string with a unit (`{key} = \"500ms\"`, \"30s\", \"5m\", \"1h\")"
+    )
+}
+
+/// A duration: seconds as the other options take them (`30`, `1.5`), or a string with a
+/// unit (`"500ms"`, `"30s"`).
+pub(crate) fn duration(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(_) | Lit::Float(_),
+            ..
+        }) => seconds(key, value),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => match parse_duration(&s.value()) {
+            Some(d) => Ok(duration_tokens(d)),
+            None => Err(syn::Error::new_spanned(s, not_a_duration(key))),
+        },
+        other => Err(syn::Error::new_spanned(other, not_a_duration(key))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_with_units() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration(" 1h "), Some(Duration::from_secs(3600)));
+        for bad in ["30", "s", "1 fortnight", "-1s", "1.2.3s", ""] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+}

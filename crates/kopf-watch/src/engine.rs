@@ -15,6 +15,7 @@ use kopf_core::gate::{Gate, GateState};
 use kopf_core::handler::{HandlerKind, HandlerSpec};
 use kopf_core::layers::Stack;
 use kopf_core::processing::{Persistence, Processor};
+use kopf_core::reconcile::ReconcileSpec;
 use kopf_core::text::for_log;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::utils::Backoff;
@@ -166,6 +167,11 @@ impl Engine {
         let indexers = kind_of(|k| matches!(k, HandlerKind::Index(_)));
         let watchers = kind_of(|k| matches!(k, HandlerKind::Event));
         let spawners = kind_of(|k| matches!(k, HandlerKind::Timer(_) | HandlerKind::Daemon(_)));
+        let reconcile = self
+            .handlers
+            .iter()
+            .find_map(|h| h.declared::<ReconcileSpec>())
+            .cloned();
         let mut extensions = self.settings.extensions.clone();
         extensions.insert(self.client.clone());
         extensions.insert(self.settings.indexes.clone());
@@ -201,7 +207,11 @@ impl Engine {
             settings: self.settings.clone(),
             operator_gate: self.gate.clone(),
             pausing: std::sync::atomic::AtomicBool::new(false),
+            reconcile: reconcile.clone(),
         });
+        // Reconcile requests of owned and related objects, and the names they may use.
+        let mut triggers = reconcile.as_ref().map(|r| r.triggers.subscribe());
+        let mut names = kopf_core::reconcile::Names::default();
         let mut gate = self.gate.clone();
         let resource_name = pause::resource_name(&self.resource);
         // The objects known when the operator paused: those missing from the listing after
@@ -339,6 +349,14 @@ impl Engine {
                     }
                     continue;
                 }
+                Some(request) = async { match triggers.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
+                    if let Some(uid) = names.uid(&request.target)
+                        && let Some(kick) = workers.get(uid).and_then(|w| w.kick.as_ref())
+                    {
+                        kick.kick(request.trigger);
+                    }
+                    continue;
+                }
                 item = stream.next() => item,
             };
             let Some(item) = item else {
@@ -473,6 +491,9 @@ impl Engine {
             };
             // Indexes see every event, in order, also while standing by.
             shared.index(&uid, &body, kind).await;
+            if shared.reconcile.is_some() {
+                names.observe(&body, &uid, kind == EventKind::Deleted);
+            }
             if let Some(held) = standby.as_mut() {
                 if kind == EventKind::Deleted {
                     held.remove(&uid);
@@ -517,15 +538,20 @@ impl Engine {
             let (tx, rx) = watch::channel(Some(observed));
             let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
             shared.queued(&pending);
+            let kick = shared
+                .reconcile
+                .as_ref()
+                .map(|_| Arc::new(kopf_core::reconcile::Kick::default()));
             workers.insert(
                 uid.clone(),
                 Slot {
                     tx,
                     pending: pending.clone(),
+                    kick: kick.clone(),
                 },
             );
             let shared = shared.clone();
-            tasks.spawn(async move { shared.work(uid, rx, pending).await });
+            tasks.spawn(async move { shared.work(uid, rx, pending, kick).await });
         }
         if kind == EventKind::Deleted {
             workers.retain(|_, w| !w.tx.is_closed());

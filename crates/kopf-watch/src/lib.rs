@@ -26,6 +26,7 @@ mod observe;
 mod orchestrator;
 mod outage;
 mod pause;
+mod reconcile;
 mod selector;
 mod settings;
 mod shard;

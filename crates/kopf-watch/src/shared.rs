@@ -48,6 +48,8 @@ pub(crate) struct WorkerShared {
     pub(crate) operator_gate: kopf_core::gate::Gate,
     /// The engine ends the workers for a pause: daemons stop with "operator pausing".
     pub(crate) pausing: std::sync::atomic::AtomicBool,
+    /// The resource's reconcile, if it has one.
+    pub(crate) reconcile: Option<kopf_core::reconcile::ReconcileSpec>,
 }
 
 pub(crate) fn rv(body: &Value) -> Option<u64> {
@@ -182,4 +184,6 @@ pub(crate) fn object_span(body: &Value) -> tracing::Span {
 pub(crate) struct Slot {
     pub(crate) tx: tokio::sync::watch::Sender<Option<Observed>>,
     pub(crate) pending: Arc<std::sync::atomic::AtomicBool>,
+    /// Reconcile requests from owned and related objects (only with a reconcile).
+    pub(crate) kick: Option<Arc<kopf_core::reconcile::Kick>>,
 }

@@ -19,6 +19,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use kopf_core::reconcile::{Kick, Schedule, Trigger};
+
 use crate::conditions::ApiConditionsSync;
 use crate::shared::{Observed, WorkerShared, object_span, rv};
 use crate::spawning::Spawned;
@@ -42,11 +44,13 @@ impl WorkerShared {
         uid: String,
         mut rx: watch::Receiver<Option<Observed>>,
         pending: Arc<std::sync::atomic::AtomicBool>,
+        kick: Option<Arc<Kick>>,
     ) {
         if let Some(m) = &self.settings.metrics {
             m.tracked(&self.resource.api_resource.plural, 1);
         }
-        self.work_tracked(&uid, &mut rx, &pending).await;
+        self.work_tracked(&uid, &mut rx, &pending, kick.as_deref())
+            .await;
         self.picked(&pending);
         if let Some(m) = &self.settings.metrics {
             m.tracked(&self.resource.api_resource.plural, -1);
@@ -58,6 +62,7 @@ impl WorkerShared {
         uid: &str,
         rx: &mut watch::Receiver<Option<Observed>>,
         pending: &std::sync::atomic::AtomicBool,
+        kick: Option<&Kick>,
     ) {
         let uid = uid.to_string();
         // Nothing runs before the indexed resources are indexed (events meanwhile coalesce).
@@ -69,7 +74,8 @@ impl WorkerShared {
         }
         let memo = Memos::new(self.settings.memo.clone());
         let mut spawned: Option<Spawned> = None;
-        self.work_loop(&uid, rx, pending, &memo, &mut spawned).await;
+        self.work_loop(&uid, rx, pending, &memo, &mut spawned, kick)
+            .await;
         if let Some(mut s) = spawned {
             let reason = if self.exiting.load(std::sync::atomic::Ordering::SeqCst) {
                 StopReason::OperatorExiting
@@ -89,6 +95,7 @@ impl WorkerShared {
         pending: &std::sync::atomic::AtomicBool,
         memo: &Memos,
         spawned: &mut Option<Spawned>,
+        kick: Option<&Kick>,
     ) {
         let uid = uid.to_string();
         let mut throttler = Throttler::new(self.settings.error_delays.clone());
@@ -110,7 +117,16 @@ impl WorkerShared {
         // its resourceVersion: states older than that are never processed.
         let mut fetched: Option<Observed> = None;
         let mut floor: Option<u64> = None;
+        // The reconcile's schedule (one pending entry, the earliest wins), why the next one
+        // is wanted once the latest state went through the cause handlers, the resource
+        // version of our last write (its state coming back is no change to reconcile), and
+        // whether the wake-up is the reconcile's.
+        let mut schedule = Schedule::default();
+        let mut wanted: Option<Trigger> = self.reconcile.as_ref().map(|_| Trigger::Listed);
+        let mut written: Option<u64> = None;
+        let mut reconcile_now = false;
         loop {
+            let news = fetched.is_some() || rx.has_changed().unwrap_or(false);
             let observed = match fetched.take() {
                 Some(fresh) => Some(fresh),
                 None => rx.borrow_and_update().clone(),
@@ -124,85 +140,131 @@ impl WorkerShared {
                 }
                 continue;
             }
-            listed |= observed.event == EventKind::Listed;
-            if !self.spawners.is_empty() {
-                Box::pin(self.sync_daemons(&uid, &observed, memo, spawned)).await;
-            }
-            // States older than our last write are skipped until it comes back (or the
-            // consistency timeout passes and the object is read), and states older than one
-            // read are skipped for good; a DELETED event is never stale.
-            let stale = observed.event != EventKind::Deleted
-                && (expected_rv.is_some_and(|(want, deadline)| {
-                    rv(&observed.body).is_some_and(|have| have < want) && Instant::now() < deadline
-                }) || floor.is_some_and(|f| rv(&observed.body).is_some_and(|have| have < f)));
-            if !stale {
-                expected_rv = None;
-                let permit = match &self.limit {
-                    Some(sem) => sem.clone().acquire_owned().await.ok(),
-                    None => None,
-                };
-                if !self.operator_gate.is_open() {
-                    // Paused while waiting for a permit: the state waits with the gate.
-                    drop(permit);
-                    continue;
-                }
-                self.picked(pending);
-                let initial = listed && !self.was_handled(&uid);
-                let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
-                    Box::pin(self.touch(&observed.body)).await
-                } else {
-                    // Boxed: an idle worker (most of them, most of the time) then holds a
-                    // small state, not room for a whole cycle.
-                    let rejected = std::mem::take(&mut rejected);
-                    Box::pin(self.cycle(&uid, &observed, initial, memo, rejected)).await
-                };
-                recheck = false;
-                if !matches!(end, CycleEnd::Conflict(_)) {
-                    conflicts = 0;
-                }
-                drop(permit);
-                match end {
-                    CycleEnd::Gone => return,
-                    CycleEnd::Next { delay, rv } => {
-                        throttler.succeeded();
-                        let now = Instant::now();
-                        expected_rv = rv.map(|r| (r, now + self.settings.consistency_timeout));
-                        retry_at = match rv {
-                            Some(_) => None,
-                            None => delay.map(|d| now + d.min(MAX_SLEEP)),
-                        };
-                    }
-                    CycleEnd::Failed(error) => {
-                        let delay = throttler.failed().min(MAX_SLEEP);
-                        object_span(&observed.body).in_scope(|| {
-                            tracing::error!(
-                                "Throttling for {} seconds due to an unexpected error: {error}",
-                                delay.as_secs_f64()
-                            )
-                        });
-                        // Events arriving meanwhile wait; the latest state is processed next.
-                        let until = Instant::now() + delay;
-                        loop {
-                            tokio::select! {
-                                _ = tokio::time::sleep_until(until) => break,
-                                changed = rx.changed() => if changed.is_err() { return },
-                            }
+            if std::mem::take(&mut reconcile_now) && !news {
+                // The reconcile's turn, and no newer state waits for the cause handlers.
+                if let Some(spec) = &self.reconcile
+                    && let Some(why) = schedule.take_due(Instant::now())
+                {
+                    let end = Box::pin(self.reconcile_once(
+                        spec,
+                        &observed.body,
+                        why,
+                        &mut schedule,
+                        memo,
+                    ))
+                    .await;
+                    match end {
+                        CycleEnd::Gone => return,
+                        CycleEnd::Next { rv: Some(r), .. } => {
+                            written = Some(r);
+                            expected_rv =
+                                Some((r, Instant::now() + self.settings.consistency_timeout));
                         }
-                        rx.mark_changed();
-                        retry_at = None;
+                        _ => {}
+                    }
+                }
+            } else {
+                listed |= observed.event == EventKind::Listed;
+                if self.reconcile.is_some() {
+                    if observed.event == EventKind::Deleted
+                        || kopf_core::finalizers::is_deleting(&observed.body)
+                    {
+                        // Deletion is the cleanup's (a deletion handler), not the reconcile's.
+                        wanted = None;
+                        schedule.clear();
+                    } else if written.is_none_or(|w| rv(&observed.body) != Some(w)) {
+                        wanted.get_or_insert(Trigger::ObjectChanged);
+                    }
+                }
+                if !self.spawners.is_empty() {
+                    Box::pin(self.sync_daemons(&uid, &observed, memo, spawned)).await;
+                }
+                // States older than our last write are skipped until it comes back (or the
+                // consistency timeout passes and the object is read), and states older than one
+                // read are skipped for good; a DELETED event is never stale.
+                let stale = observed.event != EventKind::Deleted
+                    && (expected_rv.is_some_and(|(want, deadline)| {
+                        rv(&observed.body).is_some_and(|have| have < want)
+                            && Instant::now() < deadline
+                    }) || floor
+                        .is_some_and(|f| rv(&observed.body).is_some_and(|have| have < f)));
+                if !stale {
+                    expected_rv = None;
+                    let permit = match &self.limit {
+                        Some(sem) => sem.clone().acquire_owned().await.ok(),
+                        None => None,
+                    };
+                    if !self.operator_gate.is_open() {
+                        // Paused while waiting for a permit: the state waits with the gate.
+                        drop(permit);
                         continue;
                     }
-                    CycleEnd::Rejected(refused) => {
-                        // Processed again at once: the refused handlers' attempts are
-                        // recorded as failures (nothing of this cycle was marked handled).
-                        rejected = Arc::new(refused);
-                        rx.mark_changed();
-                        retry_at = None;
-                        continue;
+                    self.picked(pending);
+                    let initial = listed && !self.was_handled(&uid);
+                    let end = if std::mem::take(&mut woken) && self.settings.touch_delays {
+                        Box::pin(self.touch(&observed.body)).await
+                    } else {
+                        // Boxed: an idle worker (most of them, most of the time) then holds a
+                        // small state, not room for a whole cycle.
+                        let rejected = std::mem::take(&mut rejected);
+                        Box::pin(self.cycle(&uid, &observed, initial, memo, rejected)).await
+                    };
+                    recheck = false;
+                    if !matches!(end, CycleEnd::Conflict(_)) {
+                        conflicts = 0;
                     }
-                    CycleEnd::Conflict(message) => {
-                        conflicts += 1;
-                        object_span(&observed.body).in_scope(|| {
+                    drop(permit);
+                    match end {
+                        CycleEnd::Gone => return,
+                        CycleEnd::Next { delay, rv } => {
+                            throttler.succeeded();
+                            let now = Instant::now();
+                            if let Some(r) = rv {
+                                written = Some(r);
+                            } else if let Some(why) = wanted.take() {
+                                // The cause handlers are done with this state and wrote
+                                // nothing: the reconcile runs on it.
+                                let debounce =
+                                    self.reconcile.as_ref().and_then(|s| s.config.debounce);
+                                schedule.trigger(now, why, debounce);
+                            }
+                            expected_rv = rv.map(|r| (r, now + self.settings.consistency_timeout));
+                            retry_at = match rv {
+                                Some(_) => None,
+                                None => delay.map(|d| now + d.min(MAX_SLEEP)),
+                            };
+                        }
+                        CycleEnd::Failed(error) => {
+                            let delay = throttler.failed().min(MAX_SLEEP);
+                            object_span(&observed.body).in_scope(|| {
+                                tracing::error!(
+                                    "Throttling for {} seconds due to an unexpected error: {error}",
+                                    delay.as_secs_f64()
+                                )
+                            });
+                            // Events arriving meanwhile wait; the latest state is processed next.
+                            let until = Instant::now() + delay;
+                            loop {
+                                tokio::select! {
+                                    _ = tokio::time::sleep_until(until) => break,
+                                    changed = rx.changed() => if changed.is_err() { return },
+                                }
+                            }
+                            rx.mark_changed();
+                            retry_at = None;
+                            continue;
+                        }
+                        CycleEnd::Rejected(refused) => {
+                            // Processed again at once: the refused handlers' attempts are
+                            // recorded as failures (nothing of this cycle was marked handled).
+                            rejected = Arc::new(refused);
+                            rx.mark_changed();
+                            retry_at = None;
+                            continue;
+                        }
+                        CycleEnd::Conflict(message) => {
+                            conflicts += 1;
+                            object_span(&observed.body).in_scope(|| {
                             if conflicts >= CONFLICTS_WORTH_A_WARNING {
                                 tracing::warn!(
                                     "The object keeps changing while it is written ({conflicts} times in a row): {message}"
@@ -213,19 +275,36 @@ impl WorkerShared {
                                 )
                             }
                         });
-                        // The newer state comes through the watch; if it does not, the
-                        // latest known state is processed again a little later.
-                        retry_at = Some(Instant::now() + CONFLICT_RECHECK);
-                        recheck = true;
-                        expected_rv = None;
+                            // The newer state comes through the watch; if it does not, the
+                            // latest known state is processed again a little later.
+                            retry_at = Some(Instant::now() + CONFLICT_RECHECK);
+                            recheck = true;
+                            expected_rv = None;
+                        }
                     }
                 }
             }
-            let wake = [retry_at, expected_rv.map(|(_, deadline)| deadline)]
-                .into_iter()
-                .flatten()
-                .min();
+            // The reconcile waits while our own write has not come back (its state is not
+            // the latest yet).
+            let reconcile_at = schedule.when().filter(|_| expected_rv.is_none());
+            let wake = [
+                retry_at,
+                expected_rv.map(|(_, deadline)| deadline),
+                reconcile_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             tokio::select! {
+                why = async { match kick { Some(k) => k.kicked().await, None => std::future::pending().await } } => {
+                    // An owned or related object changed.
+                    let deleting = rx.borrow().as_ref().is_none_or(|o| kopf_core::finalizers::is_deleting(&o.body));
+                    if !deleting {
+                        let debounce = self.reconcile.as_ref().and_then(|s| s.config.debounce);
+                        schedule.trigger(Instant::now(), why, debounce);
+                    }
+                    reconcile_now = true;
+                }
                 changed = rx.changed() => {
                     if changed.is_err() {
                         return;
@@ -235,6 +314,10 @@ impl WorkerShared {
                 }
                 _ = async { match wake { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
                     let now = Instant::now();
+                    if reconcile_at.is_some_and(|r| r <= now) && retry_at.is_none_or(|r| r > now) {
+                        reconcile_now = true;
+                        continue;
+                    }
                     if retry_at.is_some_and(|r| r <= now) {
                         retry_at = None;
                         woken = !std::mem::take(&mut recheck);

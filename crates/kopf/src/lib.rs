@@ -137,7 +137,7 @@ pub use client::Client;
 pub use config::{USER_AGENT, client_config};
 pub use error::Error;
 pub use fake::fake_apiserver;
-pub use operator::Operator;
+pub use operator::{Operator, Reconciler};
 pub use running::run;
 
 /// Attribute macros that register handlers for [`run()`](fn@run) (and
@@ -156,6 +156,7 @@ pub use running::run;
 /// | [`login`](on::login) | `@kopf.on.login` | the operator's credentials |
 /// | `validate`, `mutate` | `@kopf.on.validate`, ... | admission handlers (feature `admission`) |
 /// | `convert` | – | a CRD's conversion webhook (feature `admission`) |
+/// | [`kopf::reconcile`](macro@crate::reconcile) (at the root) | – | a level-triggered reconcile ([`Operator::reconcile_with`]) |
 ///
 /// Handlers of objects take the resource first, then options: filters (`labels(...)`,
 /// `annotations(...)`, `when`, `field` and `value`), and what each kind has in Kopf
@@ -360,6 +361,39 @@ pub mod on {
     pub use kopf_macros::{convert, mutate, validate};
 }
 
+/// # Example
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use kopf::{Action, HandlerError, ReconcileContext};
+/// use serde_json::{Value, json};
+///
+/// /// Makes the world look like `obj.spec` says, whatever changed.
+/// #[kopf::reconcile(
+///     "kopfexamples",
+///     owns = ["configmaps"],
+///     debounce = "1s",
+///     concurrency = 8,
+///     timeout = 30,
+///     backoff = "1s..300s",
+///     cleanup = remove_children,
+/// )]
+/// async fn reconcile(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, HandlerError> {
+///     ctx.patch().merge(json!({"status": {"seen": obj["spec"]["field"]}}));
+///     Ok(Action::await_change())
+/// }
+///
+/// async fn remove_children(obj: Arc<Value>, _ctx: ReconcileContext) -> Result<(), HandlerError> {
+///     Ok(())
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf::Error> {
+///     kopf::run!().await
+/// }
+/// ```
+pub use kopf_macros::reconcile;
+
 // The framework's types, from the crates that define them.
 pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
@@ -386,6 +420,9 @@ pub use kopf_core::memo::Memo;
 pub use kopf_core::metrics::{Metrics, MetricsLayer};
 pub use kopf_core::processing::{Lifecycle, Persistence};
 pub use kopf_core::progress::ProgressStorage;
+pub use kopf_core::reconcile::{
+    Action, Backoff, ObjectRef, ReconcileConfig, ReconcileContext, Trigger,
+};
 /// Kopf's peering: its settings, the peering resources (`peering::PEERING_YAML`), and the
 /// `freeze`, `resume` and `peers` operations of the `kopf` command.
 pub use kopf_peering as peering;

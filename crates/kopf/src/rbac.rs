@@ -286,7 +286,9 @@ mod tests {
         let all = [discovered("kopf.dev", "kopfexamples", true)];
         let regs = vec![(
             Selector::from("kopfexamples"),
-            HandlerSpec::conditions(kopf_core::conditions::ConditionsSpec::new().summary("Ready")),
+            kopf_core::conditions::ConditionsSpec::new()
+                .summary("Ready")
+                .into_spec(),
         )];
         let rules = rules(&regs, &all).expect("resolved");
         assert!(rules.contains(&json!({"apiGroups": ["kopf.dev"], "resources": ["kopfexamples/status"], "verbs": ["patch"]})));

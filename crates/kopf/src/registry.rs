@@ -127,6 +127,25 @@ pub fn index_spec<Args, H: IntoIndexer<Args>>(id: &str, handler: H) -> HandlerSp
     HandlerSpec::index(id, types, handler.into_indexer())
 }
 
+/// One reconcile registered by `#[kopf::reconcile]`: the resource's [`Reconciler`] with its
+/// options, applied to the operator with [`Operator::reconcile_with`].
+///
+/// [`Reconciler`]: crate::Reconciler
+pub struct ReconcileRegistration {
+    /// The resource selector.
+    pub resource: &'static str,
+    /// The reconcile's id.
+    pub id: &'static str,
+    /// Adds the reconcile (`op.reconcile_with(Reconciler::new(...)...)`).
+    pub apply: fn(Operator) -> Operator,
+    /// Where it was registered.
+    pub file: &'static str,
+    /// See `file`.
+    pub line: u32,
+}
+
+inventory::collect!(ReconcileRegistration);
+
 /// One admission handler registered by `#[kopf::on::validate]` or `#[kopf::on::mutate]`.
 #[cfg(feature = "admission")]
 pub struct WebhookRegistration {
@@ -198,7 +217,8 @@ fn field_as_filter(options: &mut Options, spec: &mut HandlerSpec, suffix: bool) 
 impl Operator {
     /// An operator with every handler registered by the attribute macros of
     /// [`kopf::on`](crate::on) in this binary: handlers of objects, activities, login
-    /// handlers, admission handlers and converters. Further builder calls add to them.
+    /// handlers, admission handlers and converters; and the reconciles of
+    /// [`#[kopf::reconcile]`](macro@crate::reconcile). Further builder calls add to them.
     pub fn from_registry() -> Self {
         let mut op = Operator::new();
         for r in in_source_order::<Registration>(|r| (r.file, r.line)) {
@@ -218,6 +238,9 @@ impl Operator {
                 Kind::Create | Kind::Update | Kind::Delete | Kind::Resume | Kind::Field => {}
             }
             op = op.register(r.resource, spec, options);
+        }
+        for r in in_source_order::<ReconcileRegistration>(|r| (r.file, r.line)) {
+            op = (r.apply)(op);
         }
         for r in in_source_order::<ActivityRegistration>(|r| (r.file, r.line)) {
             let spec = HandlerSpec::from_arc(r.id, None, (r.make)()).with_options((r.options)());

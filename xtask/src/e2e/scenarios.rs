@@ -38,6 +38,14 @@ pub(crate) enum Check {
     OwnedConfigMap(&'static str),
     /// The ConfigMap found by `OwnedConfigMap` is gone (garbage-collected with its owner).
     ChildGone,
+    /// The ConfigMap found by `OwnedConfigMap` holds the object's `spec.field` as `field`.
+    ChildMatchesSpec,
+    /// The ConfigMap found by `OwnedConfigMap` is deleted by hand (when first checked),
+    /// then comes back (a new uid) holding the object's `spec.field`: a reconcile's work.
+    ChildDeletedComesBack,
+    /// The ConfigMap found by `OwnedConfigMap` is edited by hand (when first checked), then
+    /// holds the object's `spec.field` again: a reconcile's work.
+    ChildEditedComesBack,
     /// The object is gone.
     Gone,
     /// This merge patch, sent as a server-side dry run, is refused with a message containing
@@ -316,6 +324,34 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         updated: &[Handled],
         deleted: &[ChildGone],
         never_after_restart: &["Handler 'create_fn'"],
+    },
+    Scenario {
+        example: "reconcile",
+        setup: PLAIN,
+        edits: &[],
+        created: &[
+            OwnedConfigMap("/status/child"),
+            ChildMatchesSpec,
+            Eq("/status/field", r#""value""#),
+            Finalizer(true),
+            Log("Reconciled (listed)"),
+        ],
+        stopped: &[Finalizer(true)],
+        // The restarted operator reconciles once at start, and again when the owned
+        // ConfigMap is deleted by hand.
+        resumed: &[
+            Log("Reconciled (listed)"),
+            ChildDeletedComesBack,
+            Log("Reconciled (owned ConfigMap/"),
+        ],
+        update: FIELD_CHANGED,
+        updated: &[
+            Eq("/status/field", r#""changed""#),
+            ChildMatchesSpec,
+            ChildEditedComesBack,
+        ],
+        deleted: &[ChildGone, Log("Cleaning up after {name}.")],
+        never_after_restart: &[],
     },
     Scenario {
         example: "admission",

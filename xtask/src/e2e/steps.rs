@@ -12,6 +12,18 @@ use serde_json::Value;
 use super::scenarios::Check::*;
 use super::scenarios::*;
 
+/// What a scenario did by hand to the child ConfigMap.
+#[derive(Debug, Default)]
+pub(crate) struct ChildState {
+    /// The uid of the child deleted by `ChildDeletedComesBack`.
+    pub(crate) deleted_uid: Option<String>,
+    /// `ChildEditedComesBack` edited the child.
+    pub(crate) edited: bool,
+}
+
+/// What a reconcile makes its child hold while it is being tampered with by hand.
+const TAMPERED: &str = "tampered-by-hand";
+
 /// One example's run.
 pub(crate) struct E2e<'a> {
     pub(crate) cluster: &'a Cluster,
@@ -20,6 +32,8 @@ pub(crate) struct E2e<'a> {
     pub(crate) binary: PathBuf,
     /// The ConfigMap found by `OwnedConfigMap`.
     pub(crate) child: Option<String>,
+    /// What was done by hand to the child (for the checks that wait for a reconcile).
+    pub(crate) child_state: ChildState,
     /// The step under way (or the last one).
     pub(crate) step: &'static str,
     /// More arguments for `run` (the webhook server's port and host).
@@ -123,6 +137,15 @@ impl E2e<'_> {
         let mut all = vec![args[0], RESOURCE, &self.name, "-n", NAMESPACE];
         all.extend_from_slice(&args[1..]);
         Ok(self.cluster.kubectl(all).await?)
+    }
+
+    /// The child found by `OwnedConfigMap`, as JSON (an error if there is none).
+    async fn child_configmap(&self) -> Result<(String, Value), String> {
+        let child = self.child.clone().ok_or("no child ConfigMap was seen")?;
+        let out = self.configmap(&child, "json").await?;
+        let cm = serde_json::from_str(&out)
+            .map_err(|_| format!("the ConfigMap {child} does not exist"))?;
+        Ok((child, cm))
     }
 
     /// `kubectl get configmap NAME -o OUTPUT` in the namespace (empty if it is not there).
@@ -293,6 +316,75 @@ impl E2e<'_> {
                     .is_empty()
                     .then_some(())
                     .ok_or_else(|| format!("the ConfigMap {child} is still there"))
+            }
+            ChildMatchesSpec => {
+                let (child, cm) = self.child_configmap().await?;
+                let want = at("/spec/field").unwrap_or(Value::Null);
+                (cm["data"]["field"] == want).then_some(()).ok_or_else(|| {
+                    format!(
+                        "the ConfigMap {child} holds {}, the object's spec.field is {want}",
+                        cm["data"]["field"]
+                    )
+                })
+            }
+            ChildDeletedComesBack => {
+                let Some(old) = self.child_state.deleted_uid.clone() else {
+                    // Deleted once this process has reconciled (its watches are up).
+                    if !op.has_logged("Reconciled (") {
+                        return Err("the operator has not reconciled yet".into());
+                    }
+                    let (child, cm) = self.child_configmap().await?;
+                    let uid = cm["metadata"]["uid"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    self.cluster
+                        .kubectl(["delete", "configmap", &child, "-n", NAMESPACE])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    self.child_state.deleted_uid = Some(uid);
+                    return Err(format!("the ConfigMap {child} was just deleted by hand"));
+                };
+                let child = self.child.clone().unwrap_or_default();
+                let (_, cm) = self.child_configmap().await.unwrap_or_default();
+                let want = at("/spec/field").unwrap_or(Value::Null);
+                let uid = cm["metadata"]["uid"].as_str().unwrap_or_default();
+                (!uid.is_empty() && uid != old && cm["data"]["field"] == want)
+                    .then_some(())
+                    .ok_or_else(|| {
+                        format!(
+                            "the ConfigMap {child} deleted by hand has not come back holding {want}"
+                        )
+                    })
+            }
+            ChildEditedComesBack => {
+                let (child, cm) = self.child_configmap().await?;
+                if !self.child_state.edited {
+                    let patch = format!(r#"{{"data":{{"field":"{TAMPERED}"}}}}"#);
+                    self.cluster
+                        .kubectl([
+                            "patch",
+                            "configmap",
+                            &child,
+                            "-n",
+                            NAMESPACE,
+                            "--type",
+                            "merge",
+                            "-p",
+                            &patch,
+                        ])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    self.child_state.edited = true;
+                    return Err(format!("the ConfigMap {child} was just edited by hand"));
+                }
+                let want = at("/spec/field").unwrap_or(Value::Null);
+                (cm["data"]["field"] == want).then_some(()).ok_or_else(|| {
+                    format!(
+                        "the ConfigMap {child} edited by hand holds {}, not {want} again",
+                        cm["data"]["field"]
+                    )
+                })
             }
             Gone => object
                 .is_none()

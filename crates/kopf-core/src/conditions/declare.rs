@@ -3,6 +3,7 @@
 //! outcomes ([`AutoConditions`]).
 
 use super::model::{ConditionStatus, Intent};
+use crate::handler::spec::HandlerSpec;
 
 /// The conditions the framework maintains from the handlers' outcomes (all off by default).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,8 +27,9 @@ impl AutoConditions {
 }
 
 /// A resource's conditions: declared defaults and auto conditions. Registered with
-/// `Operator::conditions`; it rides with the resource's handlers (a declaration, not a
-/// handler).
+/// `Operator::conditions` as a [`HandlerKind::Declaration`](crate::handler::HandlerKind)
+/// ([`ConditionsSpec::into_spec`]); it rides with the resource's handlers (a declaration,
+/// not a handler: no finalizer, nothing runs).
 ///
 /// ```
 /// use kopf_core::conditions::{ConditionStatus, ConditionsSpec};
@@ -92,5 +94,11 @@ impl ConditionsSpec {
     pub fn kstatus(mut self, on: bool) -> Self {
         self.auto.kstatus = on;
         self
+    }
+
+    /// The registration: a declaration with the id `conditions`, read back with
+    /// `spec.declared::<ConditionsSpec>()`.
+    pub fn into_spec(self) -> HandlerSpec {
+        HandlerSpec::declaration("conditions", self)
     }
 }

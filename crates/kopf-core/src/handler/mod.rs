@@ -22,4 +22,4 @@ pub use error::{ErrorsMode, HandlerError, HandlerResult, PermanentError, Tempora
 pub use options::{
     FieldFilter, FieldPredicate, MetaFilter, Options, ValuePredicate, WhenFilter, split_field,
 };
-pub use spec::{BoxFuture, Cause, Handler, HandlerKind, HandlerSpec, SubHandlers};
+pub use spec::{BoxFuture, Cause, Declaration, Handler, HandlerKind, HandlerSpec, SubHandlers};

@@ -13,7 +13,7 @@ use super::context::{EventsHandle, Extensions, PatchHandle};
 use super::error::{ErrorsMode, HandlerResult};
 use super::options::{FieldFilter, MetaFilter, Options, WhenFilter, split_field};
 use crate::causes::Reason;
-use crate::conditions::{ConditionsHandle, ConditionsSpec};
+use crate::conditions::ConditionsHandle;
 use crate::daemons::options::{DaemonOptions, TimerOptions};
 use crate::daemons::stopped::Stopped;
 use crate::index::IndexTypes;
@@ -163,10 +163,21 @@ pub enum HandlerKind {
     Timer(TimerOptions),
     /// A daemon per object.
     Daemon(DaemonOptions),
-    /// The resource's `status.conditions`: declared defaults and auto conditions. A
-    /// declaration that rides with the resource's handlers, not a handler (its function
-    /// is a no-op, it needs no finalizer).
-    Conditions(ConditionsSpec),
+    /// Not a handler: something the resource's engine reads (its reconcile, its declared
+    /// conditions), registered and routed to the resource like a handler.
+    Declaration(Declaration),
+}
+
+/// A value of any type declared for a resource (see [`HandlerKind::Declaration`]); the
+/// module that owns the type reads it back with [`HandlerSpec::declared`]. Type-erased so
+/// that this vocabulary module depends on none of them.
+#[derive(Clone)]
+pub struct Declaration(Arc<dyn std::any::Any + Send + Sync>, &'static str);
+
+impl std::fmt::Debug for Declaration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.1)
+    }
 }
 
 /// A registered handler.
@@ -302,16 +313,6 @@ impl HandlerSpec {
         spec
     }
 
-    /// The resource's conditions declaration ([`HandlerKind::Conditions`]): no handler
-    /// runs, no finalizer is needed; the cycles of the resource's objects apply it.
-    pub fn conditions(spec: ConditionsSpec) -> Self {
-        let noop = |_c: Cause| async { Ok(None) };
-        let mut spec_ = HandlerSpec::new("conditions", None, noop);
-        spec_.kind = HandlerKind::Conditions(spec);
-        spec_.errors = ErrorsMode::Ignored;
-        spec_
-    }
-
     /// A daemon per object; it requires the finalizer, so that it stops before the object
     /// goes.
     pub fn daemon(id: &str, options: DaemonOptions, handler: Arc<dyn Handler>) -> Self {
@@ -319,6 +320,34 @@ impl HandlerSpec {
         spec.kind = HandlerKind::Daemon(options);
         spec.requires_finalizer = true;
         spec
+    }
+
+    /// A declaration for the resource's engine (not a handler: it is never called).
+    ///
+    /// ```
+    /// use kopf_core::handler::HandlerSpec;
+    ///
+    /// #[derive(Debug, PartialEq)]
+    /// struct Settings(u32);
+    /// let spec = HandlerSpec::declaration("settings", Settings(7));
+    /// assert_eq!(spec.declared::<Settings>(), Some(&Settings(7)));
+    /// assert_eq!(spec.declared::<String>(), None);
+    /// ```
+    pub fn declaration<T: Send + Sync + 'static>(id: &str, value: T) -> Self {
+        let noop = |_: Cause| async { Ok(None) };
+        let mut spec = HandlerSpec::new(id, None, noop);
+        spec.kind =
+            HandlerKind::Declaration(Declaration(Arc::new(value), std::any::type_name::<T>()));
+        spec.requires_finalizer = false;
+        spec
+    }
+
+    /// The declared value of type `T`, if this spec declares one.
+    pub fn declared<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        match &self.kind {
+            HandlerKind::Declaration(Declaration(value, _)) => value.downcast_ref::<T>(),
+            _ => None,
+        }
     }
 
     /// Applies registration options. A `field` option on a handler without one restricts it

@@ -1,7 +1,7 @@
 //! The [`Operator`]'s declaration of a resource's `status.conditions`.
 
 use kopf_core::conditions::ConditionsSpec;
-use kopf_core::handler::{HandlerSpec, Options};
+use kopf_core::handler::Options;
 use kopf_watch::Selector;
 
 use super::Operator;
@@ -36,6 +36,6 @@ impl Operator {
     /// # let _ = operator;
     /// ```
     pub fn conditions(self, resource: impl Into<Selector>, spec: ConditionsSpec) -> Self {
-        self.register(resource, HandlerSpec::conditions(spec), Options::default())
+        self.register(resource, spec.into_spec(), Options::default())
     }
 }

@@ -5,6 +5,7 @@
 mod activities;
 mod conditions;
 mod connect;
+mod reconcile;
 mod resource_handlers;
 #[cfg(feature = "admission")]
 mod webhooks;
@@ -17,6 +18,8 @@ use kopf_core::metrics::Metrics;
 use kopf_core::processing::{Lifecycle, Persistence};
 use kopf_core::progress::ProgressStorage;
 use kopf_watch::Selector;
+
+pub use reconcile::Reconciler;
 
 use crate::{cli, client, login};
 

@@ -1,0 +1,139 @@
+//! The reconcile step of an object's worker: one call of the resource's reconcile
+//! ([`kopf_core::reconcile`]) on the object's latest state, its writes through the same
+//! applier as a cause cycle's, its events, its log lines and metrics, and the next entry of
+//! the object's schedule (requeue, backoff, or wait for a change).
+//!
+//! It runs in the object's worker, so never at the same time as a cause cycle of the same
+//! object, and only after the latest state went through the cause handlers.
+
+use std::time::{Duration, Instant as StdInstant};
+
+use kopf_core::handler::HandlerError;
+use kopf_core::memo::Memos;
+use kopf_core::reconcile::{ReconcileContext, ReconcileSpec, Schedule, Trigger, next_after, run};
+use serde_json::Value;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::shared::{WorkerShared, object_span};
+use crate::write::CycleEnd;
+
+/// After a write of a reconcile met a concurrent change, it runs again after this long
+/// unless a newer state comes first.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+impl WorkerShared {
+    /// Reconciles the object once (within the concurrency limits), writes what the
+    /// reconcile asked for, and schedules the next reconcile. The returned end is its
+    /// writes' (the worker waits for its own write to come back, as after a cycle).
+    pub(crate) async fn reconcile_once(
+        &self,
+        spec: &ReconcileSpec,
+        body: &Value,
+        trigger: Trigger,
+        schedule: &mut Schedule,
+        memo: &Memos,
+    ) -> CycleEnd {
+        let span = object_span(body);
+        async move {
+            let _resource_permit = match &spec.limit {
+                Some(sem) => sem.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            let _worker_permit = match &self.limit {
+                Some(sem) => sem.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            let failures = schedule.failures;
+            tracing::debug!(trigger = %trigger, "Reconciling ({trigger}).");
+            let ctx = ReconcileContext::new(body.clone(), trigger, failures)
+                .with(memo.clone(), self.extensions.clone());
+            let started = StdInstant::now();
+            let out = run(spec, ctx).await;
+            let took = started.elapsed();
+            let mut result = out.result;
+            let end = if result.is_ok() || !out.plan.is_empty() {
+                // What a failed reconcile wrote before failing is written too: its status
+                // is an observation (e.g. a condition saying why it fails).
+                self.apply(body, &out.plan, &[], None).await
+            } else {
+                CycleEnd::Next {
+                    delay: None,
+                    rv: None,
+                }
+            };
+            // A reconcile whose writes failed has not converged: it is retried like a
+            // failed one.
+            match &end {
+                CycleEnd::Failed(message) => {
+                    result = Err(HandlerError::other(message.clone()));
+                }
+                CycleEnd::Rejected(refused) => {
+                    let message = refused.values().cloned().collect::<Vec<_>>().join("; ");
+                    result = Err(HandlerError::other(format!(
+                        "the API server refused what the reconcile wrote: {message}"
+                    )));
+                }
+                _ => {}
+            }
+            let (next, failures_after) = next_after(&result, failures, &spec.config.backoff);
+            schedule.failures = failures_after;
+            let id = &spec.id;
+            let outcome = match &result {
+                Ok(_) => {
+                    match next {
+                        Some(d) => tracing::info!(
+                            "Reconcile '{id}' succeeded; requeued in {}s.",
+                            d.as_secs_f64()
+                        ),
+                        None => tracing::info!("Reconcile '{id}' succeeded."),
+                    }
+                    "success"
+                }
+                Err(HandlerError::Permanent { message } | HandlerError::Admission { message, .. }) => {
+                    tracing::error!(
+                        "Reconcile '{id}' failed permanently: {message}. It runs again when the object or what it owns changes."
+                    );
+                    "failure"
+                }
+                Err(e) => {
+                    tracing::error!(
+                        "Reconcile '{id}' failed ({} in a row): {e}. Retrying in {}s.",
+                        failures_after,
+                        next.unwrap_or_default().as_secs_f64()
+                    );
+                    "retry"
+                }
+            };
+            if let Some(m) = &self.settings.metrics {
+                m.handler_call(
+                    id,
+                    &self.resource.api_resource.plural,
+                    outcome,
+                    failures > 0,
+                    took,
+                );
+            }
+            if let Some(d) = next {
+                // Measured from the end of the call.
+                let why = if result.is_ok() {
+                    Trigger::Requeue
+                } else {
+                    Trigger::Backoff
+                };
+                schedule.at(Instant::now() + d, why);
+            }
+            if let CycleEnd::Conflict(_) = &end {
+                schedule.at(Instant::now() + CONFLICT_RETRY, Trigger::ObjectChanged);
+            }
+            let uid = body
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            self.post_events(uid, body, out.events).await;
+            end
+        }
+        .instrument(span)
+        .await
+    }
+}
