@@ -523,3 +523,28 @@ async fn a_422_on_an_unchanged_list_is_a_failure_of_the_handler_not_a_race() {
     assert!(conditions(&api, "k").await.is_empty());
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_reconcile_sets_conditions_with_its_status_write() {
+    use kopf::{Action, ReconcileContext};
+    let server = server().await;
+    let api = kex_api(&server);
+    let op = Operator::new().reconcile(
+        "kopfexamples",
+        |_obj: Arc<Value>, ctx: ReconcileContext| async move {
+            let conditions = ctx.extract::<Conditions>()?;
+            conditions.set("Ready", ConditionStatus::True, "Reconciled", "")?;
+            Ok::<_, HandlerError>(Action::await_change())
+        },
+    );
+    let running = Running::start(&server, op).await;
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_condition(&api, "k", "Ready", "True").await;
+    settle(&server).await;
+    let patches = status_patches(&server, "k");
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert_eq!(patches[0].1, "json");
+    running.stop().await;
+}
