@@ -131,6 +131,7 @@ impl Processor {
 
     /// Like [`new`](Self::new) with a per-handler stack (user layers, success events).
     pub fn with_stack(handlers: Vec<HandlerSpec>, persistence: Persistence, stack: Stack) -> Self {
+        crate::conditions::warn_conditions_fields(&handlers);
         let persistence = persistence.tracking(&handlers);
         Processor {
             inner: Arc::new(Inner {

@@ -102,3 +102,24 @@ impl ConditionsSpec {
         HandlerSpec::declaration("conditions", self)
     }
 }
+
+/// Warns about handlers whose field is `status.conditions` (or inside it): that field joins
+/// the diff-base essence, so every write of conditions (ours included) becomes a change of
+/// the essence, a cause, and maybe a write again. Returns the ids of such handlers.
+pub fn warn_conditions_fields(handlers: &[HandlerSpec]) -> Vec<String> {
+    let ids: Vec<String> = handlers
+        .iter()
+        .filter(|h| {
+            h.field
+                .as_deref()
+                .is_some_and(|f| f.len() >= 2 && f[0] == "status" && f[1] == "conditions")
+        })
+        .map(|h| h.id.clone())
+        .collect();
+    for id in &ids {
+        tracing::warn!(
+            "Handler '{id}' is about status.conditions: the conditions join the diff-base essence, so each write of them is a change that runs handlers again (and may write again). Read conditions with the Conditions extractor instead."
+        );
+    }
+    ids
+}

@@ -22,7 +22,7 @@ mod handle;
 mod model;
 
 pub use auto::{auto_intents, handler_condition_type};
-pub use declare::{AutoConditions, ConditionsSpec};
+pub use declare::{AutoConditions, ConditionsSpec, warn_conditions_fields};
 pub use extractor::Conditions;
 pub use handle::{ConditionsHandle, ConditionsSync, SyncError, SyncFuture};
 pub use model::{
@@ -222,6 +222,25 @@ mod tests {
         assert_eq!(handle.intents().len(), 4);
         assert_eq!(handle.take_intents().len(), 4);
         assert!(handle.intents().is_empty());
+    }
+
+    #[test]
+    fn handlers_about_status_conditions_are_reported() {
+        let noop = |_c: crate::handler::Cause| async { Ok(None) };
+        let about = crate::handler::HandlerSpec::field_handler(
+            "watch",
+            "status.conditions",
+            std::sync::Arc::new(noop),
+        );
+        let other = crate::handler::HandlerSpec::field_handler(
+            "watch",
+            "spec.conditions",
+            std::sync::Arc::new(noop),
+        );
+        assert_eq!(
+            warn_conditions_fields(&[about, other]),
+            vec!["watch/status.conditions".to_string()]
+        );
     }
 
     #[tokio::test]
