@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::causes::{ChangingCause, Reason};
+use crate::conditions::ConditionsHandle;
 use crate::events::EventSpec;
 use crate::memo::Memos;
 use crate::plan::PatchPlan;
@@ -108,4 +109,6 @@ pub struct CycleCall {
     /// server's message): this cycle records that outcome as their failed attempt, by
     /// their errors mode, instead of calling them.
     pub rejected: Arc<HashMap<String, String>>,
+    /// The object's conditions for this cycle, shared by its handlers.
+    pub conditions: ConditionsHandle,
 }

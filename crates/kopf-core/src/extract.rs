@@ -42,7 +42,7 @@ pub use crate::handler::error::{PermanentError, TemporaryError};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a handler argument",
     label = "not an extractor",
-    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, Index<K, V>, Indexes, Stopped, EventType, SubHandlers, or the whole Cause"
+    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, Index<K, V>, Indexes, Stopped, EventType, SubHandlers, Conditions, or the whole Cause"
 )]
 pub trait FromCause: Sized + Send + 'static {
     /// Extracts the value.

@@ -4,7 +4,8 @@
 //! The domain of kopf-rs, with Kopf 1.x's wire format: the annotation [`keys`] of
 //! per-handler state, [`progress`] records, the operator's [`finalizers`], the [`causes`] of
 //! changes (create, update, delete, resume...) from the diff-base essence, and the
-//! [`plan`] that folds a cycle's changes into at most one PATCH per endpoint.
+//! [`plan`] that folds a cycle's changes into at most one PATCH per endpoint, and the
+//! objects' [`conditions`] (`status.conditions`, written guarded within that plan).
 //!
 //! ```
 //! use kopf_core::causes::{detect, EventKind, Reason};
@@ -19,6 +20,7 @@
 
 pub mod activities;
 pub mod causes;
+pub mod conditions;
 mod cycle;
 pub mod daemons;
 pub mod events;

@@ -29,9 +29,11 @@
 //! assert!(matches!(&finalizer.requests(&body, true)[0], PatchRequest::JsonObject(_)));
 //! ```
 
+use jiff::Timestamp;
 use kopf_diff::{apply_merge_patch, is_noop};
 use serde_json::{Map, Value, json};
 
+use crate::conditions::{Intent, apply_intents};
 use crate::finalizers;
 
 /// One request the plan turns into.
@@ -43,13 +45,16 @@ pub enum PatchRequest {
     MergeStatus(Value),
     /// `PATCH` the object with `application/json-patch+json`.
     JsonObject(Vec<Value>),
+    /// `PATCH .../status` with `application/json-patch+json`: the cycle's status write when
+    /// conditions change, guarded by a `test` of the list it was computed from.
+    JsonStatus(Vec<Value>),
 }
 
 impl PatchRequest {
     /// Which endpoint it goes to: `status` or `object`.
     pub fn endpoint(&self) -> &'static str {
         match self {
-            PatchRequest::MergeStatus(_) => "status",
+            PatchRequest::MergeStatus(_) | PatchRequest::JsonStatus(_) => "status",
             PatchRequest::MergeObject(_) | PatchRequest::JsonObject(_) => "object",
         }
     }
@@ -80,6 +85,12 @@ impl FinalizerEdit {
 pub struct PatchPlan {
     merge: Value,
     finalizer: Option<FinalizerEdit>,
+    /// Condition intents, applied to `status.conditions` of the body written to.
+    conditions: Vec<Intent>,
+    /// The `metadata.generation` the intents default their `observedGeneration` to.
+    generation: Option<i64>,
+    /// The `lastTransitionTime` of conditions that change status.
+    now: Option<Timestamp>,
 }
 
 impl PatchPlan {
@@ -87,8 +98,50 @@ impl PatchPlan {
     pub fn new() -> Self {
         PatchPlan {
             merge: json!({}),
-            finalizer: None,
+            ..Default::default()
         }
+    }
+
+    /// Adds condition intents (after those already there: later ones win per type).
+    pub fn conditions(&mut self, intents: Vec<Intent>) {
+        self.conditions.extend(intents);
+    }
+
+    /// The condition intents of the plan.
+    pub fn condition_intents(&self) -> &[Intent] {
+        &self.conditions
+    }
+
+    /// The generation (default `observedGeneration`) and the time (`lastTransitionTime` of
+    /// transitions) the intents are applied with; without a time, the time of rendering.
+    pub fn condition_clock(&mut self, generation: Option<i64>, now: Timestamp) {
+        self.generation = generation;
+        self.now = Some(now);
+    }
+
+    /// The generation the intents are applied with.
+    pub fn condition_generation(&self) -> Option<i64> {
+        self.generation
+    }
+
+    /// The new `status.conditions` for `body` (as the merge patch leaves it), or None when
+    /// the intents change nothing.
+    pub fn conditions_for(&self, body: &Value) -> Option<Vec<Value>> {
+        if self.conditions.is_empty() {
+            return None;
+        }
+        let patched = self.merge.pointer("/status/conditions");
+        let current = match patched {
+            Some(Value::Null) => None,
+            Some(v) => Some(v),
+            None => body.pointer("/status/conditions"),
+        };
+        apply_intents(
+            current,
+            &self.conditions,
+            self.generation,
+            self.now.unwrap_or_else(Timestamp::now),
+        )
     }
 
     /// Folds a merge patch (from a handler, a progress record, the diff-base...) into the plan.
@@ -130,7 +183,7 @@ impl PatchPlan {
 
     /// Whether nothing would be sent.
     pub fn is_empty(&self) -> bool {
-        is_noop(&self.merge) && self.finalizer.is_none()
+        is_noop(&self.merge) && self.finalizer.is_none() && self.conditions.is_empty()
     }
 
     /// Whether applying the plan to `body` would change nothing.
@@ -143,9 +196,13 @@ impl PatchPlan {
     }
 
     /// The merge patch minus what the body already has (so a cycle that changes nothing sends
-    /// nothing).
+    /// nothing), with the new `status.conditions` when the intents change them.
     pub fn effective(&self, body: &Value) -> Value {
-        effective(&self.merge, body)
+        let mut out = effective(&self.merge, body);
+        if let Some(list) = self.conditions_for(body) {
+            merge_keep_nulls(&mut out, &json!({"status": {"conditions": list}}));
+        }
+        out
     }
 
     /// The requests, at most one per endpoint, in the order they must be sent: the status
@@ -169,17 +226,27 @@ impl PatchPlan {
         if !status_subresource {
             return None;
         }
-        let status = self.merge.get("status")?;
-        let effective = effective(status, body.get("status").unwrap_or(&Value::Null));
-        (!is_noop(&effective) && effective.is_object())
-            .then(|| PatchRequest::MergeStatus(json!({"status": effective})))
+        let effective = match self.merge.get("status") {
+            Some(status) => effective(status, body.get("status").unwrap_or(&Value::Null)),
+            None => json!({}),
+        };
+        let changes = !is_noop(&effective) && effective.is_object();
+        if let Some(list) = self.conditions_for(body) {
+            let mut ops = conditions_guard(body);
+            if changes {
+                ops.extend(merge_to_json_ops(&json!({"status": effective}), body));
+            }
+            ops.push(conditions_op(body, changes, list));
+            return Some(PatchRequest::JsonStatus(ops));
+        }
+        changes.then(|| PatchRequest::MergeStatus(json!({"status": effective})))
     }
 
     /// The object's request against `base`: the body the plan was made for, or the object as
     /// the status write returned it (then the resourceVersion test is that write's, which
     /// is our own). None when the object does not change.
     pub fn object_request(&self, base: &Value, status_subresource: bool) -> Option<PatchRequest> {
-        let mut merge = self.effective(base);
+        let mut merge = effective(&self.merge, base);
         if status_subresource && let Some(m) = merge.as_object_mut() {
             m.remove("status");
         }
@@ -189,21 +256,66 @@ impl PatchPlan {
             .as_ref()
             .map(|edit| edit.ops(base))
             .unwrap_or_default();
-        if finalizer_ops.is_empty() {
+        // Without a status subresource, changed conditions go with the object, guarded.
+        let conditions = (!status_subresource)
+            .then(|| self.conditions_for(base))
+            .flatten();
+        if finalizer_ops.is_empty() && conditions.is_none() {
             return merge.map(PatchRequest::MergeObject);
         }
-        let mut ops = finalizer_ops;
+        let mut ops = Vec::new();
+        if conditions.is_some() && base.pointer("/status/conditions").is_some() {
+            ops.extend(conditions_guard(base));
+        }
+        if finalizer_ops.is_empty() && ops.is_empty() {
+            ops.extend(conditions_guard(base));
+        }
+        ops.extend(finalizer_ops);
         if let Some(m) = &merge {
             ops.extend(merge_to_json_ops(m, base));
+        }
+        if let Some(list) = conditions {
+            let status_patched = merge
+                .as_ref()
+                .and_then(|m| m.get("status"))
+                .is_some_and(Value::is_object);
+            ops.push(conditions_op(base, status_patched, list));
         }
         Some(PatchRequest::JsonObject(ops))
     }
 
-    /// The body as it will be after the plan's merge patch.
+    /// The body as it will be after the plan's merge patch (and its conditions).
     pub fn preview(&self, body: &Value) -> Value {
         let mut b = body.clone();
         apply_merge_patch(&mut b, &self.merge);
+        if let Some(list) = self.conditions_for(body) {
+            apply_merge_patch(&mut b, &json!({"status": {"conditions": list}}));
+        }
         b
+    }
+}
+
+/// The guard of a conditions write: the list it was computed from is still there (`test`
+/// compares whole values), or, without a list, the object is unchanged (its
+/// resourceVersion).
+fn conditions_guard(body: &Value) -> Vec<Value> {
+    match body.pointer("/status/conditions") {
+        Some(list) => vec![json!({"op": "test", "path": "/status/conditions", "value": list})],
+        None => vec![json!({
+            "op": "test",
+            "path": "/metadata/resourceVersion",
+            "value": body.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
+        })],
+    }
+}
+
+/// The operation that writes the new list: into `status`, or with a new `status` when the
+/// body has none (and the other operations add none).
+fn conditions_op(body: &Value, status_added: bool, list: Vec<Value>) -> Value {
+    if status_added || body.get("status").is_some_and(Value::is_object) {
+        json!({"op": "add", "path": "/status/conditions", "value": list})
+    } else {
+        json!({"op": "add", "path": "/status", "value": {"conditions": list}})
     }
 }
 
@@ -376,6 +488,81 @@ mod tests {
                 json!({"op": "remove", "path": "/metadata/annotations/gone"}),
                 json!({"op": "add", "path": "/metadata/labels", "value": {"l": "v"}}),
             ]
+        );
+    }
+
+    fn ready(status: crate::conditions::ConditionStatus) -> Intent {
+        Intent::Set {
+            type_: "Ready".into(),
+            status,
+            reason: "Done".into(),
+            message: String::new(),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn changed_conditions_make_the_status_write_one_guarded_json_patch() {
+        use crate::conditions::ConditionStatus;
+        let now: Timestamp = "2024-01-01T00:00:00Z".parse().expect("time");
+        let other = json!({"type": "Other", "status": "True", "reason": "X", "message": "", "lastTransitionTime": "2020-01-01T00:00:00Z"});
+        let body = json!({"metadata": {"resourceVersion": "3", "generation": 2},
+            "status": {"old": 1, "conditions": [other]}});
+        let mut plan = PatchPlan::new();
+        plan.status_result("create_fn", json!({"message": "hi"}));
+        plan.merge(&json!({"status": {"old": null}}));
+        let merge_only = plan.requests(&body, true);
+        assert_eq!(
+            merge_only[0],
+            PatchRequest::MergeStatus(
+                json!({"status": {"create_fn": {"message": "hi"}, "old": null}})
+            ),
+            "without intents: the merge patch as before"
+        );
+        plan.conditions(vec![ready(ConditionStatus::True)]);
+        plan.condition_clock(Some(2), now);
+        assert_eq!(plan.condition_intents().len(), 1);
+        let new = json!({"type": "Ready", "status": "True", "reason": "Done", "message": "",
+            "lastTransitionTime": "2024-01-01T00:00:00Z", "observedGeneration": 2});
+        assert_eq!(
+            plan.requests(&body, true),
+            vec![PatchRequest::JsonStatus(vec![
+                json!({"op": "test", "path": "/status/conditions", "value": [other]}),
+                json!({"op": "add", "path": "/status/create_fn", "value": {"message": "hi"}}),
+                json!({"op": "remove", "path": "/status/old"}),
+                json!({"op": "add", "path": "/status/conditions", "value": [other, new]}),
+            ])]
+        );
+        assert!(!plan.is_noop_for(&body));
+        assert_eq!(plan.preview(&body)["status"]["conditions"][1], new);
+        // Once stored, nothing is sent again (no hot loop).
+        let stored = plan.preview(&body);
+        assert!(plan.is_noop_for(&stored));
+        assert!(plan.requests(&stored, true).is_empty());
+
+        // No status at all: guarded by the resourceVersion, status added whole.
+        let bare = json!({"metadata": {"resourceVersion": "9"}});
+        let mut only = PatchPlan::new();
+        only.conditions(vec![ready(ConditionStatus::True)]);
+        only.condition_clock(None, now);
+        let mut new_bare = new.clone();
+        new_bare
+            .as_object_mut()
+            .map(|m| m.remove("observedGeneration"));
+        assert_eq!(
+            only.requests(&bare, true),
+            vec![PatchRequest::JsonStatus(vec![
+                json!({"op": "test", "path": "/metadata/resourceVersion", "value": "9"}),
+                json!({"op": "add", "path": "/status", "value": {"conditions": [new_bare.clone()]}}),
+            ])]
+        );
+        // Without a status subresource: the object's request, guarded the same way.
+        assert_eq!(
+            only.requests(&bare, false),
+            vec![PatchRequest::JsonObject(vec![
+                json!({"op": "test", "path": "/metadata/resourceVersion", "value": "9"}),
+                json!({"op": "add", "path": "/status", "value": {"conditions": [new_bare]}}),
+            ])]
         );
     }
 }

@@ -40,6 +40,7 @@ use tower::{Layer, Service, ServiceExt};
 pub use crate::cycle::{CycleCall, CycleOutcome, FinalizerChange, HandlerOutcome};
 
 use crate::causes::{ChangingCause, EventKind, Reason, detect};
+use crate::conditions::{ConditionsHandle, ConditionsSpec, ConditionsSync, Intent, auto_intents};
 use crate::events::EventSpec;
 use crate::finalizers;
 use crate::handler::context::Extensions;
@@ -130,6 +131,7 @@ impl Processor {
 
     /// Like [`new`](Self::new) with a per-handler stack (user layers, success events).
     pub fn with_stack(handlers: Vec<HandlerSpec>, persistence: Persistence, stack: Stack) -> Self {
+        crate::conditions::warn_conditions_fields(&handlers);
         let persistence = persistence.tracking(&handlers);
         Processor {
             inner: Arc::new(Inner {
@@ -185,6 +187,22 @@ impl Processor {
         memo: &Memos,
         rejected: Arc<HashMap<String, String>>,
     ) -> CycleOutcome {
+        self.process_synced(event, body, initial, memo, rejected, None)
+            .await
+    }
+
+    /// Like [`process_with`](Self::process_with), with the writer through which handlers
+    /// publish their conditions mid-handler (`Conditions::sync`); without one, such a sync
+    /// is an error.
+    pub async fn process_synced(
+        &self,
+        event: EventKind,
+        body: &Value,
+        initial: bool,
+        memo: &Memos,
+        rejected: Arc<HashMap<String, String>>,
+        sync: Option<Arc<dyn ConditionsSync>>,
+    ) -> CycleOutcome {
         let persistence = &self.inner.persistence;
         let cause = detect(
             event,
@@ -203,17 +221,28 @@ impl Processor {
         let requires = Arc::new(move |b: &Value| this.requires_finalizer(b));
         let svc = FinalizerLayer::new(persistence.finalizer.clone(), requires)
             .layer(HandlersCycle(self.inner.clone()));
+        let mut conditions = ConditionsHandle::new(body);
+        if let Some(sync) = sync {
+            conditions = conditions.with_sync(sync);
+        }
         let call = CycleCall {
             body: body.clone(),
             cause,
             memo: memo.clone(),
             rejected,
+            conditions: conditions.clone(),
         };
         let mut out = match svc.oneshot(call).await {
             Ok(out) => out,
             Err(never) => match never {},
         };
         out.corrupt_diffbase = corrupt;
+        let intents = self.condition_intents(&out, conditions.take_intents());
+        if !intents.is_empty() {
+            out.plan.conditions(intents);
+            out.plan
+                .condition_clock(conditions.generation(), Timestamp::now());
+        }
         // A real change also clears the touch.
         if !out.plan.is_noop_for(body)
             && let Some(clear) = persistence.progress.touch_clear(body)
@@ -221,6 +250,67 @@ impl Processor {
             out.plan.merge(&clear);
         }
         out
+    }
+}
+
+impl Processor {
+    /// The resource's conditions declarations, as one (declared types in order; an auto
+    /// condition on when any declaration asks for it; the first summary type).
+    fn conditions_spec(&self) -> Option<ConditionsSpec> {
+        let mut specs = self
+            .inner
+            .handlers
+            .iter()
+            .filter_map(|h| h.declared::<ConditionsSpec>());
+        let mut all = specs.next()?.clone();
+        for spec in specs {
+            all.declared.extend(spec.declared.iter().cloned());
+            all.auto.per_handler |= spec.auto.per_handler;
+            all.auto.kstatus |= spec.auto.kstatus;
+            if all.auto.summary.is_none() {
+                all.auto.summary = spec.auto.summary.clone();
+            }
+        }
+        Some(all)
+    }
+
+    /// The condition intents of a cycle: the declared defaults (except in a deletion's
+    /// cycles and in a cycle that only adds the finalizer: the next one writes status
+    /// anyway), what the handlers set, and the auto conditions of their outcomes (not while
+    /// the object is deleted).
+    fn condition_intents(&self, out: &CycleOutcome, handlers: Vec<Intent>) -> Vec<Intent> {
+        let mut intents = Vec::new();
+        let deleting = out.reason == Reason::Delete;
+        let spec = self.conditions_spec();
+        if let Some(spec) = &spec
+            && !deleting
+            && out.finalizer != Some(FinalizerChange::Added)
+        {
+            intents.extend(spec.declared.iter().cloned());
+        }
+        intents.extend(handlers);
+        if let Some(spec) = &spec
+            && !deleting
+            && !out.ran.is_empty()
+        {
+            let mut ran = out.ran.clone();
+            let failed_now = ran
+                .iter()
+                .any(|(_, o)| matches!(o, HandlerOutcome::Failed { .. }));
+            if out.counts.1 > 0 && !failed_now {
+                // A handler of the cause failed for good in an earlier cycle: the summary
+                // and kstatus still say so (its own condition was set then).
+                ran.push((
+                    String::new(),
+                    HandlerOutcome::Failed {
+                        message: "a handler of this cause failed for good in an earlier attempt"
+                            .into(),
+                    },
+                ));
+            }
+            intents.extend(auto_intents(&spec.auto, &ran, out.done));
+        }
+        intents
     }
 }
 
@@ -346,6 +436,8 @@ struct Exec<'a> {
     records: Vec<(String, ProgressRecord)>,
     /// Handlers whose results the API server rejected (see [`CycleCall::rejected`]).
     rejected: Arc<HashMap<String, String>>,
+    /// The cycle's conditions, shared by its handlers.
+    conditions: ConditionsHandle,
 }
 
 async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
@@ -380,6 +472,7 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
         out: CycleOutcome::new(cause.reason),
         records: Vec::new(),
         rejected: call.rejected,
+        conditions: call.conditions,
     };
     exec.supersede();
     let level = exec.run_level(top, &base).await;
@@ -438,6 +531,7 @@ impl Exec<'_> {
             .unwrap_or_else(|| format_time(self.now));
         cause.memo = self.memo.clone();
         cause.extensions = self.inner.extensions.clone();
+        cause.conditions = self.conditions.clone();
         cause
     }
 
@@ -1409,5 +1503,69 @@ mod tests {
             Some(&Value::Null),
             "purged"
         );
+    }
+
+    #[tokio::test]
+    async fn conditions_join_the_cycles_status_write() {
+        use crate::conditions::{ConditionStatus, Conditions, ConditionsSpec};
+        use crate::extract::IntoHandler;
+        async fn create(c: Conditions) -> Result<(), HandlerError> {
+            assert!(!c.is_true("Provisioned"), "not yet");
+            c.set("Provisioned", ConditionStatus::True, "Created", "")?;
+            Ok(())
+        }
+        let declared = ConditionsSpec::new()
+            .declare("Ready", ConditionStatus::Unknown, "Pending", "")
+            .per_handler(true)
+            .summary("Ready")
+            .into_spec();
+        let processor = Processor::new(
+            vec![
+                declared,
+                HandlerSpec::from_arc("create_fn", Some(Reason::Create), create.into_handler()),
+            ],
+            Persistence::default(),
+        );
+        let mut body = kex();
+        body["metadata"]["generation"] = json!(3);
+        let out = processor
+            .process(EventKind::Added, &body, false, &Memos::default())
+            .await;
+        assert!(out.done);
+        let reqs = out.plan.requests(&body, true);
+        assert!(matches!(reqs[0], PatchRequest::JsonStatus(_)), "{reqs:?}");
+        assert_eq!(reqs.len(), 2, "status, then the diff-base");
+        let stored = out.plan.preview(&body);
+        let types: Vec<(String, String)> = stored["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap_or("").into(),
+                    c["status"].as_str().unwrap_or("").into(),
+                )
+            })
+            .collect();
+        let pairs = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            types,
+            pairs(&[
+                ("Ready", "True"),
+                ("Provisioned", "True"),
+                ("CreateFnSucceeded", "True")
+            ])
+        );
+        assert_eq!(stored["status"]["conditions"][0]["observedGeneration"], 3);
+        // The next cycle (nothing changed): nothing is written.
+        let again = processor
+            .process(EventKind::Modified, &stored, false, &Memos::default())
+            .await;
+        assert_eq!(again.reason, Reason::Noop);
+        assert!(again.plan.is_noop_for(&stored));
     }
 }

@@ -495,6 +495,7 @@ pub struct Reconciled {
 pub async fn run(spec: &ReconcileSpec, ctx: ReconcileContext) -> Reconciled {
     let patch = ctx.cause.patch.clone();
     let events = ctx.cause.events.clone();
+    let conditions = ctx.cause.conditions.clone();
     let body = ctx.cause.body.clone();
     let fut = (spec.function)(body, ctx);
     let task = tokio::spawn(fut);
@@ -515,6 +516,12 @@ pub async fn run(spec: &ReconcileSpec, ctx: ReconcileContext) -> Reconciled {
     let result = joined.and_then(|r| r);
     let mut plan = PatchPlan::new();
     plan.merge(&patch.get());
+    // The conditions it set (`ctx.extract::<Conditions>()`) go with its status write.
+    let intents = conditions.take_intents();
+    if !intents.is_empty() {
+        plan.conditions(intents);
+        plan.condition_clock(conditions.generation(), jiff::Timestamp::now());
+    }
     Reconciled {
         result,
         plan,
@@ -764,6 +771,13 @@ mod tests {
             ctx.patch()
                 .merge(serde_json::json!({"status": {"seen": ctx.failures()}}));
             ctx.events().info("Reconciled", "fine");
+            let conditions = ctx.extract::<crate::conditions::Conditions>()?;
+            conditions.set(
+                "Ready",
+                crate::conditions::ConditionStatus::True,
+                "Reconciled",
+                "",
+            )?;
             Ok::<_, HandlerError>(Action::await_change())
         });
         let out = run(
@@ -773,6 +787,7 @@ mod tests {
         .await;
         assert_eq!(out.result, Ok(Action::await_change()));
         assert_eq!(out.plan.merge_patch()["status"]["seen"], 2);
+        assert_eq!(out.plan.condition_intents().len(), 1, "its conditions too");
         assert_eq!(out.events.len(), 1);
 
         let panics = ReconcileSpec::new("p", |_b: Value, _c: ReconcileContext| async move {

@@ -22,6 +22,8 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use kopf_core::metrics::Metrics;
+
+use crate::conditions::{Guarded, write_guarded};
 use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
 use kopf_core::text::excerpt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -183,10 +185,8 @@ impl Writer<'_> {
         // The base of the object's request: the object as the status write returned it
         // (its resourceVersion is our own write's), when a guarded JSON patch follows.
         let mut base: Cow<'_, Value> = Cow::Borrowed(body);
-        if let Some(PatchRequest::MergeStatus(patch)) =
-            plan.status_request(body, self.status_subresource)
-        {
-            match self.merge(name, &patch, true).await {
+        match plan.status_request(body, self.status_subresource) {
+            Some(PatchRequest::MergeStatus(patch)) => match self.merge(name, &patch, true).await {
                 Ok(obj) => {
                     rv = written_rv(&obj);
                     pruned = pruned_fields(delivered, &obj.data);
@@ -195,11 +195,46 @@ impl Writer<'_> {
                     }
                 }
                 Err(e) => return self.merge_failed("status", name, &e, delivered),
+            },
+            Some(PatchRequest::JsonStatus(ops)) => {
+                // Conditions changed: the status write is guarded by the list it read.
+                match self
+                    .conditions(name, plan, body, true, ops, delivered)
+                    .await
+                {
+                    Ok(obj) => {
+                        rv = written_rv(&obj);
+                        pruned = pruned_fields(delivered, &obj.data);
+                        // The object's request goes against what the status write saw.
+                        base = Cow::Owned(as_body(obj, body));
+                    }
+                    Err(applied) => return applied,
+                }
             }
+            _ => {}
         }
         let Some(request) = plan.object_request(&base, self.status_subresource) else {
             return Applied::Written { rv, pruned };
         };
+        let releasing = matches!(plan.finalizer_edit(), Some(FinalizerEdit::Remove(_)))
+            && kopf_core::finalizers::is_deleting(body);
+        if let PatchRequest::JsonObject(ops) = &request
+            && !self.status_subresource
+            && !releasing
+            && plan.conditions_for(&base).is_some()
+        {
+            // Without a status subresource, the conditions go with the object, guarded.
+            return match self
+                .conditions(name, plan, &base, false, ops.clone(), delivered)
+                .await
+            {
+                Ok(obj) => Applied::Written {
+                    rv: written_rv(&obj),
+                    pruned: pruned_fields(delivered, &obj.data),
+                },
+                Err(applied) => applied,
+            };
+        }
         match request {
             PatchRequest::MergeObject(patch) => match self.merge(name, &patch, false).await {
                 Ok(obj) => {
@@ -229,7 +264,9 @@ impl Writer<'_> {
                 Err(applied) => applied,
             },
             // `object_request` never returns a status patch.
-            PatchRequest::MergeStatus(_) => Applied::Written { rv, pruned },
+            PatchRequest::MergeStatus(_) | PatchRequest::JsonStatus(_) => {
+                Applied::Written { rv, pruned }
+            }
         }
     }
 
@@ -263,6 +300,35 @@ impl Writer<'_> {
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// A write of changed conditions (with the cycle's other changes of that endpoint):
+    /// retried on the fresh object when another writer changed the list; a 422 with the
+    /// list unchanged is the server refusing the handlers' results.
+    async fn conditions(
+        &self,
+        name: &str,
+        plan: &PatchPlan,
+        body: &Value,
+        status: bool,
+        ops: Vec<Value>,
+        delivered: &[(String, Value)],
+    ) -> Result<DynamicObject, Applied> {
+        let endpoint = if status { "status" } else { "object" };
+        match write_guarded(&self.api, name, plan, body, status, ops).await {
+            Guarded::Stored(obj) | Guarded::Unneeded(obj) => Ok(obj),
+            Guarded::Gone => Err(Applied::Gone),
+            Guarded::Refused(s) => {
+                Err(self.merge_failed(endpoint, name, &kube::Error::Api(Box::new(s)), delivered))
+            }
+            Guarded::Conflict(message) => {
+                if let Some(m) = self.metrics {
+                    m.write_failure(endpoint, 409);
+                }
+                Err(Applied::Conflict(message))
+            }
+            Guarded::Failed(e) => Err(Applied::Failed(self.failure(endpoint, &e))),
         }
     }
 

@@ -18,6 +18,7 @@
 //! ```
 
 mod apply;
+mod conditions;
 mod engine;
 mod events;
 mod namespaces;

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use kopf_core::reconcile::{Kick, Schedule, Trigger};
 
+use crate::conditions::ApiConditionsSync;
 use crate::shared::{Observed, WorkerShared, object_span, rv};
 use crate::spawning::Spawned;
 use crate::write::CycleEnd;
@@ -422,17 +423,33 @@ impl WorkerShared {
         let span = object_span(&observed.body);
         async move {
             let body = &observed.body;
+            // Handlers' `Conditions::sync()` writes through the object's API at once.
+            let sync = Arc::new(ApiConditionsSync::new(
+                self.api_for(body),
+                body,
+                self.resource.status_subresource,
+            ));
             let outcome = self
                 .processor
-                .process_with(observed.event, body, initial, memo, rejected)
+                .process_synced(
+                    observed.event,
+                    body,
+                    initial,
+                    memo,
+                    rejected,
+                    Some(sync.clone()),
+                )
                 .await;
+            // After a handler's sync, the writes go against the object as it returned it.
+            let synced = sync.synced_body();
+            let written = synced.as_ref().unwrap_or(body);
             log_cause(&outcome, body);
             if outcome.reason == Reason::Gone {
                 self.forget(uid);
                 return CycleEnd::Gone;
             }
             let end = self
-                .apply(body, &outcome.plan, &outcome.delivered, outcome.delay)
+                .apply(written, &outcome.plan, &outcome.delivered, outcome.delay)
                 .await;
             // Outcomes are reported once the writes went through: a result the API server
             // refused is not a success, and a cause whose writes failed is not processed.

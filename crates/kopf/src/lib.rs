@@ -10,7 +10,8 @@
 //! Handler arguments are extractors (the axum pattern): `Spec<T>`, `Status<T>`, `Body`,
 //! `Meta`, `Name`, `Namespace`, `Uid`, `Labels`, `Annotations`, `Diff`, `Old<T>`, `New<T>`,
 //! `Reason`, `Retry`, `Started`, `Runtime`, `Patch`, `Events`, `Logger`, `Memo<T>`,
-//! `SubHandlers`, or the whole `Cause`. Handlers are `async fn`s, or plain `fn`s that run on
+//! `SubHandlers`, `Conditions` (the object's `status.conditions`; see
+//! [`Operator::conditions`]), or the whole `Cause`. Handlers are `async fn`s, or plain `fn`s that run on
 //! blocking threads.
 //!
 //! ```no_run
@@ -396,6 +397,9 @@ pub use kopf_macros::reconcile;
 // The framework's types, from the crates that define them.
 pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
+pub use kopf_core::conditions::{
+    AutoConditions, Condition, ConditionStatus, Conditions, ConditionsSpec,
+};
 pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
 pub use kopf_core::extract::{
     Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,

@@ -280,4 +280,18 @@ mod tests {
         )];
         assert!(super::rules(&missing, &all).is_err());
     }
+
+    #[test]
+    fn a_conditions_declaration_needs_the_status_patch() {
+        let all = [discovered("kopf.dev", "kopfexamples", true)];
+        let regs = vec![(
+            Selector::from("kopfexamples"),
+            kopf_core::conditions::ConditionsSpec::new()
+                .summary("Ready")
+                .into_spec(),
+        )];
+        let rules = rules(&regs, &all).expect("resolved");
+        assert!(rules.contains(&json!({"apiGroups": ["kopf.dev"], "resources": ["kopfexamples/status"], "verbs": ["patch"]})));
+        assert!(rules.contains(&json!({"apiGroups": ["kopf.dev"], "resources": ["kopfexamples"], "verbs": ["list", "watch", "patch"]})));
+    }
 }

@@ -34,6 +34,7 @@ async fn call_once(
     cause.memo = ctx.memo.clone();
     cause.extensions = ctx.extensions.clone();
     cause.stopped = Some(stopped.clone());
+    let conditions = cause.conditions.clone();
     let call = HandlerCall {
         spec: spec.clone(),
         cause,
@@ -52,6 +53,12 @@ async fn call_once(
             delivered.push((spec.id.clone(), json!({"status": status})));
         }
         plan.merge(&outcome.patch);
+        // Conditions set by the call go with its delivery (applied to the latest list).
+        let intents = conditions.take_intents();
+        if !intents.is_empty() {
+            plan.conditions(intents);
+            plan.condition_clock(conditions.generation(), Timestamp::now());
+        }
         if !plan.is_empty() || !outcome.events.is_empty() {
             // The latest state: the object may have changed during a long call.
             let body = live.borrow().body.clone();

@@ -13,6 +13,7 @@ use super::context::{EventsHandle, Extensions, PatchHandle};
 use super::error::{ErrorsMode, HandlerResult};
 use super::options::{FieldFilter, MetaFilter, Options, WhenFilter, split_field};
 use crate::causes::Reason;
+use crate::conditions::ConditionsHandle;
 use crate::daemons::options::{DaemonOptions, TimerOptions};
 use crate::daemons::stopped::Stopped;
 use crate::index::IndexTypes;
@@ -54,11 +55,15 @@ pub struct Cause {
     pub stopped: Option<Stopped>,
     /// Operator-wide values handlers can ask for (the API client, the indexes...).
     pub extensions: Extensions,
+    /// The object's `status.conditions` for this cycle, shared by its handlers (read with
+    /// the [`Conditions`](crate::conditions::Conditions) extractor).
+    pub conditions: ConditionsHandle,
 }
 
 impl Cause {
     /// A cause for a body with no diff and no history (for tests and tools).
     pub fn for_body(reason: Reason, body: Value) -> Self {
+        let conditions = ConditionsHandle::new(&body);
         Cause {
             reason,
             body,
@@ -74,6 +79,7 @@ impl Cause {
             event: None,
             stopped: None,
             extensions: Extensions::default(),
+            conditions,
         }
     }
 

@@ -146,6 +146,7 @@ mod tests {
             cause,
             memo: Memos::default(),
             rejected: Arc::default(),
+            conditions: Default::default(),
         }
     }
 

@@ -331,6 +331,38 @@ mod tests {
     }
 
     #[test]
+    fn json_patch_tests_compare_whole_lists_and_elements() {
+        let t = json!({"status": {"conditions": [
+            {"type": "A", "status": "True", "reason": "R"},
+            {"type": "B", "status": "False", "reason": "S"},
+        ]}});
+        let same = br#"[{"op": "test", "path": "/status/conditions", "value": [
+            {"reason": "R", "status": "True", "type": "A"},
+            {"type": "B", "status": "False", "reason": "S"}]},
+            {"op": "add", "path": "/status/conditions/-", "value": {"type": "C"}}]"#;
+        let r = apply_json_patch(&t, same).expect("the same list (key order aside) passes");
+        assert_eq!(r["status"]["conditions"].as_array().map(Vec::len), Some(3));
+        // A prefix, a reordered list, a changed field of an element: all fail (422).
+        for bad in [
+            r#"[{"op": "test", "path": "/status/conditions", "value": [{"type": "A", "status": "True", "reason": "R"}]}]"#,
+            r#"[{"op": "test", "path": "/status/conditions", "value": [{"type": "B", "status": "False", "reason": "S"}, {"type": "A", "status": "True", "reason": "R"}]}]"#,
+            r#"[{"op": "test", "path": "/status/conditions/1", "value": {"type": "B", "status": "True", "reason": "S"}}]"#,
+            r#"[{"op": "test", "path": "/status/conditions/1", "value": {"type": "B", "status": "False"}}]"#,
+            r#"[{"op": "test", "path": "/status/conditions", "value": []}]"#,
+        ] {
+            assert!(
+                matches!(
+                    apply_json_patch(&t, bad.as_bytes()),
+                    Err(PatchError::Apply(_))
+                ),
+                "{bad}"
+            );
+        }
+        let element = br#"[{"op": "test", "path": "/status/conditions/0", "value": {"type": "A", "status": "True", "reason": "R"}}]"#;
+        assert!(apply_json_patch(&t, element).is_ok());
+    }
+
+    #[test]
     fn service_ports_merge_by_port() {
         let svc = json!({"spec": {"ports": [{"name": "a", "port": 80}]}});
         let r = smp(

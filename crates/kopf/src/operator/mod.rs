@@ -3,6 +3,7 @@
 //! file per kind of handler, each its own `impl Operator` block).
 
 mod activities;
+mod conditions;
 mod connect;
 mod reconcile;
 mod resource_handlers;
