@@ -48,6 +48,7 @@ use crate::handler::spec::{BoxFuture, Cause, HandlerKind, HandlerSpec};
 use crate::layers::{Attempt, FinalizerLayer, HandlerCall, Stack, retrying};
 use crate::memo::Memos;
 use crate::progress::{ProgressRecord, ProgressStorage, format_time, parse_time};
+use crate::reconcile::ReconcileSpec;
 
 /// Which of the ready handlers run in one cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -256,7 +257,7 @@ impl Processor {
 impl Processor {
     /// The resource's conditions declarations, as one (declared types in order; an auto
     /// condition on when any declaration asks for it; the first summary type).
-    fn conditions_spec(&self) -> Option<ConditionsSpec> {
+    pub fn conditions_spec(&self) -> Option<ConditionsSpec> {
         let mut specs = self
             .inner
             .handlers
@@ -282,9 +283,17 @@ impl Processor {
         let mut intents = Vec::new();
         let deleting = out.reason == Reason::Delete;
         let spec = self.conditions_spec();
+        // With a reconcile, a cycle that writes nothing else leaves the defaults to the
+        // reconcile's write, which follows (no request of their own).
+        let reconciled = self
+            .inner
+            .handlers
+            .iter()
+            .any(|h| h.declared::<ReconcileSpec>().is_some());
         if let Some(spec) = &spec
             && !deleting
             && out.finalizer != Some(FinalizerChange::Added)
+            && !(reconciled && handlers.is_empty() && out.plan.is_empty())
         {
             intents.extend(spec.declared.iter().cloned());
         }

@@ -431,6 +431,16 @@ impl ReconcileContext {
         self
     }
 
+    /// With the writer of `Conditions::sync()` (the framework gives one; without it, a
+    /// sync is an error).
+    pub fn with_conditions_sync(
+        mut self,
+        sync: Arc<dyn crate::conditions::ConditionsSync>,
+    ) -> Self {
+        self.cause.conditions = self.cause.conditions.clone().with_sync(sync);
+        self
+    }
+
     /// Why it runs.
     pub fn trigger(&self) -> &Trigger {
         &self.trigger

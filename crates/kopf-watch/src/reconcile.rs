@@ -6,15 +6,20 @@
 //! It runs in the object's worker, so never at the same time as a cause cycle of the same
 //! object, and only after the latest state went through the cause handlers.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
+use kopf_core::conditions::{Intent, auto_intents};
 use kopf_core::handler::HandlerError;
 use kopf_core::memo::Memos;
+use kopf_core::plan::PatchPlan;
+use kopf_core::processing::HandlerOutcome;
 use kopf_core::reconcile::{ReconcileContext, ReconcileSpec, Schedule, Trigger, next_after, run};
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::conditions::ApiConditionsSync;
 use crate::shared::{WorkerShared, object_span};
 use crate::write::CycleEnd;
 
@@ -46,16 +51,27 @@ impl WorkerShared {
             };
             let failures = schedule.failures;
             tracing::debug!(trigger = %trigger, "Reconciling ({trigger}).");
+            // `Conditions::sync()` writes through the object's API at once.
+            let sync = Arc::new(ApiConditionsSync::new(
+                self.api_for(body),
+                body,
+                self.resource.status_subresource,
+            ));
             let ctx = ReconcileContext::new(body.clone(), trigger, failures)
-                .with(memo.clone(), self.extensions.clone());
+                .with(memo.clone(), self.extensions.clone())
+                .with_conditions_sync(sync.clone());
             let started = StdInstant::now();
-            let out = run(spec, ctx).await;
+            let mut out = run(spec, ctx).await;
             let took = started.elapsed();
             let mut result = out.result;
+            self.reconcile_conditions(spec, &result, &mut out.plan, body);
+            // After a sync, the writes go against the object as it returned it.
+            let synced = sync.synced_body();
+            let written = synced.as_ref().unwrap_or(body);
             let end = if result.is_ok() || !out.plan.is_empty() {
                 // What a failed reconcile wrote before failing is written too: its status
                 // is an observation (e.g. a condition saying why it fails).
-                self.apply(body, &out.plan, &[], None).await
+                self.apply(written, &out.plan, &[], None).await
             } else {
                 CycleEnd::Next {
                     delay: None,
@@ -135,5 +151,47 @@ impl WorkerShared {
         }
         .instrument(span)
         .await
+    }
+
+    /// The declared conditions' defaults (the first reconcile of an object writes them, at
+    /// no request of their own) and the auto conditions of the outcome (the reconcile is
+    /// one handler, with its id), added to the reconcile's plan.
+    fn reconcile_conditions(
+        &self,
+        spec: &ReconcileSpec,
+        result: &Result<kopf_core::reconcile::Action, HandlerError>,
+        plan: &mut PatchPlan,
+        body: &Value,
+    ) {
+        let Some(declared) = self.processor.conditions_spec() else {
+            return;
+        };
+        let mut intents: Vec<Intent> = declared.declared.clone();
+        let outcome = match result {
+            Ok(_) => HandlerOutcome::Succeeded,
+            Err(HandlerError::Permanent { message } | HandlerError::Admission { message, .. }) => {
+                HandlerOutcome::Failed {
+                    message: message.clone(),
+                }
+            }
+            Err(e) => HandlerOutcome::Retrying {
+                message: e.to_string(),
+            },
+        };
+        intents.extend(auto_intents(
+            &declared.auto,
+            &[(spec.id.clone(), outcome)],
+            result.is_ok(),
+        ));
+        // Its own intents last: what the reconcile set wins over the automatic ones.
+        intents.extend(plan.condition_intents().iter().cloned());
+        let mut fresh = PatchPlan::new();
+        fresh.merge(plan.merge_patch());
+        fresh.conditions(intents);
+        fresh.condition_clock(
+            body.pointer("/metadata/generation").and_then(Value::as_i64),
+            jiff::Timestamp::now(),
+        );
+        *plan = fresh;
     }
 }

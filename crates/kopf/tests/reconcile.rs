@@ -612,3 +612,70 @@ async fn two_reconciles_of_one_resource_stop_the_operator_with_a_clear_error() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciles_conditions_and_the_declared_defaults_share_its_one_status_write() {
+    use kopf::{ConditionStatus, Conditions, ConditionsSpec};
+    let server = server().await;
+    let op = Operator::new()
+        .conditions(
+            "kopfexamples",
+            ConditionsSpec::new()
+                .declare("Ready", ConditionStatus::Unknown, "Pending", "")
+                .declare("Synced", ConditionStatus::Unknown, "Pending", "")
+                .summary("Ready"),
+        )
+        .reconcile(
+            "kopfexamples",
+            |obj: Arc<Value>, ctx: ReconcileContext| async move {
+                let conditions = ctx.extract::<Conditions>()?;
+                if obj["spec"]["fail"] == json!(true) {
+                    conditions.set("Synced", ConditionStatus::False, "CopyFailed", "boom")?;
+                    return Err(HandlerError::other("boom"));
+                }
+                conditions.set("Synced", ConditionStatus::True, "Copied", "all good")?;
+                Ok(Action::await_change())
+            },
+        );
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({})))
+        .await
+        .expect("create");
+    let condition = |o: Option<&kube::api::DynamicObject>, t: &str| -> Value {
+        o.and_then(|o| o.data["status"]["conditions"].as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c["type"] == t)
+            .unwrap_or(Value::Null)
+    };
+    until_object(&api, "k", "Ready and Synced", |o| {
+        condition(o, "Ready")["status"] == "True" && condition(o, "Synced")["status"] == "True"
+    })
+    .await;
+    common::settle(&server).await;
+    assert_eq!(
+        common::count(&server, "PATCH", "/kopfexamples/k/status"),
+        1,
+        "the defaults, the reconcile's condition and the summary in one write"
+    );
+    assert_eq!(common::count(&server, "PATCH", "/kopfexamples/k"), 0);
+
+    api.patch(
+        "k",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"fail": true}})),
+    )
+    .await
+    .expect("patch");
+    until_object(&api, "k", "Ready unknown, Synced false", |o| {
+        let ready = condition(o, "Ready");
+        ready["status"] == "Unknown"
+            && ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("boom"))
+            && condition(o, "Synced")["reason"] == "CopyFailed"
+    })
+    .await;
+    running.stop().await;
+}
