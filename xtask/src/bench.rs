@@ -7,12 +7,19 @@
 //! handler: what the finalizer costs), `kopf` (Python Kopf 1.45 from PyPI, in a
 //! venv the harness creates), `kube-rs` (a `kube::runtime::Controller`), `limit` (a plain
 //! client sending exactly the diff-base and status PATCHes) and `limit-status` (the status
-//! PATCH only); opt-in with `--system`: `kopf-rs-sharded-2` and `kopf-rs-sharded-3` (2 or 3
-//! processes of the `minimal` example with `--shards 2` or `3` against one server, lease
-//! timings 5 s, 4 s, 0.5 s; CPU and RSS summed over the processes and shown per process,
-//! and the start-up sharing timed). They are not in the default list: they add two systems'
-//! churn and idle time to every run, and on a 2-core machine they measure the cores more
-//! than the framework. Scenarios, in this order on one server per system:
+//! PATCH only). Opt-in with `--system`, not in the default list:
+//!
+//! * `kopf-rs-reconcile`: the kube-rs system's reconcile in kopf-rs's reconcile mode
+//!   (`Operator::reconcile`), one status PATCH per object as kube-rs; it would add about 75 s
+//!   to the full run (measured at N = 10,000, most of it the fixed 60 s of churn), taking it
+//!   past its 8 minutes;
+//! * `kopf-rs-sharded-2` and `kopf-rs-sharded-3`: 2 or 3 processes of the `minimal` example
+//!   with `--shards 2` or `3` against one server, lease timings 5 s, 4 s, 0.5 s; CPU and RSS
+//!   summed over the processes and shown per process, and the start-up sharing timed; they
+//!   would add two systems' churn and idle time to every run, and on a 2-core machine they
+//!   measure the cores more than the framework.
+//!
+//! Scenarios, in this order on one server per system:
 //!
 //! * **burst**: N objects exist before the operator starts; time until all have their
 //!   status, requests per object by endpoint, CPU seconds and peak RSS of the operator;
@@ -50,7 +57,8 @@ pub struct BenchArgs {
     /// Objects (default 10,000; 1,000 with --quick).
     #[arg(long)]
     n: Option<usize>,
-    /// Only these systems (repeatable). Default: all but the sharded ones.
+    /// Only these systems (repeatable). Default: all but kopf-rs-reconcile and the sharded
+    /// ones.
     #[arg(long = "system", value_enum)]
     systems: Vec<System>,
     /// Updates per second in the churn scenario (default 50; 20 with --quick).
@@ -136,14 +144,15 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                 );
                 command
             }
-            System::KopfRsDelete => vec![
-                release.join("kopf-rs-delete").display().to_string(),
-                "run".into(),
-                "-A".into(),
-                "--standalone".into(),
-                "--qps".into(),
-                "0".into(),
-            ],
+            System::KopfRsDelete | System::KopfRsReconcile => {
+                let binary = match system {
+                    System::KopfRsDelete => "kopf-rs-delete",
+                    _ => "kopf-rs-reconcile",
+                };
+                let mut command = kopf_rs.clone();
+                command[0] = release.join(binary).display().to_string();
+                command
+            }
             System::Kopf => {
                 let venv = out_dir.join("venv/bin");
                 vec![

@@ -12,6 +12,8 @@ pub enum System {
     KopfRs,
     /// kopf-rs: the `minimal` example's job plus a delete handler (the finalizer's cost).
     KopfRsDelete,
+    /// kopf-rs: the kube-rs system's job as a level-based reconcile (`Operator::reconcile`).
+    KopfRsReconcile,
     /// kopf-rs: 2 processes of the `minimal` example with `--shards 2` (opt-in).
     #[value(name = "kopf-rs-sharded-2")]
     KopfRsSharded2,
@@ -33,6 +35,7 @@ impl System {
         match self {
             System::KopfRs => "kopf-rs",
             System::KopfRsDelete => "kopf-rs-delete",
+            System::KopfRsReconcile => "kopf-rs-reconcile",
             System::KopfRsSharded2 => "kopf-rs-sharded-2",
             System::KopfRsSharded3 => "kopf-rs-sharded-3",
             System::Kopf => "kopf",
