@@ -1,10 +1,12 @@
-//! `status.conditions`: a declared default, a condition set by a handler (published at once
-//! with `sync`, before the long part), and the auto conditions of the handlers' outcomes
-//! (`CreateFnSucceeded`, the summary `Ready`, kstatus's `Reconciling`/`Stalled`).
+//! `status.conditions`: declared defaults written on an object's first visit, a long creation
+//! handler that publishes its progress in `Progressing` as it goes (each step at once, with
+//! `sync`), then sets `Ready`; and the auto condition of each handler's outcome
+//! (`CreateFnSucceeded`). Other controllers' conditions on the same objects are kept.
 //!
 //! ```sh
 //! cargo run --example conditions -- run --fake
-//! kubectl wait --for=condition=Ready kopfexample/kopf-example-1
+//! KUBECONFIG=<the path in the banner> kubectl apply -f examples/obj.yaml
+//! KUBECONFIG=<the path in the banner> kubectl wait --for=condition=Ready kopfexample/kopf-example-1
 //! ```
 
 use std::time::Duration;
@@ -12,17 +14,37 @@ use std::time::Duration;
 use kopf::{ConditionStatus, Conditions, ConditionsSpec, HandlerError, Name, Operator};
 use serde_json::{Value, json};
 
+/// The steps of the (pretend) provisioning.
+const STEPS: [&str; 3] = ["volumes", "network", "workload"];
+
 async fn create_fn(Name(name): Name, conditions: Conditions) -> Result<Value, HandlerError> {
+    for (i, step) in STEPS.iter().enumerate() {
+        // The status stays True, so its lastTransitionTime stays that of the first step:
+        // only the message moves on.
+        conditions.set(
+            "Progressing",
+            ConditionStatus::True,
+            "Provisioning",
+            format!("step {}/{}: {step}", i + 1, STEPS.len()),
+        )?;
+        // Visible at once (`kubectl get -o yaml`), while the long part runs.
+        conditions.sync().await?;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
     conditions.set(
-        "Provisioned",
+        "Progressing",
         ConditionStatus::False,
-        "Provisioning",
-        "creating the resources",
+        "Provisioned",
+        format!("all {} steps done", STEPS.len()),
     )?;
-    // Visible at once (kubectl get -o yaml), while the long part runs.
-    conditions.sync().await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    conditions.set("Provisioned", ConditionStatus::True, "Provisioned", "")?;
+    // Written with the handler's result, in the cycle's one status PATCH.
+    conditions.set(
+        "Ready",
+        ConditionStatus::True,
+        "Provisioned",
+        format!("{name} is ready"),
+    )?;
+    tracing::info!("{name} is provisioned.");
     Ok(json!({"message": format!("{name} is provisioned")}))
 }
 
@@ -32,11 +54,12 @@ pub fn operator() -> Operator {
         .on_create("kopfexamples", "create_fn", create_fn)
         .conditions(
             "kopfexamples",
+            // On the first visit, in the first status write: "not known yet".
             ConditionsSpec::new()
-                .declare("Provisioned", ConditionStatus::Unknown, "Pending", "")
-                .per_handler(true)
-                .summary("Ready")
-                .kstatus(true),
+                .declare("Ready", ConditionStatus::Unknown, "Pending", "")
+                .declare("Progressing", ConditionStatus::Unknown, "Pending", "")
+                // CreateFnSucceeded: True, Unknown while retrying, False on failure.
+                .per_handler(true),
         )
 }
 

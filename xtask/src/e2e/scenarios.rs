@@ -38,6 +38,12 @@ pub(crate) enum Check {
     OwnedConfigMap(&'static str),
     /// The ConfigMap found by `OwnedConfigMap` is gone (garbage-collected with its owner).
     ChildGone,
+    /// `status.conditions` has this type with this status.
+    Condition(&'static str, &'static str),
+    /// `kubectl wait --for=condition=<type>` (started when first checked, before the
+    /// condition is True) has returned successfully, within 1 s of the condition being
+    /// seen True by polling.
+    KubectlWait(&'static str),
     /// The ConfigMap found by `OwnedConfigMap` holds the object's `spec.field` as `field`.
     ChildMatchesSpec,
     /// The ConfigMap found by `OwnedConfigMap` is deleted by hand (when first checked),
@@ -324,6 +330,24 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         updated: &[Handled],
         deleted: &[ChildGone],
         never_after_restart: &["Handler 'create_fn'"],
+    },
+    Scenario {
+        example: "conditions",
+        setup: PLAIN,
+        edits: &[],
+        created: &[
+            KubectlWait("Ready"),
+            Condition("Ready", "True"),
+            Condition("Progressing", "False"),
+            Condition("CreateFnSucceeded", "True"),
+            Handled,
+        ],
+        stopped: &[],
+        resumed: &[Condition("Ready", "True")],
+        update: FIELD_CHANGED,
+        updated: &[Handled, Condition("Ready", "True")],
+        deleted: &[],
+        never_after_restart: &["{name} is provisioned."],
     },
     Scenario {
         example: "reconcile",

@@ -19,6 +19,28 @@ pub(crate) struct ChildState {
     pub(crate) deleted_uid: Option<String>,
     /// `ChildEditedComesBack` edited the child.
     pub(crate) edited: bool,
+    /// The `kubectl wait` of `KubectlWait`.
+    pub(crate) waiter: Option<Waiter>,
+}
+
+/// A `kubectl wait` under way: when it ended (and how), when the condition was first seen.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub(crate) ended: std::sync::Arc<std::sync::Mutex<Option<(Instant, Result<String, String>)>>>,
+    pub(crate) seen: Option<Instant>,
+    /// The delay was printed.
+    pub(crate) reported: bool,
+}
+
+/// Whether `status.conditions` of the object has this type with this status.
+fn has_condition(object: Option<&Value>, type_: &str, status: &str) -> bool {
+    object
+        .and_then(|o| o.pointer("/status/conditions"))
+        .and_then(Value::as_array)
+        .is_some_and(|list| {
+            list.iter()
+                .any(|c| c["type"] == type_ && c["status"] == status)
+        })
 }
 
 /// What a reconcile makes its child hold while it is being tampered with by hand.
@@ -316,6 +338,87 @@ impl E2e<'_> {
                     .is_empty()
                     .then_some(())
                     .ok_or_else(|| format!("the ConfigMap {child} is still there"))
+            }
+            Condition(type_, status) => has_condition(object, type_, status)
+                .then_some(())
+                .ok_or_else(|| {
+                    format!(
+                        "no condition {type_}={status} in {}",
+                        at("/status/conditions").unwrap_or(Value::Null)
+                    )
+                }),
+            KubectlWait(type_) => {
+                let Some(waiter) = self.child_state.waiter.as_mut() else {
+                    if has_condition(object, type_, "True") {
+                        return Err(format!(
+                            "{type_} was already True before `kubectl wait` could start"
+                        ));
+                    }
+                    let mut command = self.cluster.kubectl_command([
+                        "wait".to_string(),
+                        format!("--for=condition={type_}"),
+                        format!("{RESOURCE}/{}", self.name),
+                        "-n".into(),
+                        NAMESPACE.into(),
+                        "--timeout=60s".into(),
+                    ]);
+                    command
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped())
+                        .kill_on_drop(true);
+                    let child = command.spawn().map_err(|e| format!("kubectl wait: {e}"))?;
+                    let ended = std::sync::Arc::new(std::sync::Mutex::new(None));
+                    let e = ended.clone();
+                    tokio::spawn(async move {
+                        let out = child.wait_with_output().await;
+                        let at = Instant::now();
+                        let result = match out {
+                            Ok(o) if o.status.success() => {
+                                Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+                            }
+                            Ok(o) => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+                            Err(e) => Err(e.to_string()),
+                        };
+                        *e.lock().unwrap_or_else(|p| p.into_inner()) = Some((at, result));
+                    });
+                    self.child_state.waiter = Some(Waiter {
+                        ended,
+                        seen: None,
+                        reported: false,
+                    });
+                    return Err(format!("`kubectl wait --for=condition={type_}` started"));
+                };
+                if waiter.seen.is_none() && has_condition(object, type_, "True") {
+                    waiter.seen = Some(Instant::now());
+                }
+                let ended = waiter
+                    .ended
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                match (ended, waiter.seen) {
+                    (None, _) => Err(format!(
+                        "`kubectl wait --for=condition={type_}` has not returned"
+                    )),
+                    (Some((_, Err(e))), _) => Err(format!(
+                        "`kubectl wait --for=condition={type_}` failed: {e}"
+                    )),
+                    (Some((_, Ok(_))), None) => Err(format!(
+                        "`kubectl wait` returned, but {type_} is not seen True yet"
+                    )),
+                    (Some((at, Ok(_))), Some(seen)) => {
+                        let late = at.saturating_duration_since(seen);
+                        if !std::mem::replace(&mut waiter.reported, true) {
+                            println!(
+                                "   kubectl wait --for=condition={type_} returned {:.2} s after the condition was seen",
+                                late.as_secs_f64()
+                            );
+                        }
+                        (late <= std::time::Duration::from_secs(1))
+                            .then_some(())
+                            .ok_or_else(|| format!("`kubectl wait` returned {late:?} after {type_} was seen True (more than 1 s)"))
+                    }
+                }
             }
             ChildMatchesSpec => {
                 let (child, cm) = self.child_configmap().await?;

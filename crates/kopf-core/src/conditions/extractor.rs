@@ -58,7 +58,7 @@ impl Conditions {
         type_: &str,
         status: ConditionStatus,
         reason: &str,
-        message: &str,
+        message: impl Into<String>,
     ) -> Result<bool, ConditionError> {
         self.0.set(type_, status, reason, message)
     }
@@ -69,7 +69,7 @@ impl Conditions {
         type_: &str,
         status: ConditionStatus,
         reason: &str,
-        message: &str,
+        message: impl Into<String>,
     ) -> Result<bool, ConditionError> {
         self.0.ensure(type_, status, reason, message)
     }

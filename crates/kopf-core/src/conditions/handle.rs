@@ -126,7 +126,7 @@ impl ConditionsHandle {
         type_: &str,
         status: ConditionStatus,
         reason: &str,
-        message: &str,
+        message: impl Into<String>,
     ) -> Result<bool, ConditionError> {
         self.record(Intent::Set {
             type_: type_.into(),
@@ -143,7 +143,7 @@ impl ConditionsHandle {
         type_: &str,
         status: ConditionStatus,
         reason: &str,
-        message: &str,
+        message: impl Into<String>,
     ) -> Result<bool, ConditionError> {
         self.record(Intent::Ensure {
             type_: type_.into(),
