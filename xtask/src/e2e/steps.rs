@@ -23,10 +23,14 @@ pub(crate) struct ChildState {
     pub(crate) waiter: Option<Waiter>,
 }
 
+/// When a `kubectl wait` ended, and its output (or its error).
+pub(crate) type WaitEnd =
+    std::sync::Arc<std::sync::Mutex<Option<(Instant, Result<String, String>)>>>;
+
 /// A `kubectl wait` under way: when it ended (and how), when the condition was first seen.
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    pub(crate) ended: std::sync::Arc<std::sync::Mutex<Option<(Instant, Result<String, String>)>>>,
+    pub(crate) ended: WaitEnd,
     pub(crate) seen: Option<Instant>,
     /// The delay was printed.
     pub(crate) reported: bool,
