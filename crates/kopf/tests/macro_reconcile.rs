@@ -3,8 +3,7 @@
 //! through its mapper, and its cleanup runs on deletion. (A file of its own: every operator
 //! of `macros.rs` has every handler of that file, and a reconcile sees every object.)
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf::{Action, HandlerError, ObjectRef, Operator, ReconcileContext, Trigger};
@@ -13,7 +12,9 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Running, eventually, kex_api, obj, server, until_object};
+use common::{
+    Running, eventually, kex_api, obj, owned_configmap, record, records, server, until_object,
+};
 
 /// Makes `<name>-cm` hold `spec.field`, owned by the object; records why it ran.
 #[kopf::reconcile(
@@ -34,16 +35,7 @@ async fn converge(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, Hand
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let want = obj["spec"]["field"].as_str().unwrap_or_default();
     if cms.get_opt(&format!("{name}-cm")).await?.is_none() {
-        let cm: ConfigMap = serde_json::from_value(json!({
-            "metadata": {
-                "name": format!("{name}-cm"),
-                "ownerReferences": [{
-                    "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "name": name,
-                    "uid": obj["metadata"]["uid"], "controller": true,
-                }],
-            },
-            "data": {"field": want},
-        }))?;
+        let cm = owned_configmap(&obj, want);
         cms.create(&PostParams::default(), &cm).await?;
     }
     Ok(Action::await_change())
@@ -63,27 +55,6 @@ async fn goodbye(obj: Arc<Value>, _ctx: ReconcileContext) -> Result<(), HandlerE
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     record(name, "cleanup");
     Ok(())
-}
-
-/// Why the reconcile ran (and "cleanup"), by object name.
-static RECORDS: Mutex<BTreeMap<String, Vec<String>>> = Mutex::new(BTreeMap::new());
-
-fn record(key: &str, what: impl Into<String>) {
-    RECORDS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key.to_string())
-        .or_default()
-        .push(what.into());
-}
-
-fn records(key: &str) -> Vec<String> {
-    RECORDS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(key)
-        .cloned()
-        .unwrap_or_default()
 }
 
 #[test]

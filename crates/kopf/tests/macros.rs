@@ -5,7 +5,6 @@
 //! about match only its objects (by label), each test has its own API server, and what the
 //! handlers record is keyed by object names that no other test uses.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Running, eventually};
+use common::{Running, eventually, record, records};
 
 // ---- Changing handlers ----
 
@@ -206,27 +205,6 @@ fn convert(mut obj: Value, to: &str) -> Result<Value, String> {
 }
 
 // ---- The harness ----
-
-/// What the handlers did, by object name (or "cleanup", "login").
-static RECORDS: Mutex<BTreeMap<String, Vec<String>>> = Mutex::new(BTreeMap::new());
-
-fn record(key: &str, what: impl Into<String>) {
-    RECORDS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key.to_string())
-        .or_default()
-        .push(what.into());
-}
-
-fn records(key: &str) -> Vec<String> {
-    RECORDS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(key)
-        .cloned()
-        .unwrap_or_default()
-}
 
 /// The operator of this file's handlers, with the memo of the test `token`; its webhook
 /// server (for the converter) on a free local port.

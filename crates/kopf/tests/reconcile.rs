@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Running, eventually, kex_api, obj, server, until_object};
+use common::{Running, eventually, kex_api, obj, owned_configmap, server, until_object};
 
 /// Makes `<name>-cm` hold `spec.field`, owned by the object.
 async fn converge(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, HandlerError> {
@@ -25,16 +25,7 @@ async fn converge(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, Hand
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let want = obj["spec"]["field"].as_str().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {
-            "name": format!("{name}-cm"),
-            "ownerReferences": [{
-                "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "name": name,
-                "uid": obj["metadata"]["uid"], "controller": true,
-            }],
-        },
-        "data": {"field": want},
-    }))?;
+    let cm = owned_configmap(&obj, want);
     match cms.get_opt(&format!("{name}-cm")).await? {
         None => {
             cms.create(&PostParams::default(), &cm).await?;

@@ -26,13 +26,7 @@ pub fn handler_condition_type(handler_id: &str) -> String {
 }
 
 fn set(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Intent {
-    Intent::Set {
-        type_: type_.into(),
-        status,
-        reason: reason.into(),
-        message: message.into(),
-        observed_generation: None,
-    }
+    Intent::set(type_, status, reason, message)
 }
 
 /// The intents of the auto conditions for the outcomes of the handlers that ran in a cycle

@@ -68,13 +68,8 @@ impl ConditionsSpec {
         reason: &str,
         message: &str,
     ) -> Self {
-        self.declared.push(Intent::Ensure {
-            type_: type_.into(),
-            status,
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: None,
-        });
+        self.declared
+            .push(Intent::ensure(type_, status, reason, message));
         self
     }
 

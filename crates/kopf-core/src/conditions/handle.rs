@@ -128,13 +128,7 @@ impl ConditionsHandle {
         reason: &str,
         message: impl Into<String>,
     ) -> Result<bool, ConditionError> {
-        self.record(Intent::Set {
-            type_: type_.into(),
-            status,
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: None,
-        })
+        self.record(Intent::set(type_, status, reason, message))
     }
 
     /// Sets a condition only if its type is absent: true if that adds it.
@@ -145,13 +139,7 @@ impl ConditionsHandle {
         reason: &str,
         message: impl Into<String>,
     ) -> Result<bool, ConditionError> {
-        self.record(Intent::Ensure {
-            type_: type_.into(),
-            status,
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: None,
-        })
+        self.record(Intent::ensure(type_, status, reason, message))
     }
 
     /// Removes a condition type: true if it was there.

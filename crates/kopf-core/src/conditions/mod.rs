@@ -42,13 +42,7 @@ mod tests {
     }
 
     fn set(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Intent {
-        Intent::Set {
-            type_: type_.into(),
-            status,
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: None,
-        }
+        Intent::set(type_, status, reason, message)
     }
 
     fn list() -> Value {

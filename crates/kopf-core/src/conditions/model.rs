@@ -220,6 +220,38 @@ pub enum Intent {
 }
 
 impl Intent {
+    /// Sets a condition (its `observedGeneration`: the object's generation when applied).
+    pub fn set(
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Intent::Set {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: None,
+        }
+    }
+
+    /// Sets a condition only if its type is absent (a declared default).
+    pub fn ensure(
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Intent::Ensure {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: None,
+        }
+    }
+
     /// The condition type it is about.
     pub fn type_(&self) -> &str {
         match self {

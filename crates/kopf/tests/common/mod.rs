@@ -306,3 +306,44 @@ impl Logs {
             .collect()
     }
 }
+
+/// What handlers did, by key (an object's name, or "cleanup", "login"...): for handlers
+/// registered by attribute macros, which cannot capture a test's own state.
+static RECORDS: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Records what a handler did under `key`.
+pub fn record(key: &str, what: impl Into<String>) {
+    RECORDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key.to_string())
+        .or_default()
+        .push(what.into());
+}
+
+/// What was recorded under `key`.
+pub fn records(key: &str) -> Vec<String> {
+    RECORDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(key)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The ConfigMap `<name>-cm` holding `field`, owned by the KopfExample `owner` (a body).
+pub fn owned_configmap(owner: &Value, field: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    let name = owner["metadata"]["name"].as_str().unwrap_or_default();
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("{name}-cm"),
+            "ownerReferences": [{
+                "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "name": name,
+                "uid": owner["metadata"]["uid"], "controller": true,
+            }],
+        },
+        "data": {"field": field},
+    }))
+    .expect("a ConfigMap")
+}
