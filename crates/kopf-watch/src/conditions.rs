@@ -152,6 +152,29 @@ pub(crate) async fn write_guarded(
     }
 }
 
+/// What a sync's guarded write is computed from: the object's identity and version, and
+/// its status reduced to the conditions (an empty status if it has one, so that the write
+/// adds the list into it rather than replacing it). Every cycle makes a sync, most never
+/// use it: this keeps it from copying the whole object.
+fn sync_base(body: &Value) -> Value {
+    let mut metadata = serde_json::Map::new();
+    for key in ["name", "namespace", "uid", "resourceVersion", "generation"] {
+        if let Some(v) = body.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.to_string(), v.clone());
+        }
+    }
+    let mut base = serde_json::Map::new();
+    base.insert("metadata".into(), Value::Object(metadata));
+    if let Some(status) = body.get("status").filter(|s| s.is_object()) {
+        let mut reduced = serde_json::Map::new();
+        if let Some(list) = status.get("conditions") {
+            reduced.insert("conditions".into(), list.clone());
+        }
+        base.insert("status".into(), Value::Object(reduced));
+    }
+    Value::Object(base)
+}
+
 /// The [`ConditionsSync`] of one object's cycle: writes the intents it is given at once, as
 /// a guarded JSON patch (retried on a fresh object as the cycle's own write is).
 pub(crate) struct ApiConditionsSync {
@@ -175,7 +198,7 @@ impl ApiConditionsSync {
                 .unwrap_or("")
                 .to_string(),
             status_subresource,
-            body: Arc::new(Mutex::new(body.clone())),
+            body: Arc::new(Mutex::new(sync_base(body))),
             synced: Arc::default(),
         }
     }
@@ -244,6 +267,40 @@ impl ConditionsSync for ApiConditionsSync {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_syncs_base_keeps_what_its_guarded_write_needs_and_no_more() {
+        let body = json!({
+            "metadata": {"name": "x", "resourceVersion": "7", "generation": 2, "labels": {"a": "b"}},
+            "spec": {"big": "yes"},
+            "status": {"create_fn": {"message": "hi"}, "conditions": [{"type": "Other"}]},
+        });
+        assert_eq!(
+            sync_base(&body),
+            json!({
+                "metadata": {"name": "x", "resourceVersion": "7", "generation": 2},
+                "status": {"conditions": [{"type": "Other"}]},
+            })
+        );
+        // A status without conditions stays a (reduced) status: the list is added into it.
+        let no_list = json!({"metadata": {"name": "x"}, "status": {"create_fn": 1}});
+        assert_eq!(sync_base(&no_list)["status"], json!({}));
+        let mut plan = PatchPlan::new();
+        plan.conditions(vec![Intent::set(
+            "Ready",
+            kopf_core::conditions::ConditionStatus::True,
+            "Done",
+            "",
+        )]);
+        let Some(PatchRequest::JsonStatus(ops)) = plan.status_request(&sync_base(&no_list), true)
+        else {
+            panic!("a guarded JSON patch");
+        };
+        assert!(
+            ops.iter().all(|op| op["path"] != "/status"),
+            "the status is never replaced whole: {ops:?}"
+        );
+    }
 
     #[test]
     fn the_guard_holds_while_the_list_or_the_version_is_unchanged() {

@@ -141,8 +141,11 @@ impl WorkerShared {
                 continue;
             }
             if std::mem::take(&mut reconcile_now) && !news {
-                // The reconcile's turn, and no newer state waits for the cause handlers.
-                if let Some(spec) = &self.reconcile
+                // The reconcile's turn, and no newer state waits for the cause handlers
+                // (nor our own last write: the state at hand would be older than it; the
+                // pending entry then waits for that write to come back).
+                if expected_rv.is_none()
+                    && let Some(spec) = &self.reconcile
                     && let Some(why) = schedule.take_due(Instant::now())
                 {
                     let end = Box::pin(self.reconcile_once(
