@@ -22,12 +22,12 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use kopf_core::metrics::Metrics;
-
-use crate::conditions::{Guarded, write_guarded};
 use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
 use kopf_core::text::excerpt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
+
+use crate::conditions::{Guarded, write_guarded};
 
 /// Sends of one merge patch answered 409 before the cycle gives up.
 const CONFLICT_ATTEMPTS: u32 = 3;

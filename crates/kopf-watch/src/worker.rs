@@ -13,13 +13,12 @@ use kopf_core::events::failure_message;
 use kopf_core::memo::Memos;
 use kopf_core::plan::PatchPlan;
 use kopf_core::processing::{CycleOutcome, FinalizerChange, HandlerOutcome};
+use kopf_core::reconcile::{Kick, Schedule, Trigger};
 use kopf_core::text::for_log;
 use kopf_core::throttle::Throttler;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-use kopf_core::reconcile::{Kick, Schedule, Trigger};
 
 use crate::conditions::ApiConditionsSync;
 use crate::shared::{Observed, WorkerShared, object_span, rv};
