@@ -15,7 +15,7 @@ use kopf_testing::FakeApiServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::{Running, eventually, kex_api, obj, operator_requests, server, settle};
+use common::{Running, eventually, kex_api, obj, operator_requests, server, settle, writes};
 
 const DIFF_BASE: &str = "kopf.zalando.org/last-handled-configuration";
 
@@ -172,6 +172,9 @@ async fn a_creation_with_a_result_and_a_condition_is_one_status_patch() {
     settle(&server).await;
     let patches = status_patches(&server, "k");
     assert_eq!(patches.len(), 1, "{patches:?}");
+    // The whole exchange: the result and the condition in one guarded status write, then
+    // the diff-base.
+    insta::assert_json_snapshot!("result_and_condition", writes(&server));
     assert_eq!(patches[0].0, 200);
     assert_eq!(patches[0].1, "json");
     assert!(

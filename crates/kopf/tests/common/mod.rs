@@ -194,6 +194,7 @@ fn normalise(v: &mut Value) {
                         | "started"
                         | "stopped"
                         | "delayed"
+                        | "lastTransitionTime"
                 ) || k.ends_with("/touch-dummy");
                 if is_time && item.is_string() {
                     *item = json!("<time>");
