@@ -100,6 +100,8 @@ pub enum Trigger {
     Backoff,
     /// The object is being deleted (a reconcile's cleanup).
     Deleting,
+    /// Asked for through a [`Triggers`] handle (code outside the operator's watches).
+    Requested,
 }
 
 impl std::fmt::Display for Trigger {
@@ -112,6 +114,7 @@ impl std::fmt::Display for Trigger {
             Trigger::Requeue => f.write_str("requeue"),
             Trigger::Backoff => f.write_str("retry after an error"),
             Trigger::Deleting => f.write_str("deleting"),
+            Trigger::Requested => f.write_str("requested"),
         }
     }
 }
@@ -188,14 +191,38 @@ impl Triggers {
         subs.retain(|tx| tx.send(request.clone()).is_ok());
     }
 
-    /// The uids of an object's ownerReferences (what `owns` triggers), with the object's
+    /// Asks for a reconcile of an object by namespace and name, from anywhere (a timer of
+    /// another resource, a webhook, a task of the operator's own): it runs as if the object
+    /// had changed (debounced, one pending entry). Objects no engine knows are ignored.
+    ///
+    /// ```
+    /// use kopf_core::reconcile::{ObjectRef, Triggers};
+    ///
+    /// let triggers = Triggers::default();
+    /// let mut engine = triggers.subscribe();
+    /// triggers.reconcile(ObjectRef::namespaced("default", "x"));
+    /// assert!(engine.try_recv().is_ok());
+    /// ```
+    pub fn reconcile(&self, object: ObjectRef) {
+        self.send(TriggerRef {
+            target: Target::Ref(object),
+            trigger: Trigger::Requested,
+        });
+    }
+
+    /// The uids of an object's ownerReferences (what `owns` triggers; with
+    /// `controller_only`, only the one marked `controller: true`), with the object's
     /// `kind/name` for the logs.
-    pub fn owners(body: &Value) -> (Vec<String>, String) {
+    pub fn owners(body: &Value, controller_only: bool) -> (Vec<String>, String) {
         let uids = body
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .map(|refs| {
                 refs.iter()
+                    .filter(|r| {
+                        !controller_only
+                            || r.get("controller").and_then(Value::as_bool) == Some(true)
+                    })
                     .filter_map(|r| r.get("uid").and_then(Value::as_str))
                     .map(str::to_string)
                     .collect()
@@ -832,14 +859,15 @@ mod tests {
 
     #[test]
     fn owners_and_names_resolve_targets() {
-        let child = serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "c", "ownerReferences": [{"uid": "u1"}, {"uid": "u2"}]}});
+        let child = serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "c", "ownerReferences": [{"uid": "u1"}, {"uid": "u2", "controller": true}]}});
         assert_eq!(
-            Triggers::owners(&child),
+            Triggers::owners(&child, false),
             (
                 vec!["u1".to_string(), "u2".to_string()],
                 "ConfigMap/c".to_string()
             )
         );
+        assert_eq!(Triggers::owners(&child, true).0, vec!["u2".to_string()]);
         let mut names = Names::default();
         let obj = serde_json::json!({"metadata": {"name": "x", "namespace": "ns"}});
         names.observe(&obj, "u9", false);

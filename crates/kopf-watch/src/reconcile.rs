@@ -39,7 +39,14 @@ impl WorkerShared {
         schedule: &mut Schedule,
         memo: &Memos,
     ) -> CycleEnd {
-        let span = object_span(body);
+        // A span of its own inside the object's: every line of the reconcile says which
+        // one and why.
+        let span = tracing::info_span!(
+            parent: &object_span(body),
+            "reconcile",
+            id = %spec.id,
+            trigger = %trigger,
+        );
         async move {
             let _resource_permit = match &spec.limit {
                 Some(sem) => sem.clone().acquire_owned().await.ok(),
@@ -50,7 +57,7 @@ impl WorkerShared {
                 None => None,
             };
             let failures = schedule.failures;
-            tracing::debug!(trigger = %trigger, "Reconciling ({trigger}).");
+            tracing::debug!("Reconciling ({trigger}).");
             // `Conditions::sync()` writes through the object's API at once.
             let sync = Arc::new(ApiConditionsSync::new(
                 self.api_for(body),

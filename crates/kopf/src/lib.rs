@@ -421,7 +421,7 @@ pub use kopf_core::metrics::{Metrics, MetricsLayer};
 pub use kopf_core::processing::{Lifecycle, Persistence};
 pub use kopf_core::progress::ProgressStorage;
 pub use kopf_core::reconcile::{
-    Action, Backoff, ObjectRef, ReconcileConfig, ReconcileContext, Trigger,
+    Action, Backoff, ObjectRef, ReconcileConfig, ReconcileContext, Trigger, Triggers,
 };
 /// Kopf's peering: its settings, the peering resources (`peering::PEERING_YAML`), and the
 /// `freeze`, `resume` and `peers` operations of the `kopf` command.

@@ -670,3 +670,61 @@ async fn a_reconciles_conditions_and_the_declared_defaults_share_its_one_status_
     .await;
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owns_controlled_ignores_co_owners_and_a_handle_asks_from_anywhere() {
+    let server = server().await;
+    let triggers = Arc::new(Mutex::new(Vec::<Trigger>::new()));
+    let t = triggers.clone();
+    let reconciler = Reconciler::new(
+        "kopfexamples",
+        move |_obj: Arc<Value>, ctx: ReconcileContext| {
+            t.lock().expect("lock").push(ctx.trigger().clone());
+            async { Ok::<_, HandlerError>(Action::await_change()) }
+        },
+    )
+    .owns_controlled("configmaps");
+    let handle = reconciler.handle();
+    let running = Running::start(&server, Operator::new().reconcile_with(reconciler)).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({})))
+        .await
+        .expect("create");
+    eventually("listed", async || {
+        triggers.lock().expect("lock").contains(&Trigger::Listed)
+    })
+    .await;
+    let uid = api.get("k").await.expect("get").metadata.uid.expect("uid");
+    let child = |name: &str, controller: bool| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "name": "k", "uid": uid,
+            "controller": controller,
+        }]}}))
+        .expect("cm")
+    };
+    let cms = cm_api(&server);
+    cms.create(&PostParams::default(), &child("co-owned", false))
+        .await
+        .expect("cm");
+    cms.create(&PostParams::default(), &child("controlled", true))
+        .await
+        .expect("cm");
+    eventually("the controlled child triggered", async || {
+        triggers
+            .lock()
+            .expect("lock")
+            .contains(&Trigger::Owned("ConfigMap/controlled".into()))
+    })
+    .await;
+    handle.reconcile(ObjectRef::namespaced("default", "k"));
+    eventually("the handle triggered", async || {
+        triggers.lock().expect("lock").contains(&Trigger::Requested)
+    })
+    .await;
+    running.stop().await;
+    let seen = triggers.lock().expect("lock").clone();
+    assert!(
+        !seen.contains(&Trigger::Owned("ConfigMap/co-owned".into())),
+        "a co-owner's child triggers nothing: {seen:?}"
+    );
+}

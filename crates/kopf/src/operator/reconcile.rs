@@ -58,7 +58,7 @@ use super::Operator;
 pub struct Reconciler<K> {
     resource: Selector,
     spec: ReconcileSpec,
-    owns: Vec<Selector>,
+    owns: Vec<(Selector, bool)>,
     watches: Vec<(Selector, Arc<dyn Handler>)>,
     cleanup: Option<Arc<dyn Handler>>,
     _k: std::marker::PhantomData<fn() -> K>,
@@ -110,11 +110,26 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Reconciler<K> {
 
     /// Objects of `children` whose ownerReferences name an object of this resource trigger
     /// its reconcile when they are created, changed or deleted (any ownerReference, not only
-    /// the controller's). Their initial listing triggers nothing: every object is reconciled
-    /// once at start anyway.
+    /// the controller's: see [`owns_controlled`](Self::owns_controlled)). Their initial
+    /// listing triggers nothing: every object is reconciled once at start anyway.
     pub fn owns(mut self, children: impl Into<Selector>) -> Self {
-        self.owns.push(children.into());
+        self.owns.push((children.into(), false));
         self
+    }
+
+    /// Like [`owns`](Self::owns), only for the ownerReference marked `controller: true`
+    /// (controller-runtime's `Owns`): objects merely co-owned trigger nothing.
+    pub fn owns_controlled(mut self, children: impl Into<Selector>) -> Self {
+        self.owns.push((children.into(), true));
+        self
+    }
+
+    /// A handle to ask for reconciles of this resource's objects by namespace and name from
+    /// anywhere (another resource's handlers, a webhook, a task of your own):
+    /// `handle.reconcile(ObjectRef::namespaced("default", "x"))`. Keep it before passing the
+    /// reconciler to [`Operator::reconcile_with`].
+    pub fn handle(&self) -> Triggers {
+        self.spec.triggers.clone()
     }
 
     /// Objects of `related` trigger the reconcile of the objects `mapper` names (resolved by
@@ -251,11 +266,11 @@ impl Operator {
             ..
         } = reconciler;
         let id = spec.id.clone();
-        for (n, children) in owns.into_iter().enumerate() {
+        for (n, (children, controller_only)) in owns.into_iter().enumerate() {
             let triggers = spec.triggers.clone();
             let handler = move |cause: Cause| {
                 if cause.event.is_some() {
-                    owned_changed(&triggers, &cause.body);
+                    owned_changed(&triggers, &cause.body, controller_only);
                 }
                 async { Ok(None) }
             };
@@ -288,8 +303,8 @@ impl Operator {
 }
 
 /// An owned object changed: its owners are asked to reconcile.
-fn owned_changed(triggers: &Triggers, body: &Value) {
-    let (owners, what) = Triggers::owners(body);
+fn owned_changed(triggers: &Triggers, body: &Value, controller_only: bool) {
+    let (owners, what) = Triggers::owners(body, controller_only);
     for uid in owners {
         triggers.send(TriggerRef {
             target: Target::Uid(uid),
