@@ -172,14 +172,30 @@ impl Engine {
             .iter()
             .filter_map(|h| h.declared::<ReconcileSpec>())
             .collect();
+        let ar = &self.resource.api_resource;
+        let full_name = || {
+            if ar.group.is_empty() {
+                ar.plural.clone()
+            } else {
+                format!("{}.{}", ar.plural, ar.group)
+            }
+        };
+        let declared = self
+            .handlers
+            .iter()
+            .filter_map(|h| h.declared::<kopf_core::conditions::ConditionsSpec>())
+            .flat_map(|c| c.declared.iter());
+        for intent in declared {
+            if let Err(error) = intent.validate() {
+                return Err(WatchError::InvalidConditions {
+                    resource: full_name(),
+                    error: Box::new(error),
+                });
+            }
+        }
         if reconciles.len() > 1 {
-            let ar = &self.resource.api_resource;
             return Err(WatchError::SeveralReconciles {
-                resource: if ar.group.is_empty() {
-                    ar.plural.clone()
-                } else {
-                    format!("{}.{}", ar.plural, ar.group)
-                },
+                resource: full_name(),
                 count: reconciles.len(),
                 ids: reconciles
                     .iter()

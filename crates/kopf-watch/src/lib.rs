@@ -84,6 +84,17 @@ pub enum WatchError {
         /// The API server's message.
         message: String,
     },
+    /// A declared condition of a resource is invalid.
+    #[error(
+        "the conditions declared for {resource} are invalid: {error}; fix the declaration (Operator::conditions)"
+    )]
+    InvalidConditions {
+        /// `plural.group`.
+        resource: String,
+        /// What is wrong.
+        #[source]
+        error: Box<kopf_core::conditions::ConditionError>,
+    },
     /// More than one reconcile is registered for one resource.
     #[error(
         "{resource} has {count} reconciles ({ids}); a resource has at most one: merge them into one function, or give the others to cause handlers"

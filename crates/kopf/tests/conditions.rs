@@ -551,3 +551,27 @@ async fn a_reconcile_sets_conditions_with_its_status_write() {
     assert_eq!(patches[0].1, "json");
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_declaration_stops_the_operator_at_start_naming_it() {
+    let server = server().await;
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", || async {
+            Ok::<_, HandlerError>("created")
+        })
+        .conditions(
+            "kopfexamples",
+            ConditionsSpec::new().declare("Ready", ConditionStatus::Unknown, "not a reason!", ""),
+        );
+    let running = Running::start_with(&server, op, Duration::from_secs(70), false).await;
+    let text = running
+        .result()
+        .await
+        .expect_err("an invalid declaration is refused")
+        .to_string();
+    assert!(
+        text.contains("the conditions declared for kopfexamples.kopf.dev are invalid")
+            && text.contains("not a reason!"),
+        "{text}"
+    );
+}

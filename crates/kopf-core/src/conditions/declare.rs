@@ -60,7 +60,7 @@ impl ConditionsSpec {
 
     /// Declares a condition type with its default (set when the type is absent, e.g.
     /// `Unknown`/`Pending` on the first visit, as the API conventions ask). An invalid type
-    /// or reason is logged and never written.
+    /// or reason stops the operator at start, with an error naming it.
     pub fn declare(
         mut self,
         type_: &str,
