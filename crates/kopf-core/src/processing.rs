@@ -113,6 +113,11 @@ struct Inner {
     persistence: Persistence,
     stack: Stack,
     extensions: Extensions,
+    /// The resource's conditions declarations, merged once (see
+    /// [`Processor::conditions_spec`]).
+    conditions: Option<ConditionsSpec>,
+    /// The resource has a reconcile (its write carries the declared defaults).
+    reconciled: bool,
 }
 
 impl std::fmt::Debug for Processor {
@@ -134,12 +139,18 @@ impl Processor {
     pub fn with_stack(handlers: Vec<HandlerSpec>, persistence: Persistence, stack: Stack) -> Self {
         crate::conditions::warn_conditions_fields(&handlers);
         let persistence = persistence.tracking(&handlers);
+        let conditions = merged_conditions(&handlers);
+        let reconciled = handlers
+            .iter()
+            .any(|h| h.declared::<ReconcileSpec>().is_some());
         Processor {
             inner: Arc::new(Inner {
                 handlers,
                 persistence,
                 stack,
                 extensions: Extensions::default(),
+                conditions,
+                reconciled,
             }),
         }
     }
@@ -257,22 +268,8 @@ impl Processor {
 impl Processor {
     /// The resource's conditions declarations, as one (declared types in order; an auto
     /// condition on when any declaration asks for it; the first summary type).
-    pub fn conditions_spec(&self) -> Option<ConditionsSpec> {
-        let mut specs = self
-            .inner
-            .handlers
-            .iter()
-            .filter_map(|h| h.declared::<ConditionsSpec>());
-        let mut all = specs.next()?.clone();
-        for spec in specs {
-            all.declared.extend(spec.declared.iter().cloned());
-            all.auto.per_handler |= spec.auto.per_handler;
-            all.auto.kstatus |= spec.auto.kstatus;
-            if all.auto.summary.is_none() {
-                all.auto.summary = spec.auto.summary.clone();
-            }
-        }
-        Some(all)
+    pub fn conditions_spec(&self) -> Option<&ConditionsSpec> {
+        self.inner.conditions.as_ref()
     }
 
     /// The condition intents of a cycle: the declared defaults (except in a deletion's
@@ -285,12 +282,8 @@ impl Processor {
         let spec = self.conditions_spec();
         // With a reconcile, a cycle that writes nothing else leaves the defaults to the
         // reconcile's write, which follows (no request of their own).
-        let reconciled = self
-            .inner
-            .handlers
-            .iter()
-            .any(|h| h.declared::<ReconcileSpec>().is_some());
-        if let Some(spec) = &spec
+        let reconciled = self.inner.reconciled;
+        if let Some(spec) = spec
             && !deleting
             && out.finalizer != Some(FinalizerChange::Added)
             && !(reconciled && handlers.is_empty() && out.plan.is_empty())
@@ -321,6 +314,23 @@ impl Processor {
         }
         intents
     }
+}
+
+/// The conditions declarations among `handlers`, merged into one.
+fn merged_conditions(handlers: &[HandlerSpec]) -> Option<ConditionsSpec> {
+    let mut specs = handlers
+        .iter()
+        .filter_map(|h| h.declared::<ConditionsSpec>());
+    let mut all = specs.next()?.clone();
+    for spec in specs {
+        all.declared.extend(spec.declared.iter().cloned());
+        all.auto.per_handler |= spec.auto.per_handler;
+        all.auto.kstatus |= spec.auto.kstatus;
+        if all.auto.summary.is_none() {
+            all.auto.summary = spec.auto.summary.clone();
+        }
+    }
+    Some(all)
 }
 
 /// Runs one cycle for one object with a one-off processor (see [`Processor::process`]).
