@@ -91,6 +91,25 @@ impl Memos {
         }
     }
 
+    /// Whether no handler has asked for any value yet (then a fresh [`Memos::new`] is the
+    /// same memo, and nothing of it needs keeping).
+    ///
+    /// ```
+    /// use kopf_core::memo::{MemoSeed, Memos};
+    /// let mut seed = MemoSeed::default();
+    /// seed.insert(0u32);
+    /// let memo = Memos::new(seed.into());
+    /// assert!(memo.is_untouched());
+    /// memo.get::<u32>().expect("registered").set(1);
+    /// assert!(!memo.is_untouched());
+    /// ```
+    pub fn is_untouched(&self) -> bool {
+        self.values
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     /// The operator-wide memo itself (for activities): changes are seen by every object's
     /// copy made afterwards.
     pub fn operator(seed: Arc<MemoSeed>) -> Self {

@@ -16,18 +16,24 @@ use kopf_core::handler::{HandlerKind, HandlerSpec};
 use kopf_core::layers::Stack;
 use kopf_core::processing::{Persistence, Processor};
 use kopf_core::reconcile::ReconcileSpec;
-use kopf_core::text::for_log;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::outage::{FailureLog, WatchBackoff};
 use crate::pause::{self, AfterPause};
+use crate::raw::RawObject;
 use crate::settings::Settings;
 use crate::shard;
-use crate::shared::{Observed, Slot, WorkerShared, api_for};
+use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, api_for};
 use crate::{NamespaceSelector, ResourceRef, WatchError};
+
+/// Listed objects waiting for a place, beyond which the engine reads no more of a listing.
+const LISTED_BACKLOG: usize = crate::lanes::DEFAULT_CAPACITY;
+
+/// The longest a listing is read only as fast as its objects are processed.
+const LISTING_HELD_BACK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Per-resource processing.
 pub struct Engine {
@@ -92,7 +98,7 @@ impl Engine {
         self
     }
 
-    fn api(&self) -> Api<DynamicObject> {
+    fn api(&self) -> Api<RawObject> {
         api_for(&self.client, &self.resource, self.namespace.as_deref())
     }
 
@@ -228,10 +234,7 @@ impl Engine {
             spawners,
             exiting: std::sync::atomic::AtomicBool::new(false),
             handled_once: Mutex::default(),
-            limit: self
-                .settings
-                .worker_limit
-                .map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
+            lanes: crate::lanes::Lanes::new(self.settings.worker_limit),
             events: Mutex::new(RateLimiter::with_burst(
                 self.settings.event_interval,
                 self.settings.event_burst,
@@ -284,10 +287,14 @@ impl Engine {
         // The uids of the listing in progress: objects missing from a relist went away while
         // the watch was down (no DELETED event will come for them).
         let mut listing: Option<HashSet<String>> = None;
+        // When the listing in progress started: its objects are read only as fast as they
+        // are processed (a bounded backlog, not every body of the listing at once), for at
+        // most LISTING_HELD_BACK (a paginated list's continue token expires).
+        let mut listing_since: Option<std::time::Instant> = None;
         let mut tasks = tokio::task::JoinSet::new();
         // While standing by (leader election: another replica leads): the latest body of
         // every object, from the open watch stream, processed when the gate opens.
-        let mut standby: Option<HashMap<String, serde_json::Value>> = None;
+        let mut standby: Option<HashMap<String, Arc<serde_json::Value>>> = None;
         loop {
             let state = gate.state();
             if state.is_open()
@@ -368,14 +375,30 @@ impl Engine {
                 continue;
             }
             let standing_by = standby.is_some();
+            let held_back = !standing_by
+                && listing_since.is_some_and(|t| t.elapsed() < LISTING_HELD_BACK)
+                && shared.lanes.listed_waiting() >= LISTED_BACKLOG;
             let item = tokio::select! {
                 _ = &mut shutdown => break,
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    if let Ok(ended) = joined {
+                        Self::ended(&shared, &mut workers, &mut tasks, ended);
+                    }
+                    continue;
+                }
                 _ = pause::gate_moved(&mut gate, standing_by) => continue,
                 live = shard::changed(&mut observer) => {
-                    if let (true, Some(o), Some(now)) = (live, &observer, scope_now.as_mut())
-                        && shard::adopt(o, now, &mut workers, standby.as_mut()).await
-                    {
+                    let before = workers.len();
+                    let added = match (live, &observer, scope_now.as_mut()) {
+                        (true, Some(o), Some(now)) => {
+                            shard::adopt(o, now, &mut workers, standby.as_mut()).await
+                        }
+                        _ => false,
+                    };
+                    for _ in workers.len()..before {
+                        shared.untracked();
+                    }
+                    if added {
                         // New ranges: listed with the new selector.
                         listing = None;
                         stream = watcher(api.clone(), config.clone()).boxed();
@@ -384,13 +407,17 @@ impl Engine {
                 }
                 Some(request) = async { match triggers.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
                     if let Some(uid) = names.uid(&request.target)
-                        && let Some(kick) = workers.get(uid).and_then(|w| w.kick.as_ref())
+                        && let Some(kick) = workers
+                            .get(uid)
+                            .and_then(|w| w.live.as_ref())
+                            .and_then(|l| l.kick.as_ref())
                     {
                         kick.kick(request.trigger);
                     }
                     continue;
                 }
-                item = stream.next() => item,
+                _ = shared.lanes.listed_moved(), if held_back => continue,
+                item = stream.next(), if !held_back => item,
             };
             let Some(item) = item else {
                 if let Some(m) = &metrics {
@@ -422,10 +449,12 @@ impl Engine {
                 Ok(watcher::Event::Delete(o)) => (o, EventKind::Deleted),
                 Ok(watcher::Event::Init) => {
                     listing = Some(HashSet::new());
+                    listing_since = Some(std::time::Instant::now());
                     continue;
                 }
                 Ok(watcher::Event::InitDone) => {
                     listed_once = true;
+                    listing_since = None;
                     if let Some(seen) = listing.take() {
                         let vanished: Vec<String> = workers
                             .keys()
@@ -440,7 +469,9 @@ impl Engine {
                             .collect();
                         for uid in vanished {
                             // Dropping the sender ends the worker once it is idle.
-                            workers.remove(&uid);
+                            if workers.remove(&uid).is_some() {
+                                shared.untracked();
+                            }
                             if let Some(held) = standby.as_mut() {
                                 held.remove(&uid);
                             }
@@ -492,14 +523,10 @@ impl Engine {
                     continue;
                 }
             };
-            if !self
-                .settings
-                .namespaces
-                .matches(obj.metadata.namespace.as_deref())
-            {
+            if !self.settings.namespaces.matches(obj.namespace()) {
                 continue;
             }
-            let Some(uid) = obj.metadata.uid.clone() else {
+            let Some(uid) = obj.uid().map(str::to_string) else {
                 continue;
             };
             if scope_now.as_ref().is_some_and(|scope| !scope.owns(&uid)) {
@@ -509,19 +536,7 @@ impl Engine {
             if let Some(seen) = listing.as_mut() {
                 seen.insert(uid.clone());
             }
-            let mut obj = obj;
-            if !self.settings.keep_managed_fields {
-                // Server-side apply bookkeeping: often the larger part of an object, and of
-                // no use to handlers; not kept per object.
-                obj.metadata.managed_fields = None;
-            }
-            let body = match serde_json::to_value(&obj) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(error = %for_log(&e), "cannot read an object");
-                    continue;
-                }
-            };
+            let body = obj.into_body(self.settings.keep_managed_fields);
             // Indexes see every event, in order, also while standing by.
             shared.index(&uid, &body, kind).await;
             if shared.reconcile.is_some() {
@@ -549,45 +564,82 @@ impl Engine {
     }
 
     /// Hands an object's event to its worker (raw-event handlers see it first), starting
-    /// the worker when the object has none.
+    /// a worker when the object has none running.
     async fn dispatch(
         shared: &Arc<WorkerShared>,
         workers: &mut HashMap<String, Slot>,
-        tasks: &mut tokio::task::JoinSet<()>,
+        tasks: &mut tokio::task::JoinSet<Ended>,
         uid: String,
-        body: serde_json::Value,
+        body: Arc<serde_json::Value>,
         kind: EventKind,
     ) {
-        let known = workers.get(&uid).is_some_and(|w| !w.tx.is_closed());
+        let known = workers.contains_key(&uid);
         // Raw-event handlers see every event, in order.
         shared.on_event(&uid, &body, kind, known).await;
         let observed = Observed { body, event: kind };
-        if known && let Some(w) = workers.get(&uid) {
+        let slot = workers.entry(uid.clone()).or_insert_with(|| {
+            shared.tracked();
+            Slot::default()
+        });
+        if let Some(live) = &slot.live {
             // Counted before it is sent: the worker (maybe on another thread) may pick it
             // at once, and its `picked` must see the flag, or the gauge stays up forever.
-            shared.queued(&w.pending);
-            w.tx.send_replace(Some(observed));
-        } else {
-            let (tx, rx) = watch::channel(Some(observed));
-            let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            shared.queued(&pending);
-            let kick = shared
-                .reconcile
-                .as_ref()
-                .map(|_| Arc::new(kopf_core::reconcile::Kick::default()));
-            workers.insert(
-                uid.clone(),
-                Slot {
-                    tx,
-                    pending: pending.clone(),
-                    kick: kick.clone(),
-                },
-            );
-            let shared = shared.clone();
-            tasks.spawn(async move { shared.work(uid, rx, pending, kick).await });
+            shared.queued(&live.pending);
+            live.tx.send_replace(Some(observed));
+            return;
         }
-        if kind == EventKind::Deleted {
-            workers.retain(|_, w| !w.tx.is_closed());
+        let (tx, rx) = watch::channel(Some(observed));
+        let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        shared.queued(&pending);
+        let kick = shared
+            .reconcile
+            .as_ref()
+            .map(|_| Arc::new(kopf_core::reconcile::Kick::default()));
+        slot.live = Some(Live {
+            tx,
+            pending: pending.clone(),
+            kick: kick.clone(),
+        });
+        let resume = slot.resume.take();
+        let shared = shared.clone();
+        tasks.spawn(async move { shared.work(uid, rx, pending, kick, resume).await });
+    }
+
+    /// A worker's task ended. Retired with nothing new for it: the object keeps only what
+    /// the worker left. Retired while a new state came: a worker goes on with it. Ended for
+    /// good (the object is gone): the object is forgotten.
+    fn ended(
+        shared: &Arc<WorkerShared>,
+        workers: &mut HashMap<String, Slot>,
+        tasks: &mut tokio::task::JoinSet<Ended>,
+        ended: Ended,
+    ) {
+        let Some(slot) = workers.get_mut(&ended.uid) else {
+            // Removed meanwhile (gone from a listing, a pause, another replica's range).
+            return;
+        };
+        if !slot.runs(&ended.pending) {
+            return;
+        }
+        match ended.retired {
+            Some(retired) if retired.rx.has_changed().unwrap_or(false) => {
+                // The engine's latest state came after the worker's last look.
+                let shared = shared.clone();
+                let Ended { uid, pending, .. } = ended;
+                tasks.spawn(async move {
+                    shared
+                        .work(uid, retired.rx, pending, retired.kick, retired.resume)
+                        .await
+                });
+            }
+            Some(retired) => {
+                slot.live = None;
+                slot.resume = retired.resume;
+            }
+            None => {
+                workers.remove(&ended.uid);
+                shared.untracked();
+            }
         }
     }
 }

@@ -53,7 +53,7 @@ pub(crate) fn log_pausing(resource_name: &str, state: &GateState) {
 /// (nothing is processed while paused).
 pub(crate) async fn wait_paused(
     gate: &mut Gate,
-    workers: &mut JoinSet<()>,
+    workers: &mut JoinSet<crate::shared::Ended>,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
     observer: &mut Option<ScopeObserver>,
     scope_now: &mut Option<Scope>,

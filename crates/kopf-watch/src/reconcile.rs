@@ -52,10 +52,7 @@ impl WorkerShared {
                 Some(sem) => sem.clone().acquire_owned().await.ok(),
                 None => None,
             };
-            let _worker_permit = match &self.limit {
-                Some(sem) => sem.clone().acquire_owned().await.ok(),
-                None => None,
-            };
+            let _worker_place = self.lanes.acquire(crate::lanes::Lane::Changed).await;
             let failures = schedule.failures;
             tracing::debug!("Reconciling ({trigger}).");
             // `Conditions::sync()` writes through the object's API at once.

@@ -74,7 +74,7 @@ pub(crate) async fn adopt(
     observer: &ScopeObserver,
     current: &mut Scope,
     workers: &mut HashMap<String, Slot>,
-    held: Option<&mut HashMap<String, serde_json::Value>>,
+    held: Option<&mut HashMap<String, std::sync::Arc<serde_json::Value>>>,
 ) -> bool {
     let next = observer.scope();
     let added = next.held.difference(&current.held).next().is_some();
@@ -85,9 +85,10 @@ pub(crate) async fn adopt(
         .collect();
     let mut ending = Vec::new();
     for uid in leaving {
-        if let Some(slot) = workers.remove(&uid) {
-            slot.tx.send_replace(None);
-            ending.push(slot.tx);
+        // Idle objects (no worker) just leave.
+        if let Some(live) = workers.remove(&uid).and_then(|slot| slot.live) {
+            live.tx.send_replace(None);
+            ending.push(live.tx);
         }
     }
     if let Some(held) = held {

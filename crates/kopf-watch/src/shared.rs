@@ -10,7 +10,8 @@ use kopf_core::events::RateLimiter;
 use kopf_core::handler::{Cause, Extensions, HandlerSpec};
 use kopf_core::layers::{HandlerCall, Invoke, Stack};
 use kopf_core::processing::Processor;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -18,10 +19,10 @@ use crate::ResourceRef;
 use crate::apply::Pruned;
 use crate::settings::Settings;
 
-/// One observed state of an object, for its worker.
+/// One observed state of an object, for its worker (the body is shared, never cloned).
 #[derive(Debug, Clone)]
 pub(crate) struct Observed {
-    pub(crate) body: Value,
+    pub(crate) body: Arc<Value>,
     pub(crate) event: EventKind,
 }
 
@@ -39,7 +40,8 @@ pub(crate) struct WorkerShared {
     /// The engine stops: daemons stop with "operator exiting".
     pub(crate) exiting: std::sync::atomic::AtomicBool,
     pub(crate) handled_once: Mutex<HashSet<String>>,
-    pub(crate) limit: Option<Arc<tokio::sync::Semaphore>>,
+    /// Places for cycles: changed objects first, listed ones bounded (see `lanes`).
+    pub(crate) lanes: Arc<crate::lanes::Lanes>,
     pub(crate) events: Mutex<RateLimiter>,
     /// Fields of results the API server dropped, already reported.
     pub(crate) pruned: Mutex<HashSet<Pruned>>,
@@ -71,7 +73,10 @@ impl WorkerShared {
         self.pausing
             .store(true, std::sync::atomic::Ordering::SeqCst);
         for (uid, slot) in workers.drain() {
-            slot.tx.send_replace(None);
+            if let Some(live) = slot.live {
+                live.tx.send_replace(None);
+            }
+            self.untracked();
             known.insert(uid);
         }
     }
@@ -104,9 +109,26 @@ impl WorkerShared {
             .clear();
     }
 
-    pub(crate) fn api_for(&self, body: &Value) -> Api<DynamicObject> {
+    pub(crate) fn api_for<K>(&self, body: &Value) -> Api<K>
+    where
+        K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
+    {
         let namespace = body.pointer("/metadata/namespace").and_then(Value::as_str);
         api_for(&self.client, &self.resource, namespace)
+    }
+
+    /// An object became known (a slot was made for it).
+    pub(crate) fn tracked(&self) {
+        if let Some(m) = &self.settings.metrics {
+            m.tracked(&self.resource.api_resource.plural, 1);
+        }
+    }
+
+    /// An object is not known anymore (its slot was removed).
+    pub(crate) fn untracked(&self) {
+        if let Some(m) = &self.settings.metrics {
+            m.tracked(&self.resource.api_resource.plural, -1);
+        }
     }
 
     /// A new state waits for the worker of `pending`.
@@ -154,11 +176,14 @@ impl WorkerShared {
 }
 
 /// The API of a resource in a namespace (None, or a cluster-scoped resource: all).
-pub(crate) fn api_for(
+pub(crate) fn api_for<K>(
     client: &kube::Client,
     resource: &ResourceRef,
     namespace: Option<&str>,
-) -> Api<DynamicObject> {
+) -> Api<K>
+where
+    K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
+{
     match namespace {
         Some(ns) if resource.namespaced => {
             Api::namespaced_with(client.clone(), ns, &resource.api_resource)
@@ -179,11 +204,70 @@ pub(crate) fn object_span(body: &Value) -> tracing::Span {
     )
 }
 
-/// The engine's end of an object's worker: its latest state, and whether a state is
-/// waiting for the worker (the queue depth of the metrics).
+/// What the engine keeps of one object: its worker's end while a worker runs, and what a
+/// retired worker left for the next one. An idle object has no worker, no task and no body.
+#[derive(Default)]
 pub(crate) struct Slot {
+    /// The running worker, if any.
+    pub(crate) live: Option<Live>,
+    /// What the last worker left (None: nothing worth keeping).
+    pub(crate) resume: Option<Box<Resume>>,
+}
+
+impl Slot {
+    /// Whether `pending` is the flag of this slot's running worker.
+    pub(crate) fn runs(&self, pending: &Arc<std::sync::atomic::AtomicBool>) -> bool {
+        self.live
+            .as_ref()
+            .is_some_and(|l| Arc::ptr_eq(&l.pending, pending))
+    }
+}
+
+/// The engine's end of an object's running worker: its latest state, and whether a state
+/// is waiting for the worker (the queue depth of the metrics).
+pub(crate) struct Live {
     pub(crate) tx: tokio::sync::watch::Sender<Option<Observed>>,
     pub(crate) pending: Arc<std::sync::atomic::AtomicBool>,
     /// Reconcile requests from owned and related objects (only with a reconcile).
     pub(crate) kick: Option<Arc<kopf_core::reconcile::Kick>>,
+}
+
+/// What a worker that ended because it had nothing left to do hands to the next worker of
+/// its object, so that ending it changes nothing: the object was first seen in a listing
+/// (its resume handlers are still due), the resourceVersion of its last write (older
+/// states are skipped until that write comes back), the floor of a read after a slow watch,
+/// and its memo once a handler used it.
+#[derive(Debug, Default)]
+pub(crate) struct Resume {
+    pub(crate) listed: bool,
+    pub(crate) expected_rv: Option<u64>,
+    pub(crate) floor: Option<u64>,
+    pub(crate) memo: Option<kopf_core::memo::Memos>,
+}
+
+impl Resume {
+    /// Boxed when there is anything to keep (most objects keep nothing).
+    pub(crate) fn boxed(self) -> Option<Box<Resume>> {
+        let empty = !self.listed
+            && self.expected_rv.is_none()
+            && self.floor.is_none()
+            && self.memo.is_none();
+        (!empty).then(|| Box::new(self))
+    }
+}
+
+/// How a worker's task ended.
+pub(crate) struct Ended {
+    pub(crate) uid: String,
+    pub(crate) pending: Arc<std::sync::atomic::AtomicBool>,
+    /// It retired (nothing left to do): its receiver, in case a state came meanwhile, and
+    /// what it leaves. None: the object is gone, or the engine ended the worker.
+    pub(crate) retired: Option<Retired>,
+}
+
+/// A retired worker's receiver and leftovers.
+pub(crate) struct Retired {
+    pub(crate) rx: tokio::sync::watch::Receiver<Option<Observed>>,
+    pub(crate) kick: Option<Arc<kopf_core::reconcile::Kick>>,
+    pub(crate) resume: Option<Box<Resume>>,
 }

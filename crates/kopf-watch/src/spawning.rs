@@ -35,7 +35,7 @@ impl WorkerShared {
             .idle_timers
             .then(|| kopf_diff::essence::essence(body, &self.processor.persistence().essence));
         let s = spawned.get_or_insert_with(|| Spawned {
-            daemons: ObjectDaemons::new(body.clone(), self.spawn_context(uid, memo, body)),
+            daemons: ObjectDaemons::new(Value::clone(body), self.spawn_context(uid, memo, body)),
             essence: essence.clone(),
         });
         let essential = s.essence != essence;

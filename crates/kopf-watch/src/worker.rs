@@ -21,7 +21,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::conditions::ApiConditionsSync;
-use crate::shared::{Observed, WorkerShared, object_span, rv};
+use crate::lanes::{Lane, Place, SLOW_CYCLE};
+use crate::raw::RawObject;
+use crate::shared::{Ended, Observed, Resume, Retired, WorkerShared, object_span, rv};
 use crate::spawning::Spawned;
 use crate::write::CycleEnd;
 
@@ -36,45 +38,57 @@ const CONFLICT_RECHECK: Duration = Duration::from_secs(1);
 const CONFLICTS_WORTH_A_WARNING: u32 = 3;
 
 impl WorkerShared {
-    /// Processes one object serially, always on its latest observed state; stops its
-    /// daemons and timers when it ends.
+    /// Processes one object serially, always on its latest observed state, until it has
+    /// nothing left to do (it retires: the engine keeps what it leaves, and starts a worker
+    /// again on the next state) or the object is gone (its daemons and timers are stopped).
     pub(crate) async fn work(
         self: Arc<Self>,
         uid: String,
         mut rx: watch::Receiver<Option<Observed>>,
         pending: Arc<std::sync::atomic::AtomicBool>,
         kick: Option<Arc<Kick>>,
-    ) {
-        if let Some(m) = &self.settings.metrics {
-            m.tracked(&self.resource.api_resource.plural, 1);
-        }
-        self.work_tracked(&uid, &mut rx, &pending, kick.as_deref())
+        resume: Option<Box<Resume>>,
+    ) -> Ended {
+        let resume = self
+            .work_tracked(&uid, &mut rx, &pending, kick.as_deref(), resume)
             .await;
         self.picked(&pending);
-        if let Some(m) = &self.settings.metrics {
-            m.tracked(&self.resource.api_resource.plural, -1);
+        Ended {
+            uid,
+            pending,
+            retired: resume.map(|resume| Retired {
+                rx,
+                kick,
+                resume: resume.boxed(),
+            }),
         }
     }
 
+    /// The worker's life: None when it ended for good, what it leaves when it retired.
     pub(crate) async fn work_tracked(
         self: &Arc<Self>,
         uid: &str,
         rx: &mut watch::Receiver<Option<Observed>>,
         pending: &std::sync::atomic::AtomicBool,
         kick: Option<&Kick>,
-    ) {
+        resume: Option<Box<Resume>>,
+    ) -> Option<Resume> {
         let uid = uid.to_string();
         // Nothing runs before the indexed resources are indexed (events meanwhile coalesce).
         loop {
             tokio::select! {
                 _ = self.settings.gate.wait() => break,
-                changed = rx.changed() => if changed.is_err() { return },
+                changed = rx.changed() => if changed.is_err() { return None },
             }
         }
-        let memo = Memos::new(self.settings.memo.clone());
+        let resume = resume.map(|r| *r).unwrap_or_default();
         let mut spawned: Option<Spawned> = None;
-        self.work_loop(&uid, rx, pending, &memo, &mut spawned, kick)
+        let retired = self
+            .work_loop(&uid, rx, pending, &mut spawned, kick, resume)
             .await;
+        if retired.is_some() {
+            return retired;
+        }
         if let Some(mut s) = spawned {
             let reason = if self.exiting.load(std::sync::atomic::Ordering::SeqCst) {
                 StopReason::OperatorExiting
@@ -85,6 +99,7 @@ impl WorkerShared {
             };
             Box::pin(s.daemons.stop_all(reason)).await;
         }
+        None
     }
 
     pub(crate) async fn work_loop(
@@ -92,16 +107,23 @@ impl WorkerShared {
         uid: &str,
         rx: &mut watch::Receiver<Option<Observed>>,
         pending: &std::sync::atomic::AtomicBool,
-        memo: &Memos,
         spawned: &mut Option<Spawned>,
         kick: Option<&Kick>,
-    ) {
+        mut resume: Resume,
+    ) -> Option<Resume> {
         let uid = uid.to_string();
+        let memo = &resume
+            .memo
+            .take()
+            .unwrap_or_else(|| Memos::new(self.settings.memo.clone()));
         let mut throttler = Throttler::new(self.settings.error_delays.clone());
         // First seen in a listing: resume handlers join until the object is handled once.
-        let mut listed = false;
-        // Our last write, until it comes back through the watch or the consistency timeout.
-        let mut expected_rv: Option<(u64, Instant)> = None;
+        let mut listed = resume.listed;
+        // Our last write, until it comes back through the watch or the consistency timeout
+        // (for a write a retired worker left, the timeout counts from now).
+        let mut expected_rv: Option<(u64, Instant)> = resume
+            .expected_rv
+            .map(|r| (r, Instant::now() + self.settings.consistency_timeout));
         // A handler's retry delay, when the cycle wrote nothing (a write brings its own event).
         let mut retry_at: Option<Instant> = None;
         // The retry delay ended with no new event: process (or touch) now.
@@ -115,7 +137,7 @@ impl WorkerShared {
         // The object as read after our write did not come back in time (see below), and
         // its resourceVersion: states older than that are never processed.
         let mut fetched: Option<Observed> = None;
-        let mut floor: Option<u64> = None;
+        let mut floor: Option<u64> = resume.floor;
         // The reconcile's schedule (one pending entry, the earliest wins), why the next one
         // is wanted once the latest state went through the cause handlers, the resource
         // version of our last write (its state coming back is no change to reconcile), and
@@ -130,12 +152,12 @@ impl WorkerShared {
                 Some(fresh) => Some(fresh),
                 None => rx.borrow_and_update().clone(),
             };
-            let Some(observed) = observed else { return };
+            let observed = observed?;
             if !self.operator_gate.is_open() {
                 // No cycle starts (and nothing is spawned) while the operator pauses: the
                 // engine ends this worker, or the gate opens first.
                 if !self.gate_opened(rx).await {
-                    return;
+                    return None;
                 }
                 continue;
             }
@@ -156,7 +178,7 @@ impl WorkerShared {
                     ))
                     .await;
                     match end {
-                        CycleEnd::Gone => return,
+                        CycleEnd::Gone => return None,
                         CycleEnd::Next { rv: Some(r), .. } => {
                             written = Some(r);
                             expected_rv =
@@ -192,9 +214,21 @@ impl WorkerShared {
                         .is_some_and(|f| rv(&observed.body).is_some_and(|have| have < f)));
                 if !stale {
                     expected_rv = None;
-                    let permit = match &self.limit {
-                        Some(sem) => sem.clone().acquire_owned().await.ok(),
-                        None => None,
+                    // Listed objects wait behind changed ones; a listed object that changes
+                    // meanwhile moves to the changed objects' lane.
+                    let lane = if observed.event == EventKind::Listed && !woken {
+                        Lane::Listed
+                    } else {
+                        Lane::Changed
+                    };
+                    let mut permit = tokio::select! {
+                        place = self.lanes.acquire(lane) => place,
+                        changed = rx.changed(), if lane == Lane::Listed => {
+                            if changed.is_err() {
+                                return None;
+                            }
+                            continue;
+                        }
                     };
                     if !self.operator_gate.is_open() {
                         // Paused while waiting for a permit: the state waits with the gate.
@@ -209,7 +243,8 @@ impl WorkerShared {
                         // Boxed: an idle worker (most of them, most of the time) then holds a
                         // small state, not room for a whole cycle.
                         let rejected = std::mem::take(&mut rejected);
-                        Box::pin(self.cycle(&uid, &observed, initial, memo, rejected)).await
+                        let cycle = Box::pin(self.cycle(&uid, &observed, initial, memo, rejected));
+                        self.holding(&mut permit, cycle).await
                     };
                     recheck = false;
                     if !matches!(end, CycleEnd::Conflict(_)) {
@@ -217,7 +252,7 @@ impl WorkerShared {
                     }
                     drop(permit);
                     match end {
-                        CycleEnd::Gone => return,
+                        CycleEnd::Gone => return None,
                         CycleEnd::Next { delay, rv } => {
                             throttler.succeeded();
                             let now = Instant::now();
@@ -249,7 +284,7 @@ impl WorkerShared {
                             loop {
                                 tokio::select! {
                                     _ = tokio::time::sleep_until(until) => break,
-                                    changed = rx.changed() => if changed.is_err() { return },
+                                    changed = rx.changed() => if changed.is_err() { return None },
                                 }
                             }
                             rx.mark_changed();
@@ -286,6 +321,24 @@ impl WorkerShared {
                     }
                 }
             }
+            // Nothing left to do but to wait for the next state: the worker retires (the engine
+            // keeps what it leaves, and starts a worker again when a state comes).
+            if self.reconcile.is_none()
+                && retry_at.is_none()
+                && !recheck
+                && conflicts == 0
+                && rejected.is_empty()
+                && fetched.is_none()
+                && self.spawners.is_empty()
+                && !rx.has_changed().unwrap_or(true)
+            {
+                return Some(Resume {
+                    listed: listed && !self.was_handled(&uid),
+                    expected_rv: expected_rv.map(|(r, _)| r),
+                    floor,
+                    memo: (!memo.is_untouched()).then(|| memo.clone()),
+                });
+            }
             // The reconcile waits while our own write has not come back (its state is not
             // the latest yet).
             let reconcile_at = schedule.when().filter(|_| expected_rv.is_none());
@@ -309,7 +362,7 @@ impl WorkerShared {
                 }
                 changed = rx.changed() => {
                     if changed.is_err() {
-                        return;
+                        return None;
                     }
                     woken = false;
                     recheck = false;
@@ -339,17 +392,36 @@ impl WorkerShared {
                                 // Its deletion comes through the watch: waited for.
                                 Fresh::Gone => {
                                     if rx.changed().await.is_err() {
-                                        return;
+                                        return None;
                                     }
                                 }
                                 Fresh::Unknown => rx.mark_changed(),
                             },
-                            None => return,
+                            None => return None,
                         }
                         continue;
                     }
                     rx.mark_changed();
                 }
+            }
+        }
+    }
+
+    /// Runs a cycle holding its place; without a worker limit, a cycle that runs longer than
+    /// [`SLOW_CYCLE`] gives its place to the next (it waits on something slow, not on the CPU).
+    async fn holding<F: std::future::Future + Unpin>(
+        &self,
+        place: &mut Option<Place>,
+        mut cycle: F,
+    ) -> F::Output {
+        if place.is_none() || self.lanes.strict() {
+            return cycle.await;
+        }
+        tokio::select! {
+            end = &mut cycle => end,
+            _ = tokio::time::sleep(SLOW_CYCLE) => {
+                drop(place.take());
+                cycle.await
             }
         }
     }
@@ -360,19 +432,11 @@ impl WorkerShared {
         let Some(name) = body.pointer("/metadata/name").and_then(Value::as_str) else {
             return Fresh::Unknown;
         };
-        match self.api_for(body).get_opt(name).await {
-            Ok(Some(mut obj)) => {
-                if !self.settings.keep_managed_fields {
-                    obj.metadata.managed_fields = None;
-                }
-                match serde_json::to_value(&obj) {
-                    Ok(body) => Fresh::Read(Observed {
-                        body,
-                        event: EventKind::Modified,
-                    }),
-                    Err(_) => Fresh::Unknown,
-                }
-            }
+        match self.api_for::<RawObject>(body).get_opt(name).await {
+            Ok(Some(obj)) => Fresh::Read(Observed {
+                body: obj.into_body(self.settings.keep_managed_fields),
+                event: EventKind::Modified,
+            }),
             // Gone: its deletion comes through the watch.
             Ok(None) => Fresh::Gone,
             Err(e) => {
