@@ -4,8 +4,10 @@
 //! `metadata.labels` and `metadata.annotations` without Kopf-managed annotations (the
 //! storage prefix, any `*.<prefix>`, any prefix marked with `<prefix>/kopf-managed`),
 //! without `kubectl.kubernetes.io/last-applied-configuration` and without the storage key;
-//! plus every field that handlers declared with `field=`; minus empty `labels`,
-//! `annotations`, `metadata`, `status`; minus the ignored fields.
+//! plus every field that handlers declared with `field=`; minus progress records in the
+//! status (`status.kopf.progress`, as Kopf's progress storages clear them) and a diff-base
+//! stored there; minus empty `labels`, `annotations`, `metadata`, `status`; minus the
+//! ignored fields.
 //!
 //! Stored where [`EssenceSettings::location`] says, as Kopf's diff-base storages do:
 //!
@@ -206,13 +208,22 @@ pub fn essence(body: &Value, settings: &EssenceSettings) -> Value {
     drop_if_empty(&mut essence, &["metadata", "labels"]);
     drop_if_empty(&mut essence, &["metadata"]);
     drop_if_empty(&mut essence, &["status"]);
+    // Progress records in the status are never part of the essence (Kopf's progress
+    // storages clear `status.kopf.progress`, its default one too), nor is the stored
+    // diff-base (a handler tracking `status` would see it change with each write).
+    let mut names = vec![STATUS_NAME];
     if let DiffBaseLocation::Status { name } = &settings.location {
-        // The stored diff-base is never part of the essence (a handler tracking `status`
-        // would otherwise see it change with each write), as in Kopf's storage.
         remove_path(&mut essence, &status_field(name));
-        drop_if_empty(&mut essence, &["status", name.as_str()]);
-        drop_if_empty(&mut essence, &["status"]);
+        names.push(name.as_str());
     }
+    for name in names {
+        remove_path(
+            &mut essence,
+            &["status".into(), name.into(), "progress".into()],
+        );
+        drop_if_empty(&mut essence, &["status", name]);
+    }
+    drop_if_empty(&mut essence, &["status"]);
     for field in &settings.ignored_fields {
         remove_path(&mut essence, field);
     }
@@ -510,6 +521,22 @@ mod tests {
         assert!(
             essence(&with_base, &tracked)["status"]
                 .get("kopf")
+                .is_none()
+        );
+        // Nor the progress records (Kopf's progress storages clear them from the essence).
+        with_base["status"]["kopf"]["progress"] = json!({"create_fn": {"retries": 1}});
+        with_base["status"]["kopf"]["dummy"] = json!("x");
+        assert_eq!(
+            essence(&with_base, &tracked)["status"]["kopf"],
+            json!({"dummy": "x"})
+        );
+        let tracked_in_annotations = EssenceSettings {
+            tracked_fields: vec![vec!["status".into()]],
+            ..Default::default()
+        };
+        assert!(
+            essence(&with_base, &tracked_in_annotations)["status"]["kopf"]
+                .get("progress")
                 .is_none()
         );
         assert_eq!(
