@@ -288,3 +288,26 @@ async fn a_handlers_object_patch_goes_before_the_claiming_status_write() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_delete_handler_costs_the_finalizer_patch_then_one_status_patch() {
+    let server = common::server().await;
+    let op = minimal_in_status().on_delete("kopfexamples", "delete_fn", |_c: Cause| async {
+        HandlerResult::Ok(None)
+    });
+    let running = Running::start(&server, op).await;
+    server.clear_requests();
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation handled", |o| stored(o).is_some()).await;
+    settle(&server).await;
+    assert_eq!(write_lines(&server), vec!["PATCH k", "PATCH k/status"]);
+    let o = api.get("k").await.expect("get");
+    assert_eq!(
+        o.metadata.finalizers.unwrap_or_default(),
+        vec!["kopf.zalando.org/KopfFinalizerMarker".to_string()]
+    );
+    running.stop().await;
+}
