@@ -63,7 +63,6 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod replicas;
 mod storage;
-
 pub use storage::Storage;
 
 /// The version of kopf-rs the operator is built with.
@@ -512,11 +511,9 @@ pub struct RunArgs {
     /// setting).
     #[arg(long, env = "KOPF_RUN_WEBHOOK_MANAGED", value_name = "NAME")]
     pub webhook_managed: Option<String>,
-    /// Where the diff-base (the last handled state) is stored: `annotations` (Kopf's default,
-    /// `kopf.zalando.org/last-handled-configuration`) or `status`
-    /// (`status.kopf.last-handled-configuration`, Kopf's StatusDiffBaseStorage: the results
-    /// and the diff-base in one /status PATCH). With `status`, progress goes to the status
-    /// too unless --progress-storage says otherwise. Default: the operator's setting.
+    /// Where the diff-base is stored: `annotations` (Kopf's default) or `status`
+    /// (`status.kopf.last-handled-configuration`: results and diff-base in one /status PATCH;
+    /// progress goes to the status too unless --progress-storage says otherwise).
     #[arg(
         long,
         value_enum,
