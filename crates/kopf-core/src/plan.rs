@@ -12,6 +12,12 @@
 //! second write fails, the cause is not marked handled and the handlers run again; the
 //! diff-base never claims a cause whose results are not stored.
 //!
+//! With the diff-base in the status ([`PatchPlan::diff_base`] of a status location), the
+//! results and the diff-base travel in the same `/status` PATCH, which is atomic; what the
+//! object still gets (handlers' own patches, annotation progress, a finalizer) is sent
+//! FIRST then, so that the write that claims the cause is still the last one
+//! ([`PatchPlan::status_claims`]).
+//!
 //! ```
 //! use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
 //! use serde_json::json;
@@ -91,6 +97,8 @@ pub struct PatchPlan {
     generation: Option<i64>,
     /// The `lastTransitionTime` of conditions that change status.
     now: Option<Timestamp>,
+    /// The diff-base is in the status part of the merge patch.
+    status_claims: bool,
 }
 
 impl PatchPlan {
@@ -176,6 +184,22 @@ impl PatchPlan {
         self.finalizer.as_ref()
     }
 
+    /// Folds the new diff-base (its storage's merge patch) into the plan. When it is in the
+    /// status, the status write claims the cause: see [`status_claims`](Self::status_claims).
+    pub fn diff_base(&mut self, patch: &Value) {
+        self.merge(patch);
+        if patch.get("status").is_some() {
+            self.status_claims = true;
+        }
+    }
+
+    /// Whether the status part of the plan carries the diff-base that marks the cause
+    /// handled: then, with a status subresource, the `/status` PATCH is sent after the
+    /// object's (see [`requests`](Self::requests)).
+    pub fn status_claims(&self) -> bool {
+        self.status_claims
+    }
+
     /// Sets a handler's result under `status.<id>` (Kopf's result delivery).
     pub fn status_result(&mut self, handler_id: &str, result: Value) {
         self.merge(&json!({"status": {handler_id: result}}));
@@ -208,16 +232,17 @@ impl PatchPlan {
     /// The requests, at most one per endpoint, in the order they must be sent: the status
     /// merge patch first (only with a status subresource), then the object's changes (a merge
     /// patch, or one JSON patch guarded by the resourceVersion test when the finalizer changes
-    /// too).
+    /// too); the other way round when the status carries the diff-base
+    /// ([`status_claims`](Self::status_claims)), so that the write that claims the cause is
+    /// the last.
     pub fn requests(&self, body: &Value, status_subresource: bool) -> Vec<PatchRequest> {
-        let mut out = Vec::new();
-        if let Some(status) = self.status_request(body, status_subresource) {
-            out.push(status);
+        let status = self.status_request(body, status_subresource);
+        let object = self.object_request(body, status_subresource);
+        if self.status_claims {
+            object.into_iter().chain(status).collect()
+        } else {
+            status.into_iter().chain(object).collect()
         }
-        if let Some(object) = self.object_request(body, status_subresource) {
-            out.push(object);
-        }
-        out
     }
 
     /// The `/status` merge patch (None without a status subresource or when status does

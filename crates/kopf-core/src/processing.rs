@@ -65,7 +65,7 @@ pub enum Lifecycle {
 /// Where the engine keeps its state on objects, and how a cycle picks its handlers.
 #[derive(Debug, Clone)]
 pub struct Persistence {
-    /// The diff-base annotation and essence rules.
+    /// The essence rules and where the diff-base is stored (`essence.location`).
     pub essence: EssenceSettings,
     /// Progress records.
     pub progress: ProgressStorage,
@@ -517,10 +517,8 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
         if cause.reason != Reason::Delete {
             let stored = essence::stored(body, &persistence.essence).and_then(Result::ok);
             if stored.as_ref() != Some(&cause.new) {
-                let key = persistence.essence.annotation();
-                out.plan.merge(
-                    &json!({"metadata": {"annotations": {key: essence::encode(&cause.new)}}}),
-                );
+                out.plan
+                    .diff_base(&essence::store_patch(&cause.new, &persistence.essence));
             }
         }
         out.done = true;
@@ -843,6 +841,138 @@ mod tests {
                 "create_fn".to_string(),
                 json!({"status": {"create_fn": {"message": "hello world"}}})
             )]
+        );
+    }
+
+    fn in_status() -> Persistence {
+        let mut p = Persistence {
+            progress: ProgressStorage::status("kopf"),
+            ..Persistence::default()
+        };
+        p.essence.location = essence::DiffBaseLocation::status();
+        p
+    }
+
+    fn update_fn() -> HandlerSpec {
+        HandlerSpec::new("update_fn", Some(Reason::Update), |c: Cause| async move {
+            Ok(Some(json!({"field": c.body["spec"]["field"].clone()})))
+        })
+        .with_options(crate::handler::Options::new().field("spec.field"))
+    }
+
+    /// Kopf's `StatusDiffBaseStorage` with `StatusProgressStorage`: a creation and an update
+    /// are one `/status` PATCH each, the result and the diff-base together.
+    #[tokio::test]
+    async fn diff_base_in_status_makes_one_status_write_per_cause() {
+        let handlers = [create_fn(), update_fn()];
+        let out = process(EventKind::Added, &kex(), false, &handlers, &in_status()).await;
+        assert_eq!(out.reason, Reason::Create);
+        assert!(out.plan.status_claims());
+        let reqs = out.plan.requests(&kex(), true);
+        assert_eq!(
+            reqs,
+            vec![PatchRequest::MergeStatus(json!({"status": {
+                "create_fn": {"message": "hello world"},
+                "kopf": {"last-handled-configuration":
+                    "{\"spec\":{\"field\":\"value\"},\"metadata\":{\"labels\":{\"a\":\"b\"}}}"},
+            }}))]
+        );
+        // Without a status subresource: one object PATCH with both.
+        assert!(matches!(
+            out.plan.requests(&kex(), false).as_slice(),
+            [PatchRequest::MergeObject(m)] if m["status"]["kopf"].is_object()
+        ));
+        // Its own write coming back is nothing to do.
+        let created = out.plan.preview(&kex());
+        let again = process(
+            EventKind::Modified,
+            &created,
+            false,
+            &handlers,
+            &in_status(),
+        )
+        .await;
+        assert_eq!(again.reason, Reason::Noop);
+        assert!(again.plan.requests(&created, true).is_empty());
+        // An update: one status write again.
+        let mut changed = created.clone();
+        changed["spec"]["field"] = json!("new");
+        let upd = process(
+            EventKind::Modified,
+            &changed,
+            false,
+            &handlers,
+            &in_status(),
+        )
+        .await;
+        assert_eq!(upd.reason, Reason::Update);
+        assert_eq!(
+            upd.plan.requests(&changed, true),
+            vec![PatchRequest::MergeStatus(json!({"status": {
+                "update_fn/spec.field": {"field": "new"},
+                "kopf": {"last-handled-configuration":
+                    "{\"spec\":{\"field\":\"new\"},\"metadata\":{\"labels\":{\"a\":\"b\"}}}"},
+            }}))]
+        );
+    }
+
+    /// An object that Python Kopf handled with `StatusDiffBaseStorage` continues as an update;
+    /// one handled with the annotation (before a switch) too.
+    #[tokio::test]
+    async fn kopf_status_diff_bases_and_old_annotations_are_continued() {
+        let mut kopf_made = kex();
+        kopf_made["spec"]["field"] = json!("new");
+        kopf_made["status"] = json!({"create_fn": {"message": "hello world"},
+            "kopf": {"last-handled-configuration": "{\"spec\":{\"field\":\"value\"},\"metadata\":{\"labels\":{\"a\":\"b\"}}}"}});
+        let handlers = [create_fn(), update_fn()];
+        let out = process(
+            EventKind::Modified,
+            &kopf_made,
+            false,
+            &handlers,
+            &in_status(),
+        )
+        .await;
+        assert_eq!(out.reason, Reason::Update);
+        assert_eq!(out.counts, (1, 0));
+        let mut annotated = kex();
+        annotated["metadata"]["annotations"] = json!({"kopf.zalando.org/last-handled-configuration":
+            "{\"spec\":{\"field\":\"value\"},\"metadata\":{\"labels\":{\"a\":\"b\"}}}\n"});
+        let out = process(EventKind::Added, &annotated, false, &handlers, &in_status()).await;
+        assert_eq!(out.reason, Reason::Noop, "not a creation");
+        assert!(
+            out.plan.is_noop_for(&annotated),
+            "the annotation stays valid: nothing to write"
+        );
+    }
+
+    /// What the object still gets (a handler's own patch) goes first: the status write that
+    /// claims the cause is the last. A retry keeps its progress in the status, no diff-base.
+    #[tokio::test]
+    async fn with_the_diff_base_in_status_the_claiming_write_is_last() {
+        let labeller = HandlerSpec::new("labeller", Some(Reason::Create), |c: Cause| async move {
+            c.patch
+                .merge(json!({"metadata": {"labels": {"done": "yes"}}}));
+            Ok(None)
+        });
+        let out = process(EventKind::Added, &kex(), false, &[labeller], &in_status()).await;
+        let reqs = out.plan.requests(&kex(), true);
+        assert!(
+            matches!(reqs.as_slice(), [PatchRequest::MergeObject(o), PatchRequest::MergeStatus(s)]
+                if o["metadata"]["labels"]["done"] == "yes" && s["status"]["kopf"]["last-handled-configuration"].is_string()),
+            "{reqs:?}"
+        );
+        let flaky = HandlerSpec::new("flaky", Some(Reason::Create), |_c: Cause| async {
+            Err(HandlerError::temporary("not yet", Duration::from_secs(5)))
+        });
+        let out = process(EventKind::Added, &kex(), false, &[flaky], &in_status()).await;
+        assert!(!out.done && !out.plan.status_claims());
+        let reqs = out.plan.requests(&kex(), true);
+        assert!(
+            matches!(reqs.as_slice(), [PatchRequest::MergeStatus(s)]
+                if s["status"]["kopf"]["progress"]["flaky"]["retries"] == 1
+                    && s["status"]["kopf"].get("last-handled-configuration").is_none()),
+            "{reqs:?}"
         );
     }
 

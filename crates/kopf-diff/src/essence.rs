@@ -4,16 +4,57 @@
 //! `metadata.labels` and `metadata.annotations` without Kopf-managed annotations (the
 //! storage prefix, any `*.<prefix>`, any prefix marked with `<prefix>/kopf-managed`),
 //! without `kubectl.kubernetes.io/last-applied-configuration` and without the storage key;
-//! plus every field that handlers declared with `field=`; minus empty `labels`,
-//! `annotations`, `metadata`, `status`; minus the ignored fields.
+//! plus every field that handlers declared with `field=`; minus progress records in the
+//! status (`status.kopf.progress`, as Kopf's progress storages clear them) and a diff-base
+//! stored there; minus empty `labels`, `annotations`, `metadata`, `status`; minus the
+//! ignored fields.
 //!
-//! Stored as compact JSON plus a newline in the annotation
-//! `kopf.zalando.org/last-handled-configuration`, keys in the order Kopf writes them.
+//! Stored where [`EssenceSettings::location`] says, as Kopf's diff-base storages do:
+//!
+//! * [`DiffBaseLocation::Annotations`] (the default, Kopf's `AnnotationsDiffBaseStorage`):
+//!   compact JSON plus a newline in the annotation
+//!   `kopf.zalando.org/last-handled-configuration`, keys in the order Kopf writes them;
+//! * [`DiffBaseLocation::Status`] (Kopf's `StatusDiffBaseStorage(name='kopf')`): the same
+//!   compact JSON as a *string*, without the newline, in
+//!   `status.kopf.last-handled-configuration`. Reading falls back to the annotation when the
+//!   status has none (as Kopf's `MultiDiffBaseStorage([status, annotations])` would), so that
+//!   objects handled before a switch to the status are not taken for new ones; the
+//!   annotation is neither written nor purged then (Kopf never purges a diff-base).
 
 use serde_json::{Map, Value};
 
 /// The annotation kubectl writes for client-side apply.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Where the diff-base is stored on objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DiffBaseLocation {
+    /// The annotation `<prefix>/<key>` (Kopf's default `AnnotationsDiffBaseStorage`).
+    #[default]
+    Annotations,
+    /// `status.<name>.last-handled-configuration`, a JSON string (Kopf's
+    /// `StatusDiffBaseStorage`, whose default name is `kopf`). With a status subresource,
+    /// the diff-base then travels in the same `/status` PATCH as the handlers' results.
+    Status {
+        /// The name under `status` (Kopf: `kopf`).
+        name: String,
+    },
+}
+
+impl DiffBaseLocation {
+    /// `status.kopf.last-handled-configuration`, Kopf's `StatusDiffBaseStorage()`.
+    pub fn status() -> Self {
+        DiffBaseLocation::Status {
+            name: STATUS_NAME.into(),
+        }
+    }
+}
+
+/// The default name under `status` of Kopf's status storages (`status.kopf`).
+pub const STATUS_NAME: &str = "kopf";
+
+/// The field under `status.<name>` that holds the diff-base in the status.
+pub const STATUS_FIELD: &str = "last-handled-configuration";
 
 /// What to keep and strip.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +67,8 @@ pub struct EssenceSettings {
     pub tracked_fields: Vec<Vec<String>>,
     /// Fields never tracked, as paths.
     pub ignored_fields: Vec<Vec<String>>,
+    /// Where the diff-base is stored (annotations by default).
+    pub location: DiffBaseLocation,
 }
 
 impl Default for EssenceSettings {
@@ -35,6 +78,7 @@ impl Default for EssenceSettings {
             key: "last-handled-configuration".into(),
             tracked_fields: Vec::new(),
             ignored_fields: Vec::new(),
+            location: DiffBaseLocation::Annotations,
         }
     }
 }
@@ -164,10 +208,30 @@ pub fn essence(body: &Value, settings: &EssenceSettings) -> Value {
     drop_if_empty(&mut essence, &["metadata", "labels"]);
     drop_if_empty(&mut essence, &["metadata"]);
     drop_if_empty(&mut essence, &["status"]);
+    // Progress records in the status are never part of the essence (Kopf's progress
+    // storages clear `status.kopf.progress`, its default one too), nor is the stored
+    // diff-base (a handler tracking `status` would see it change with each write).
+    let mut names = vec![STATUS_NAME];
+    if let DiffBaseLocation::Status { name } = &settings.location {
+        remove_path(&mut essence, &status_field(name));
+        names.push(name.as_str());
+    }
+    for name in names {
+        remove_path(
+            &mut essence,
+            &["status".into(), name.into(), "progress".into()],
+        );
+        drop_if_empty(&mut essence, &["status", name]);
+    }
+    drop_if_empty(&mut essence, &["status"]);
     for field in &settings.ignored_fields {
         remove_path(&mut essence, field);
     }
     essence
+}
+
+fn status_field(name: &str) -> Vec<String> {
+    vec!["status".into(), name.into(), STATUS_FIELD.into()]
 }
 
 /// Encodes an essence as Kopf stores it: compact JSON, top-level keys in Kopf's order (the
@@ -240,12 +304,63 @@ pub fn decode(stored: &str) -> Result<Value, EssenceError> {
     Ok(serde_json::from_str(stored.trim_end())?)
 }
 
-/// Reads the stored essence of a body, if any.
+/// Reads the stored essence of a body, if any: from its location; in the status, with the
+/// annotation as a fallback (an object handled before the switch to the status).
 pub fn stored(body: &Value, settings: &EssenceSettings) -> Option<Result<Value, EssenceError>> {
-    body.pointer("/metadata/annotations")?
-        .get(settings.annotation())?
-        .as_str()
-        .map(decode)
+    let from_annotation = || {
+        body.pointer("/metadata/annotations")?
+            .get(settings.annotation())?
+            .as_str()
+            .map(decode)
+    };
+    match &settings.location {
+        DiffBaseLocation::Annotations => from_annotation(),
+        DiffBaseLocation::Status { name } => {
+            let in_status = body
+                .get("status")
+                .and_then(|s| s.get(name.as_str()))
+                .and_then(|s| s.get(STATUS_FIELD));
+            match in_status {
+                None | Some(Value::Null) => from_annotation(),
+                Some(Value::String(text)) => Some(decode(text)),
+                // Kopf stores a string; an object here was not written by Kopf nor by us.
+                Some(other) => Some(Err(EssenceError::WrongShape {
+                    what: format!(
+                        "status.{name}.{STATUS_FIELD} is {} instead of a JSON string",
+                        json_type(other)
+                    ),
+                })),
+            }
+        }
+    }
+}
+
+/// The merge patch that stores an essence where the settings say: the annotation (compact
+/// JSON and a newline, as Kopf's `AnnotationsDiffBaseStorage`) or
+/// `status.<name>.last-handled-configuration` (the same JSON as a string without the
+/// newline, as Kopf's `StatusDiffBaseStorage`).
+///
+/// ```
+/// use kopf_diff::essence::{DiffBaseLocation, EssenceSettings, store_patch};
+/// use serde_json::json;
+///
+/// let settings = EssenceSettings { location: DiffBaseLocation::status(), ..Default::default() };
+/// assert_eq!(
+///     store_patch(&json!({"spec": {"field": "x"}}), &settings),
+///     json!({"status": {"kopf": {"last-handled-configuration": r#"{"spec":{"field":"x"}}"#}}}),
+/// );
+/// ```
+pub fn store_patch(essence: &Value, settings: &EssenceSettings) -> Value {
+    let encoded = encode(essence);
+    match &settings.location {
+        DiffBaseLocation::Annotations => {
+            serde_json::json!({"metadata": {"annotations": {settings.annotation(): encoded}}})
+        }
+        DiffBaseLocation::Status { name } => {
+            let text = encoded.strip_suffix('\n').unwrap_or(&encoded);
+            serde_json::json!({"status": {name.as_str(): {STATUS_FIELD: text}}})
+        }
+    }
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -370,6 +485,107 @@ mod tests {
         assert_eq!(
             essence(&plain, &EssenceSettings::default()),
             json!({"spec": {"a": 1}})
+        );
+    }
+
+    fn in_status() -> EssenceSettings {
+        EssenceSettings {
+            location: DiffBaseLocation::status(),
+            ..Default::default()
+        }
+    }
+
+    /// The wire format of Kopf's `StatusDiffBaseStorage` (kopf/_cogs/configs/diffbase.py; the
+    /// expected bytes were produced by its `build` then `store` at nolar/kopf 60d02aef):
+    /// `json.dumps(essence, separators=(',', ':'))` without a newline, as a string in
+    /// `status.kopf.last-handled-configuration`; the field itself is not in the essence.
+    #[test]
+    fn status_location_stores_a_json_string_in_status_kopf() {
+        let mut b = body();
+        b["status"]["kopf"] = json!({"last-handled-configuration": "{\"spec\":{}}"});
+        let e = essence(&b, &in_status());
+        assert_eq!(e, essence(&body(), &EssenceSettings::default()));
+        let patch = store_patch(&e, &in_status());
+        assert_eq!(
+            patch,
+            json!({"status": {"kopf": {"last-handled-configuration":
+                r#"{"spec":{"field":"value","items":["a","b"]},"metadata":{"labels":{"somelabel":"somevalue"},"annotations":{"other.example.com/keep":"k"}}}"#}}})
+        );
+        // Tracking the whole status does not track the stored diff-base.
+        let tracked = EssenceSettings {
+            tracked_fields: vec![vec!["status".into()]],
+            ..in_status()
+        };
+        let mut with_base = b.clone();
+        apply(&mut with_base, &patch);
+        assert!(
+            essence(&with_base, &tracked)["status"]
+                .get("kopf")
+                .is_none()
+        );
+        // Nor the progress records (Kopf's progress storages clear them from the essence).
+        with_base["status"]["kopf"]["progress"] = json!({"create_fn": {"retries": 1}});
+        with_base["status"]["kopf"]["dummy"] = json!("x");
+        assert_eq!(
+            essence(&with_base, &tracked)["status"]["kopf"],
+            json!({"dummy": "x"})
+        );
+        let tracked_in_annotations = EssenceSettings {
+            tracked_fields: vec![vec!["status".into()]],
+            ..Default::default()
+        };
+        assert!(
+            essence(&with_base, &tracked_in_annotations)["status"]["kopf"]
+                .get("progress")
+                .is_none()
+        );
+        assert_eq!(
+            store_patch(&e, &EssenceSettings::default())["metadata"]["annotations"]["kopf.zalando.org/last-handled-configuration"],
+            encode(&e)
+        );
+    }
+
+    fn apply(target: &mut Value, patch: &Value) {
+        crate::apply_merge_patch(target, patch);
+    }
+
+    #[test]
+    fn status_location_reads_the_status_then_the_annotation() {
+        let annotated = json!({"metadata": {"annotations": {
+            "kopf.zalando.org/last-handled-configuration": "{\"spec\":{\"a\":1}}\n"}}});
+        // Before a switch: the annotation is the fallback.
+        let old = stored(&annotated, &in_status()).and_then(Result::ok);
+        assert_eq!(old, Some(json!({"spec": {"a": 1}})));
+        // The status wins once written.
+        let mut both = annotated.clone();
+        both["status"] = json!({"kopf": {"last-handled-configuration": "{\"spec\":{\"a\":2}}"}});
+        let now = stored(&both, &in_status()).and_then(Result::ok);
+        assert_eq!(now, Some(json!({"spec": {"a": 2}})));
+        // The annotations storage never reads the status.
+        let plain = json!({"status": both["status"].clone()});
+        assert!(stored(&plain, &EssenceSettings::default()).is_none());
+        assert!(stored(&json!({"spec": {}}), &in_status()).is_none());
+        // Not a string (not written by Kopf): an error, i.e. a creation with a warning.
+        let object = json!({"status": {"kopf": {"last-handled-configuration": {"spec": {}}}}});
+        assert!(matches!(
+            stored(&object, &in_status()),
+            Some(Err(EssenceError::WrongShape { .. }))
+        ));
+        // Another name.
+        let named = EssenceSettings {
+            location: DiffBaseLocation::Status {
+                name: "my-op".into(),
+            },
+            ..Default::default()
+        };
+        let patch = store_patch(&json!({"spec": {}}), &named);
+        assert_eq!(
+            patch,
+            json!({"status": {"my-op": {"last-handled-configuration": "{\"spec\":{}}"}}})
+        );
+        assert_eq!(
+            stored(&patch, &named).and_then(Result::ok),
+            Some(json!({"spec": {}}))
         );
     }
 }

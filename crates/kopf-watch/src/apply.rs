@@ -4,6 +4,8 @@
 //! * The `/status` PATCH (the handlers' results) goes first, the object's PATCH (progress
 //!   records, the diff-base, the finalizer) second: if anything fails in between (an error, a
 //!   kill), the cause is not marked handled and its handlers run again (at least once).
+//!   With the diff-base in the status ([`PatchPlan::status_claims`]), the results and the
+//!   diff-base are one `/status` PATCH (atomic); the object's PATCH, if any, goes first then.
 //! * `404`: the object is gone; nothing more is sent.
 //! * `409` on a merge patch: a conflict inside the API server; the same patch is sent again.
 //! * `422` on a write that carries handlers' results: the server (a CRD's status schema)
@@ -180,6 +182,78 @@ impl Writer<'_> {
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("");
+        if plan.status_claims()
+            && self.status_subresource
+            && let Some(request) = plan.object_request(body, true)
+        {
+            // The `/status` write claims the cause (it carries the diff-base): the object's
+            // changes go first, the status write against the object they left.
+            let base = match self.object_first(name, request, plan, body).await {
+                Ok(base) => base,
+                Err(applied) => return applied,
+            };
+            return match self
+                .apply_in_order(name, &base, plan, delivered, false)
+                .await
+            {
+                // Nothing left for the status: the object's write was the last.
+                Applied::Written { rv: None, pruned } => Applied::Written {
+                    rv: base
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+                        .and_then(|s| s.parse().ok()),
+                    pruned,
+                },
+                other => other,
+            };
+        }
+        self.apply_in_order(name, body, plan, delivered, true).await
+    }
+
+    /// The object's request of a plan whose status write claims the cause; the base of the
+    /// status write after it (the object as written).
+    async fn object_first(
+        &self,
+        name: &str,
+        request: PatchRequest,
+        plan: &PatchPlan,
+        body: &Value,
+    ) -> Result<Value, Applied> {
+        match request {
+            PatchRequest::MergeObject(patch) => match self.merge(name, &patch, false).await {
+                Ok(obj) => Ok(as_body(obj, body)),
+                Err(e) => Err(self.merge_failed("object", name, &e, &[])),
+            },
+            PatchRequest::JsonObject(ops) => {
+                let rv = self.guarded(name, ops, plan, body).await?;
+                let mut base = plan.preview(body);
+                if let Some(m) = base.as_object_mut() {
+                    // The status is not written yet.
+                    match body.get("status") {
+                        Some(status) => m.insert("status".into(), status.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+                if let Some(rv) = rv
+                    && let Some(meta) = base.get_mut("metadata").and_then(Value::as_object_mut)
+                {
+                    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+                }
+                Ok(base)
+            }
+            PatchRequest::MergeStatus(_) | PatchRequest::JsonStatus(_) => Ok(body.clone()),
+        }
+    }
+
+    /// The status write, then (with `object`) the object's write.
+    async fn apply_in_order(
+        &self,
+        name: &str,
+        body: &Value,
+        plan: &PatchPlan,
+        delivered: &[(String, Value)],
+        object: bool,
+    ) -> Applied {
         let mut rv = None;
         let mut pruned = Vec::new();
         // The base of the object's request: the object as the status write returned it
@@ -213,7 +287,10 @@ impl Writer<'_> {
             }
             _ => {}
         }
-        let Some(request) = plan.object_request(&base, self.status_subresource) else {
+        let Some(request) = plan
+            .object_request(&base, self.status_subresource)
+            .filter(|_| object)
+        else {
             return Applied::Written { rv, pruned };
         };
         let releasing = matches!(plan.finalizer_edit(), Some(FinalizerEdit::Remove(_)))

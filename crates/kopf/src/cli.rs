@@ -62,6 +62,8 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod replicas;
+mod storage;
+pub use storage::Storage;
 
 /// The version of kopf-rs the operator is built with.
 pub const KOPF_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -509,6 +511,25 @@ pub struct RunArgs {
     /// setting).
     #[arg(long, env = "KOPF_RUN_WEBHOOK_MANAGED", value_name = "NAME")]
     pub webhook_managed: Option<String>,
+    /// Where the diff-base is stored: `annotations` (Kopf's default) or `status`
+    /// (`status.kopf.last-handled-configuration`: results and diff-base in one /status PATCH;
+    /// progress goes to the status too unless --progress-storage says otherwise).
+    #[arg(
+        long,
+        value_enum,
+        env = "KOPF_RUN_DIFF_BASE_STORAGE",
+        value_name = "WHERE"
+    )]
+    pub diff_base_storage: Option<Storage>,
+    /// Where progress records are stored: `annotations` (Kopf's default) or `status`
+    /// (`status.kopf.progress`, Kopf's StatusProgressStorage).
+    #[arg(
+        long,
+        value_enum,
+        env = "KOPF_RUN_PROGRESS_STORAGE",
+        value_name = "WHERE"
+    )]
+    pub progress_storage: Option<Storage>,
 }
 
 /// Where `--liveness` serves: the address to bind and the path.
@@ -1049,6 +1070,8 @@ mod tests {
             "peering",
             "leader-election",
             "leader-election-namespace",
+            "diff-base-storage",
+            "progress-storage",
         ];
         for sub in Cli::command().get_subcommands() {
             let known = NUMERIC

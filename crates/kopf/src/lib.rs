@@ -419,10 +419,11 @@ pub use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
 pub use kopf_core::memo::Memo;
 pub use kopf_core::metrics::{Metrics, MetricsLayer};
 pub use kopf_core::processing::{Lifecycle, Persistence};
-pub use kopf_core::progress::ProgressStorage;
+pub use kopf_core::progress::{ProgressLocation, ProgressStorage};
 pub use kopf_core::reconcile::{
     Action, Backoff, ObjectRef, ReconcileConfig, ReconcileContext, Trigger, Triggers,
 };
+pub use kopf_diff::essence::DiffBaseLocation;
 /// Kopf's peering: its settings, the peering resources (`peering::PEERING_YAML`), and the
 /// `freeze`, `resume` and `peers` operations of the `kopf` command.
 pub use kopf_peering as peering;

@@ -73,6 +73,7 @@ impl Operator {
             self.settings.worker_limit = Some(args.worker_limit);
         }
         self.grace_period = args.grace_period;
+        self = args.storage(self);
         #[cfg(feature = "admission")]
         self.apply_webhook_args(&args);
         if (args.metrics.is_some() || args.liveness.is_some()) && self.metrics.is_none() {

@@ -16,7 +16,8 @@ use kopf_core::handler::{HandlerSpec, Options};
 use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
 use kopf_core::metrics::Metrics;
 use kopf_core::processing::{Lifecycle, Persistence};
-use kopf_core::progress::ProgressStorage;
+use kopf_core::progress::{ProgressLocation, ProgressStorage};
+use kopf_diff::essence::DiffBaseLocation;
 use kopf_watch::Selector;
 
 pub use reconcile::Reconciler;
@@ -59,6 +60,9 @@ pub struct Operator {
     pub(crate) default_backoff: Option<Duration>,
     pub(crate) settings: kopf_watch::Settings,
     pub(crate) persistence: Persistence,
+    /// Whether the progress storage was chosen ([`progress_storage`](Self::progress_storage),
+    /// [`persistence`](Self::persistence)); if not, it follows the diff-base's.
+    pub(crate) progress_set: bool,
     pub(crate) stack: kopf_core::layers::Stack,
     pub(crate) memo: kopf_core::memo::MemoSeed,
     pub(crate) wait_for_resources: bool,
@@ -96,6 +100,7 @@ impl Default for Operator {
             default_backoff: None,
             settings: kopf_watch::Settings::default(),
             persistence: Persistence::default(),
+            progress_set: false,
             stack: kopf_core::layers::Stack::default(),
             memo: kopf_core::memo::MemoSeed::default(),
             wait_for_resources: false,
@@ -247,6 +252,7 @@ impl Operator {
     /// Where state is kept on objects (prefix, finalizer...).
     pub fn persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
+        self.progress_set = true;
         self
     }
 
@@ -254,6 +260,36 @@ impl Operator {
     /// `ProgressStorage::status("kopf")` for `status.kopf.progress`.
     pub fn progress_storage(mut self, storage: ProgressStorage) -> Self {
         self.persistence.progress = storage;
+        self.progress_set = true;
+        self
+    }
+
+    /// Where the diff-base (the last handled state, which marks a cause handled) is kept:
+    /// the annotation `kopf.zalando.org/last-handled-configuration` (default), or
+    /// [`DiffBaseLocation::status()`] for `status.kopf.last-handled-configuration`, as Kopf's
+    /// `StatusDiffBaseStorage` (`run --diff-base-storage status`).
+    ///
+    /// In the status, a cycle writes the handlers' results and the diff-base in one `/status`
+    /// PATCH: a creation or an update costs one request. Unless a progress storage was chosen
+    /// ([`progress_storage`](Self::progress_storage)), progress records follow to
+    /// `status.<name>.progress` (Kopf's `StatusProgressStorage`), so that a cycle whose
+    /// handlers retry writes only the status too. Objects handled with the annotation are
+    /// continued (it is read when the status has none); see `docs/persistence.md`.
+    ///
+    /// ```
+    /// use kopf::{DiffBaseLocation, Operator};
+    /// let operator = Operator::new().diff_base_storage(DiffBaseLocation::status());
+    /// ```
+    pub fn diff_base_storage(mut self, location: DiffBaseLocation) -> Self {
+        if !self.progress_set {
+            self.persistence.progress.location = match &location {
+                DiffBaseLocation::Annotations => ProgressLocation::Annotations,
+                DiffBaseLocation::Status { name } => {
+                    ProgressLocation::Status { name: name.clone() }
+                }
+            };
+        }
+        self.persistence.essence.location = location;
         self
     }
 
