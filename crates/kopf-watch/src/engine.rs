@@ -27,6 +27,7 @@ use crate::pause::{self, AfterPause};
 use crate::settings::Settings;
 use crate::shard;
 use crate::shared::{Observed, Slot, WorkerShared, api_for};
+use crate::stream::WatchStream;
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
 /// Per-resource processing.
@@ -120,11 +121,8 @@ impl Engine {
         // The watcher relists after 410 and resumes after disconnects (including the
         // client's read timeout on a silent connection); failures (the resource gone with its
         // CRD, the API server down) are retried with a short, capped, jittered backoff.
-        let config = if self.settings.streaming_lists {
-            watcher::Config::default().streaming_lists()
-        } else {
-            watcher::Config::default()
-        };
+        // Selectors (the user's and the derived one) and streaming lists: crate::stream.
+        let config = WatchStream::new(&self.settings, &self.handlers, &self.resource)?;
         // The backoff is ours, not kube's StreamBackoff: that one resets on every item,
         // including the `Init` the watcher emits before each attempt to list, so it never
         // grows during an outage of the listing.
@@ -143,7 +141,7 @@ impl Engine {
             ),
             None => self.api(),
         };
-        let mut stream: BoxStream<'static, _> = watcher(api.clone(), config.clone()).boxed();
+        let mut stream: BoxStream<'static, _> = config.open(&api);
         let mut backoff = WatchBackoff::default();
         let mut outage = FailureLog::default();
         let mut gone = false;
@@ -328,7 +326,7 @@ impl Engine {
                     .pausing
                     .store(false, std::sync::atomic::Ordering::SeqCst);
                 listing = None;
-                stream = watcher(api.clone(), config.clone()).boxed();
+                stream = config.open(&api);
                 standby = Some(HashMap::new());
             }
             if matches!(state, GateState::Paused { .. }) {
@@ -363,7 +361,7 @@ impl Engine {
                 shared.forget_handled();
                 tracing::info!(resource = %plural, "Resuming the watch-stream for {resource_name}.");
                 backoff.reset();
-                stream = watcher(api.clone(), config.clone()).boxed();
+                stream = config.open(&api);
                 // Resumed to stand by: the top of the loop starts standing by.
                 continue;
             }
@@ -378,7 +376,7 @@ impl Engine {
                     {
                         // New ranges: listed with the new selector.
                         listing = None;
-                        stream = watcher(api.clone(), config.clone()).boxed();
+                        stream = config.open(&api);
                     }
                     continue;
                 }

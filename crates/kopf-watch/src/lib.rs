@@ -22,6 +22,7 @@ mod conditions;
 mod engine;
 mod events;
 mod namespaces;
+mod narrowing;
 mod observe;
 mod orchestrator;
 mod outage;
@@ -32,11 +33,15 @@ mod settings;
 mod shard;
 mod shared;
 mod spawning;
+mod stream;
 mod worker;
 mod write;
 
 pub use engine::Engine;
 pub use namespaces::{NamespacePattern, NamespaceSelector};
+pub use narrowing::{
+    NotDerived, check_field_selector, check_label_selector, derive as derive_label_selector,
+};
 pub use orchestrator::Orchestrator;
 pub use selector::{Discovered, Selector};
 pub use settings::{IndexGate, Settings};
@@ -106,6 +111,16 @@ pub enum WatchError {
         count: usize,
         /// Their ids.
         ids: String,
+    },
+    /// A selector of the settings (`run -l`, `--field-selector`) is not valid.
+    #[error("the {option} {selector:?} is not valid: {reason}")]
+    InvalidSelector {
+        /// Which selector, with its option.
+        option: &'static str,
+        /// The selector as given.
+        selector: String,
+        /// What is wrong.
+        reason: String,
     },
     /// The resource cannot be watched.
     #[error("{resource} cannot be served: it lacks the {verb:?} verb")]
