@@ -284,16 +284,39 @@ async fn selector_watches_see_objects_move_in_and_out() {
     )
     .await
     .expect("modify");
-    cms.patch(
-        "a",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"x": "no"}}})),
-    )
-    .await
-    .expect("out");
+    let out = cms
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "no"}}})),
+        )
+        .await
+        .expect("out");
     let events = read_events(&server, &format!("/api/v1/namespaces/default/configmaps?watch=true&labelSelector=x%3Dyes&resourceVersion={rv}&timeoutSeconds=1"), 3).await;
     let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(types, vec!["ADDED", "MODIFIED", "DELETED"]);
+    // Leaving: the state that matched (as the API server's watch cache sends it), with the
+    // resourceVersion of the change that made it leave.
+    let gone = &events[2]["object"]["metadata"];
+    assert_eq!(gone["labels"]["x"], "yes", "{gone}");
+    assert_eq!(
+        gone["resourceVersion"].as_str(),
+        out.metadata.resource_version.as_deref()
+    );
+    // A label-selected list has only the matching objects.
+    cms.create(&PostParams::default(), &cm("b", json!({"x": "yes"})))
+        .await
+        .expect("create");
+    let listed = cms
+        .list(&kube::api::ListParams::default().labels("x=yes"))
+        .await
+        .expect("list");
+    let names: Vec<_> = listed
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["b"]);
 }
 
 #[tokio::test]
