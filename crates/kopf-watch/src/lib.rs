@@ -118,9 +118,9 @@ pub enum WatchError {
         /// Which selector, with its option.
         option: &'static str,
         /// The selector as given.
-        selector: String,
+        selector: Box<str>,
         /// What is wrong.
-        reason: String,
+        reason: Box<str>,
     },
     /// The resource cannot be watched.
     #[error("{resource} cannot be served: it lacks the {verb:?} verb")]

@@ -74,8 +74,8 @@ impl WatchStream {
         let invalid =
             |option: &'static str, selector: &str, reason: String| WatchError::InvalidSelector {
                 option,
-                selector: selector.to_string(),
-                reason,
+                selector: selector.into(),
+                reason: reason.into(),
             };
         let user_labels = settings.label_selector.as_deref();
         if let Some(s) = user_labels {
