@@ -40,7 +40,8 @@ mod write;
 pub use engine::Engine;
 pub use namespaces::{NamespacePattern, NamespaceSelector};
 pub use narrowing::{
-    NotDerived, check_field_selector, check_label_selector, derive as derive_label_selector,
+    MetadataOnly, NotDerived, check_field_selector, check_label_selector,
+    derive as derive_label_selector,
 };
 pub use orchestrator::Orchestrator;
 pub use selector::{Discovered, Selector};
@@ -120,6 +121,14 @@ pub enum WatchError {
         /// The selector as given.
         selector: Box<str>,
         /// What is wrong.
+        reason: Box<str>,
+    },
+    /// A resource declared metadata-only has something that needs more than metadata.
+    #[error("{resource} cannot be watched metadata-only: {reason}")]
+    MetadataOnly {
+        /// `plural.group`.
+        resource: String,
+        /// What needs more.
         reason: Box<str>,
     },
     /// The resource cannot be watched.

@@ -24,6 +24,28 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kopf_core::handler::{HandlerKind, HandlerSpec, MetaFilter};
 
+/// The declaration that a resource's handlers need only its metadata: its objects are
+/// listed and watched as `PartialObjectMetadata` (no `spec`, no `status` over the wire),
+/// and handlers see bodies with `apiVersion`, `kind` and `metadata` only. Registered as a
+/// [`HandlerSpec::declaration`] (`Operator::metadata_only`); see `docs/selectors.md`.
+///
+/// ```
+/// use kopf_core::handler::HandlerSpec;
+/// use kopf_watch::MetadataOnly;
+///
+/// let spec = HandlerSpec::declaration("metadata-only", MetadataOnly);
+/// assert!(spec.declared::<MetadataOnly>().is_some());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetadataOnly;
+
+/// Whether the handlers declare their resource [`MetadataOnly`].
+pub(crate) fn metadata_only(handlers: &[HandlerSpec]) -> bool {
+    handlers
+        .iter()
+        .any(|h| h.declared::<MetadataOnly>().is_some())
+}
+
 /// Why no label selector is derived for a resource (logged at debug).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotDerived {
@@ -158,6 +180,11 @@ fn constraints(h: &HandlerSpec) -> BTreeMap<String, Constraint> {
 /// assert_eq!(kopf_watch::derive_label_selector(&[a, b]).ok(), Some("app=web".to_string()));
 /// ```
 pub fn derive(handlers: &[HandlerSpec]) -> Result<String, NotDerived> {
+    // Declarations about the watch itself are not handlers: they see no object.
+    let handlers: Vec<&HandlerSpec> = handlers
+        .iter()
+        .filter(|h| h.declared::<MetadataOnly>().is_none())
+        .collect();
     if handlers.is_empty() {
         return Err(NotDerived::NoHandlers);
     }
@@ -492,6 +519,15 @@ mod tests {
         );
         assert_eq!(derive(&[timer]), Err(NotDerived::Finalizer("t".into())));
         assert_eq!(derive(&[]), Err(NotDerived::NoHandlers));
+    }
+
+    #[test]
+    fn the_metadata_only_declaration_is_not_a_handler() {
+        let good = spec("good", None, &[("app", v("web"))]);
+        let meta = HandlerSpec::declaration("metadata-only", MetadataOnly);
+        assert_eq!(derive(&[good, meta.clone()]), Ok("app=web".into()));
+        assert_eq!(derive(&[meta.clone()]), Err(NotDerived::NoHandlers));
+        assert!(metadata_only(&[meta]));
     }
 
     #[test]

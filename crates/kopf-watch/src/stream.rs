@@ -30,6 +30,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kopf_core::handler::HandlerSpec;
 use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, PartialObjectMeta, TypeMeta};
 use kube::runtime::watcher;
 use tokio::time::Instant;
 
@@ -50,6 +51,9 @@ pub const INITIAL_LIMIT: Duration = Duration::from_secs(120);
 /// How one resource is listed and watched; opened again after pauses and scope changes.
 pub(crate) struct WatchStream {
     config: watcher::Config,
+    /// Metadata-only list+watch (the resource's handlers need nothing else): the objects
+    /// come as `PartialObjectMetadata`, made `DynamicObject`s of this type with no data.
+    metadata: Option<ApiResource>,
     /// Streaming lists are still to be tried (cleared when the server lacks them).
     streaming: Arc<AtomicBool>,
     resource: String,
@@ -111,8 +115,29 @@ impl WatchStream {
         if let Some(fields) = settings.field_selector.as_deref() {
             config = config.fields(fields.trim());
         }
+        let metadata = narrowing::metadata_only(handlers).then(|| ar.clone());
+        if metadata.is_some() {
+            if let Some(h) = handlers.iter().find(|h| {
+                h.declared::<kopf_core::conditions::ConditionsSpec>()
+                    .is_some()
+            }) {
+                return Err(WatchError::MetadataOnly {
+                    resource: resource.clone(),
+                    reason: format!(
+                        "its declared conditions ('{}') are written with a test of the status, which a metadata-only watch does not have",
+                        h.id
+                    )
+                    .into(),
+                });
+            }
+            tracing::info!(
+                resource,
+                "watching metadata only: the handlers see no spec and no status"
+            );
+        }
         Ok(WatchStream {
             config,
+            metadata,
             streaming: Arc::new(AtomicBool::new(settings.streaming_lists)),
             resource: resource.to_string(),
             idle: INITIAL_IDLE,
@@ -123,13 +148,17 @@ impl WatchStream {
     /// A new list+watch of `api` (a streaming list while the server has not refused one).
     pub(crate) fn open(&self, api: &Api<DynamicObject>) -> EventStream {
         let plain = {
-            let (api, config) = (api.clone(), self.config.clone());
-            move || watcher(api.clone(), config.clone()).boxed()
+            let (api, config, metadata) = (api.clone(), self.config.clone(), self.metadata.clone());
+            move || raw(&api, config.clone(), metadata.as_ref())
         };
         if !self.streaming.load(Ordering::SeqCst) {
             return plain();
         }
-        let streaming = watcher(api.clone(), self.config.clone().streaming_lists()).boxed();
+        let streaming = raw(
+            api,
+            self.config.clone().streaming_lists(),
+            self.metadata.as_ref(),
+        );
         with_fallback(
             streaming,
             plain,
@@ -139,6 +168,42 @@ impl WatchStream {
         )
         .boxed()
     }
+}
+
+/// kube's watcher: of whole objects, or (`metadata`: the resource) of their metadata, made
+/// `DynamicObject`s with no data so that the engine reads one kind of event.
+fn raw(
+    api: &Api<DynamicObject>,
+    config: watcher::Config,
+    metadata: Option<&ApiResource>,
+) -> EventStream {
+    let Some(ar) = metadata else {
+        return watcher(api.clone(), config).boxed();
+    };
+    let types = TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    };
+    let object = move |m: PartialObjectMeta<DynamicObject>| DynamicObject {
+        types: Some(types.clone()),
+        metadata: m.metadata,
+        data: serde_json::Value::Object(Default::default()),
+    };
+    // `metadata_watcher` is deprecated for `watcher` on an `Api<PartialObjectMeta<K>>`,
+    // which needs a static `K`; this resource's type is only known at run time.
+    #[allow(deprecated)]
+    let events = kube::runtime::metadata_watcher(api.clone(), config);
+    events
+        .map(move |item| {
+            item.map(|event| match event {
+                watcher::Event::Apply(m) => watcher::Event::Apply(object(m)),
+                watcher::Event::Delete(m) => watcher::Event::Delete(object(m)),
+                watcher::Event::InitApply(m) => watcher::Event::InitApply(object(m)),
+                watcher::Event::Init => watcher::Event::Init,
+                watcher::Event::InitDone => watcher::Event::InitDone,
+            })
+        })
+        .boxed()
 }
 
 /// Where a streaming list is.

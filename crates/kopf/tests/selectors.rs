@@ -298,3 +298,69 @@ async fn streaming_lists_fall_back_to_listing_on_a_server_that_refuses_them() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_resources_are_watched_without_their_spec() {
+    let server = server().await;
+    five_objects(&server).await;
+    let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let seen = bodies.clone();
+    let op = Operator::new()
+        .on_create("kopfexamples", "create_fn", move |c: Cause| {
+            seen.lock().expect("lock").push(c.body.clone());
+            std::future::ready(kopf::HandlerResult::Ok(Some(json!("done"))))
+        })
+        .metadata_only("kopfexamples");
+    let running = Running::start(&server, op).await;
+    eventually("all created", async || {
+        bodies.lock().expect("lock").len() == 5
+    })
+    .await;
+    for body in bodies.lock().expect("lock").iter() {
+        assert!(body.get("spec").is_none(), "{body}");
+        assert_eq!(body["kind"], "KopfExample", "{body}");
+        assert!(body["metadata"]["uid"].is_string(), "{body}");
+    }
+    let reads: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/kopfexamples") && r.method == "GET")
+        .map(|r| r.accept)
+        .collect();
+    assert!(
+        reads.iter().all(|a| a.contains("as=PartialObjectMetadata")),
+        "{reads:?}"
+    );
+    // The results are written, and the cycle ends: no handler runs twice.
+    let api = kex_api(&server);
+    common::until_object(&api, "web-1", "the result written", |o| {
+        o.is_some_and(|o| o.data["status"]["create_fn"] == "done")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(bodies.lock().expect("lock").len(), 5);
+    // The full objects are untouched.
+    let full = api.get("web-1").await.expect("get");
+    assert_eq!(full.data["spec"]["field"], "a");
+    assert!(
+        running
+            .logs()
+            .iter()
+            .any(|l| l.contains("watching metadata only")),
+        "logged"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_refuses_declared_conditions() {
+    let server = server().await;
+    let op = Operator::new()
+        .on_create("kopfexamples", "c", recorder(&Calls::default(), "c"))
+        .conditions("kopfexamples", kopf::ConditionsSpec::new().summary("Ready"))
+        .metadata_only("kopfexamples");
+    let running = Running::start_with(&server, op, Duration::from_secs(70), false).await;
+    let error = running.result().await.expect_err("refused").to_string();
+    assert!(error.contains("metadata-only"), "{error}");
+    assert!(error.contains("conditions"), "{error}");
+}

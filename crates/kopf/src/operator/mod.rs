@@ -270,6 +270,34 @@ impl Operator {
         self
     }
 
+    /// Declares that the handlers of `resource` need only its objects' metadata: they are
+    /// listed and watched as `PartialObjectMetadata` (`spec` and `status` never cross the
+    /// wire), and every handler of the resource sees `apiVersion`, `kind` and `metadata`
+    /// only. Update handlers then see changes of the metadata only (labels, annotations),
+    /// and `Spec<T>` extractors fail; declared conditions are refused at start (their
+    /// guarded write needs the status). See `docs/selectors.md`.
+    ///
+    /// ```
+    /// use kopf::{Cause, HandlerError, Operator};
+    ///
+    /// async fn labelled(cause: Cause) -> Result<(), HandlerError> {
+    ///     let _labels = &cause.body["metadata"]["labels"]; // `spec` is absent
+    ///     Ok(())
+    /// }
+    ///
+    /// let op = Operator::new()
+    ///     .on_create("pods", "labelled", labelled)
+    ///     .metadata_only("pods");
+    /// # let _ = op;
+    /// ```
+    pub fn metadata_only(self, resource: impl Into<Selector>) -> Self {
+        self.register(
+            resource,
+            HandlerSpec::declaration("metadata-only", kopf_watch::MetadataOnly),
+            Options::default(),
+        )
+    }
+
     /// Process at most this many objects at the same time.
     pub fn worker_limit(mut self, limit: usize) -> Self {
         self.settings.worker_limit = Some(limit);
