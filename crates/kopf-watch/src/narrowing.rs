@@ -526,7 +526,10 @@ mod tests {
         let good = spec("good", None, &[("app", v("web"))]);
         let meta = HandlerSpec::declaration("metadata-only", MetadataOnly);
         assert_eq!(derive(&[good, meta.clone()]), Ok("app=web".into()));
-        assert_eq!(derive(&[meta.clone()]), Err(NotDerived::NoHandlers));
+        assert_eq!(
+            derive(std::slice::from_ref(&meta)),
+            Err(NotDerived::NoHandlers)
+        );
         assert!(metadata_only(&[meta]));
     }
 
