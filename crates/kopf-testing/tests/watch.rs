@@ -284,16 +284,39 @@ async fn selector_watches_see_objects_move_in_and_out() {
     )
     .await
     .expect("modify");
-    cms.patch(
-        "a",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"x": "no"}}})),
-    )
-    .await
-    .expect("out");
+    let out = cms
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "no"}}})),
+        )
+        .await
+        .expect("out");
     let events = read_events(&server, &format!("/api/v1/namespaces/default/configmaps?watch=true&labelSelector=x%3Dyes&resourceVersion={rv}&timeoutSeconds=1"), 3).await;
     let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(types, vec!["ADDED", "MODIFIED", "DELETED"]);
+    // Leaving: the state that matched (as the API server's watch cache sends it), with the
+    // resourceVersion of the change that made it leave.
+    let gone = &events[2]["object"]["metadata"];
+    assert_eq!(gone["labels"]["x"], "yes", "{gone}");
+    assert_eq!(
+        gone["resourceVersion"].as_str(),
+        out.metadata.resource_version.as_deref()
+    );
+    // A label-selected list has only the matching objects.
+    cms.create(&PostParams::default(), &cm("b", json!({"x": "yes"})))
+        .await
+        .expect("create");
+    let listed = cms
+        .list(&kube::api::ListParams::default().labels("x=yes"))
+        .await
+        .expect("list");
+    let names: Vec<_> = listed
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["b"]);
 }
 
 #[tokio::test]
@@ -716,4 +739,74 @@ async fn older_servers_ignore_shard_selectors() {
     )
     .await;
     assert_eq!(event_uids(&events), all);
+}
+
+#[tokio::test]
+async fn metadata_only_gets_lists_and_watches() {
+    let server = FakeApiServer::start().await.expect("start");
+    let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    cms.create(&PostParams::default(), &cm("a", json!({"x": "y"})))
+        .await
+        .expect("create");
+    let one = cms.get_metadata("a").await.expect("get");
+    assert_eq!(
+        one.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("x"))
+            .map(String::as_str),
+        Some("y")
+    );
+    assert_eq!(
+        one.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    let list = cms
+        .list_metadata(&kube::api::ListParams::default())
+        .await
+        .expect("list");
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(
+        list.types.kind, "PartialObjectMetadataList",
+        "{:?}",
+        list.types
+    );
+    // The raw bodies have no data, and a watch's events neither.
+    let raw = server.client();
+    let req = http::Request::get("/api/v1/namespaces/default/configmaps")
+        .header(
+            "Accept",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .expect("request");
+    let body: Value = raw.request(req).await.expect("raw list");
+    assert_eq!(body["apiVersion"], "meta.k8s.io/v1");
+    assert!(body["items"][0].get("data").is_none(), "{body}");
+    let rv = list.metadata.resource_version.clone().expect("rv");
+    let mut events = cms
+        .watch_metadata(&kube::api::WatchParams::default().timeout(5), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"big": "value"}})),
+    )
+    .await
+    .expect("modify");
+    match events.try_next().await.expect("event") {
+        Some(kube::api::WatchEvent::Modified(o)) => {
+            assert_eq!(o.metadata.name.as_deref(), Some("a"));
+            assert_eq!(
+                o.types.map(|t| t.kind),
+                Some("PartialObjectMetadata".into())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without the Accept: the full object.
+    let full = cms.get("a").await.expect("full");
+    assert!(full.data.is_some());
 }

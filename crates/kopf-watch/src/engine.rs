@@ -27,6 +27,7 @@ use crate::raw::RawObject;
 use crate::settings::Settings;
 use crate::shard;
 use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, api_for};
+use crate::stream::WatchStream;
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
 /// Listed objects waiting for a place, beyond which the engine reads no more of a listing.
@@ -126,11 +127,8 @@ impl Engine {
         // The watcher relists after 410 and resumes after disconnects (including the
         // client's read timeout on a silent connection); failures (the resource gone with its
         // CRD, the API server down) are retried with a short, capped, jittered backoff.
-        let config = if self.settings.streaming_lists {
-            watcher::Config::default().streaming_lists()
-        } else {
-            watcher::Config::default()
-        };
+        // Selectors (the user's and the derived one) and streaming lists: crate::stream.
+        let config = WatchStream::new(&self.settings, &self.handlers, &self.resource)?;
         // The backoff is ours, not kube's StreamBackoff: that one resets on every item,
         // including the `Init` the watcher emits before each attempt to list, so it never
         // grows during an outage of the listing.
@@ -149,7 +147,7 @@ impl Engine {
             ),
             None => self.api(),
         };
-        let mut stream: BoxStream<'static, _> = watcher(api.clone(), config.clone()).boxed();
+        let mut stream: BoxStream<'static, _> = config.open(&api);
         let mut backoff = WatchBackoff::default();
         let mut outage = FailureLog::default();
         let mut gone = false;
@@ -335,7 +333,7 @@ impl Engine {
                     .pausing
                     .store(false, std::sync::atomic::Ordering::SeqCst);
                 listing = None;
-                stream = watcher(api.clone(), config.clone()).boxed();
+                stream = config.open(&api);
                 standby = Some(HashMap::new());
             }
             if matches!(state, GateState::Paused { .. }) {
@@ -370,7 +368,7 @@ impl Engine {
                 shared.forget_handled();
                 tracing::info!(resource = %plural, "Resuming the watch-stream for {resource_name}.");
                 backoff.reset();
-                stream = watcher(api.clone(), config.clone()).boxed();
+                stream = config.open(&api);
                 // Resumed to stand by: the top of the loop starts standing by.
                 continue;
             }
@@ -401,7 +399,7 @@ impl Engine {
                     if added {
                         // New ranges: listed with the new selector.
                         listing = None;
-                        stream = watcher(api.clone(), config.clone()).boxed();
+                        stream = config.open(&api);
                     }
                     continue;
                 }

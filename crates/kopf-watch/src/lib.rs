@@ -23,6 +23,7 @@ mod engine;
 mod events;
 mod lanes;
 mod namespaces;
+mod narrowing;
 mod observe;
 mod orchestrator;
 mod outage;
@@ -34,11 +35,16 @@ mod settings;
 mod shard;
 mod shared;
 mod spawning;
+mod stream;
 mod worker;
 mod write;
 
 pub use engine::Engine;
 pub use namespaces::{NamespacePattern, NamespaceSelector};
+pub use narrowing::{
+    MetadataOnly, NotDerived, check_field_selector, check_label_selector,
+    derive as derive_label_selector,
+};
 pub use orchestrator::Orchestrator;
 pub use selector::{Discovered, Selector};
 pub use settings::{IndexGate, Settings};
@@ -108,6 +114,24 @@ pub enum WatchError {
         count: usize,
         /// Their ids.
         ids: String,
+    },
+    /// A selector of the settings (`run -l`, `--field-selector`) is not valid.
+    #[error("the {option} {selector:?} is not valid: {reason}")]
+    InvalidSelector {
+        /// Which selector, with its option.
+        option: &'static str,
+        /// The selector as given.
+        selector: Box<str>,
+        /// What is wrong.
+        reason: Box<str>,
+    },
+    /// A resource declared metadata-only has something that needs more than metadata.
+    #[error("{resource} cannot be watched metadata-only: {reason}")]
+    MetadataOnly {
+        /// `plural.group`.
+        resource: String,
+        /// What needs more.
+        reason: Box<str>,
     },
     /// The resource cannot be watched.
     #[error("{resource} cannot be served: it lacks the {verb:?} verb")]

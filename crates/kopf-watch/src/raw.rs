@@ -53,9 +53,9 @@ impl RawObject {
     }
 }
 
-impl<'de> Deserialize<'de> for RawObject {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let body = Value::deserialize(deserializer)?;
+impl RawObject {
+    /// An object of this body.
+    pub(crate) fn from_body(body: Value) -> Self {
         let field = |key: &str| {
             body.get("metadata")
                 .and_then(|m| m.get(key))
@@ -69,10 +69,16 @@ impl<'de> Deserialize<'de> for RawObject {
             resource_version: field("resourceVersion"),
             ..ObjectMeta::default()
         };
-        Ok(RawObject {
+        RawObject {
             meta,
             body: Arc::new(body),
-        })
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(RawObject::from_body)
     }
 }
 

@@ -29,8 +29,20 @@ pub struct Settings {
     pub event_interval: Duration,
     /// See `event_interval`.
     pub event_burst: u32,
-    /// Start watches with a streaming list (`sendInitialEvents`) instead of list + watch.
+    /// Start watches with a streaming list (`sendInitialEvents`) instead of list + watch;
+    /// servers without them are detected and listed as before (see docs/selectors.md).
+    /// Off by default: it saves one request per listing, not bytes.
     pub streaming_lists: bool,
+    /// Only objects with these labels are listed and watched (`run -l`), for every
+    /// resource; combined (AND) with a derived selector.
+    pub label_selector: Option<String>,
+    /// Only objects with these fields are listed and watched (`run --field-selector`), for
+    /// every resource.
+    pub field_selector: Option<String>,
+    /// Ask the API server only for the objects that pass the label filters common to all
+    /// the handlers of a resource, when that is safe (on by default; see
+    /// [`derive_label_selector`](crate::derive_label_selector)).
+    pub derive_label_selectors: bool,
     /// After our own PATCH, changing handlers wait this long at most for the written
     /// resourceVersion to come back through the watch (Kopf's consistency timeout).
     pub consistency_timeout: Duration,
@@ -99,6 +111,9 @@ impl Default for Settings {
             event_interval: Duration::from_secs(10),
             event_burst: 5,
             streaming_lists: false,
+            label_selector: None,
+            field_selector: None,
+            derive_label_selectors: true,
             consistency_timeout: Duration::from_secs(5),
             touch_delays: false,
             error_delays: KOPF_ERROR_DELAYS

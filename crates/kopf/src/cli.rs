@@ -338,6 +338,15 @@ pub struct RunArgs {
         conflicts_with = "namespaces"
     )]
     pub all_namespaces: bool,
+    /// List and watch only the objects with these labels, for every resource (a label
+    /// selector: `app=web,tier in (a,b),!legacy`); combined (AND) with the selectors
+    /// derived from the handlers' label filters.
+    #[arg(short = 'l', long, env = "KOPF_RUN_LABEL_SELECTOR", value_name = "SELECTOR", value_parser = parse_label_selector)]
+    pub label_selector: Option<String>,
+    /// List and watch only the objects with these fields, for every resource (a field
+    /// selector: `metadata.name!=skip`).
+    #[arg(long, env = "KOPF_RUN_FIELD_SELECTOR", value_name = "SELECTOR", value_parser = parse_field_selector)]
+    pub field_selector: Option<String>,
     /// Run without peering, even when the cluster has the peering resources (by default an
     /// operator joins the peering `default` when the cluster has them, and runs alone when
     /// it has not).
@@ -609,6 +618,14 @@ fn parse_whole(s: &str, min: u64, max: u64, what: &str) -> Result<u64, String> {
 fn parse_worker_limit(s: &str) -> Result<usize, String> {
     let n = parse_whole(s, 0, MAX_WORKERS, " (0: no limit)")?;
     usize::try_from(n).map_err(|e| e.to_string())
+}
+
+fn parse_label_selector(s: &str) -> Result<String, String> {
+    kopf_watch::check_label_selector(s).map(|()| s.to_string())
+}
+
+fn parse_field_selector(s: &str) -> Result<String, String> {
+    kopf_watch::check_field_selector(s).map(|()| s.to_string())
 }
 
 fn parse_burst(s: &str) -> Result<u32, String> {

@@ -69,6 +69,12 @@ impl Operator {
         }
         self.rate_limit = (args.qps, args.burst);
         self.request_timeout = args.request_timeout;
+        if let Some(selector) = &args.label_selector {
+            self.settings.label_selector = Some(selector.clone());
+        }
+        if let Some(selector) = &args.field_selector {
+            self.settings.field_selector = Some(selector.clone());
+        }
         if args.worker_limit > 0 {
             self.settings.worker_limit = Some(args.worker_limit);
         }

@@ -237,10 +237,70 @@ impl Operator {
         self
     }
 
-    /// Start watching with streaming lists (`sendInitialEvents`) instead of list + watch.
+    /// Start watching with streaming lists (`sendInitialEvents`) instead of list + watch
+    /// (default: off). A server without them is detected (its refusal, or initial events
+    /// that never end) and listed as before. See `docs/selectors.md`.
     pub fn streaming_lists(mut self, on: bool) -> Self {
         self.settings.streaming_lists = on;
         self
+    }
+
+    /// List and watch only the objects with these labels, for every resource (`run -l`;
+    /// the command line wins). Checked when the operator starts: an invalid selector stops
+    /// it with an error that says what is wrong. See `docs/selectors.md`.
+    ///
+    /// ```
+    /// let op = kopf::Operator::new()
+    ///     .label_selector("app.kubernetes.io/managed-by=my-operator,!legacy")
+    ///     .field_selector("metadata.name!=ignored");
+    /// # let _ = op;
+    /// ```
+    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.settings.label_selector = Some(selector.into());
+        self
+    }
+
+    /// List and watch only the objects with these fields, for every resource
+    /// (`run --field-selector`; the command line wins).
+    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
+        self.settings.field_selector = Some(selector.into());
+        self
+    }
+
+    /// Whether a resource whose handlers all filter on labels is watched with the label
+    /// selector they have in common (default: on; never when a handler needs the
+    /// finalizer). See `docs/selectors.md`.
+    pub fn derive_label_selectors(mut self, on: bool) -> Self {
+        self.settings.derive_label_selectors = on;
+        self
+    }
+
+    /// Declares that the handlers of `resource` need only its objects' metadata: they are
+    /// listed and watched as `PartialObjectMetadata` (`spec` and `status` never cross the
+    /// wire), and every handler of the resource sees `apiVersion`, `kind` and `metadata`
+    /// only. Update handlers then see changes of the metadata only (labels, annotations),
+    /// and `Spec<T>` extractors fail; declared conditions are refused at start (their
+    /// guarded write needs the status). See `docs/selectors.md`.
+    ///
+    /// ```
+    /// use kopf::{Cause, HandlerError, Operator};
+    ///
+    /// async fn labelled(cause: Cause) -> Result<(), HandlerError> {
+    ///     let _labels = &cause.body["metadata"]["labels"]; // `spec` is absent
+    ///     Ok(())
+    /// }
+    ///
+    /// let op = Operator::new()
+    ///     .on_create("pods", "labelled", labelled)
+    ///     .metadata_only("pods");
+    /// # let _ = op;
+    /// ```
+    pub fn metadata_only(self, resource: impl Into<Selector>) -> Self {
+        self.register(
+            resource,
+            HandlerSpec::declaration("metadata-only", kopf_watch::MetadataOnly),
+            Options::default(),
+        )
     }
 
     /// Process at most this many objects at the same time.

@@ -10,6 +10,7 @@ mod list;
 mod negotiation;
 mod objects;
 mod options;
+mod partial;
 mod query;
 mod response;
 mod routing;

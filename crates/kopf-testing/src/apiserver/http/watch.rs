@@ -58,7 +58,15 @@ impl WatchSpec {
             ChangeType::Added if now => "ADDED",
             ChangeType::Modified if now && before => "MODIFIED",
             ChangeType::Modified if now => "ADDED",
-            ChangeType::Modified if before => "DELETED",
+            ChangeType::Modified if before => {
+                // Leaving the selectors: DELETED with the state that matched, stamped with
+                // the change's resourceVersion (as the API server's watch cache does).
+                let mut prev = c.prev.as_deref().cloned().unwrap_or(Value::Null);
+                if let Some(meta) = prev.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("resourceVersion".into(), json!(c.rv.to_string()));
+                }
+                return Some(("DELETED", Arc::new(prev)));
+            }
             ChangeType::Deleted if self.selectors.matches(&c.object) => "DELETED",
             _ => return None,
         };
