@@ -26,7 +26,10 @@ use std::time::Duration;
 use kopf_core::metrics::Metrics;
 use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
 use kopf_core::text::excerpt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::raw::RawObject;
 use serde_json::Value;
 
 use crate::conditions::{Guarded, write_guarded};
@@ -112,7 +115,7 @@ impl std::fmt::Display for WriteFailure {
 /// Sends plans for the objects of one resource.
 pub(crate) struct Writer<'a> {
     /// The object's API (its namespace).
-    pub api: Api<DynamicObject>,
+    pub api: Api<RawObject>,
     /// Whether the resource has a `/status` subresource.
     pub status_subresource: bool,
     /// Where failures are counted.
@@ -126,8 +129,8 @@ fn patch_params() -> PatchParams {
     }
 }
 
-fn written_rv(obj: &DynamicObject) -> Option<u64> {
-    obj.metadata
+fn written_rv(obj: &RawObject) -> Option<u64> {
+    obj.meta()
         .resource_version
         .as_deref()
         .and_then(|s| s.parse().ok())
@@ -140,8 +143,12 @@ fn written_rv(obj: &DynamicObject) -> Option<u64> {
 /// again on an object that is already gone.
 const NEVER_ARRIVES: u64 = u64::MAX;
 
-fn released_rv(obj: &DynamicObject, releasing: bool) -> Option<u64> {
-    let last = obj.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+fn released_rv(obj: &RawObject, releasing: bool) -> Option<u64> {
+    let last = obj
+        .body
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
     if releasing && last {
         Some(NEVER_ARRIVES)
     } else {
@@ -221,7 +228,7 @@ impl Writer<'_> {
     ) -> Result<Value, Applied> {
         match request {
             PatchRequest::MergeObject(patch) => match self.merge(name, &patch, false).await {
-                Ok(obj) => Ok(as_body(obj, body)),
+                Ok(obj) => Ok(as_body(obj)),
                 Err(e) => Err(self.merge_failed("object", name, &e, &[])),
             },
             PatchRequest::JsonObject(ops) => {
@@ -263,9 +270,9 @@ impl Writer<'_> {
             Some(PatchRequest::MergeStatus(patch)) => match self.merge(name, &patch, true).await {
                 Ok(obj) => {
                     rv = written_rv(&obj);
-                    pruned = pruned_fields(delivered, &obj.data);
+                    pruned = pruned_fields(delivered, &obj.body);
                     if plan.finalizer_edit().is_some() {
-                        base = Cow::Owned(as_body(obj, body));
+                        base = Cow::Owned(as_body(obj));
                     }
                 }
                 Err(e) => return self.merge_failed("status", name, &e, delivered),
@@ -278,9 +285,9 @@ impl Writer<'_> {
                 {
                     Ok(obj) => {
                         rv = written_rv(&obj);
-                        pruned = pruned_fields(delivered, &obj.data);
+                        pruned = pruned_fields(delivered, &obj.body);
                         // The object's request goes against what the status write saw.
-                        base = Cow::Owned(as_body(obj, body));
+                        base = Cow::Owned(as_body(obj));
                     }
                     Err(applied) => return applied,
                 }
@@ -307,7 +314,7 @@ impl Writer<'_> {
             {
                 Ok(obj) => Applied::Written {
                     rv: written_rv(&obj),
-                    pruned: pruned_fields(delivered, &obj.data),
+                    pruned: pruned_fields(delivered, &obj.body),
                 },
                 Err(applied) => applied,
             };
@@ -316,7 +323,7 @@ impl Writer<'_> {
             PatchRequest::MergeObject(patch) => match self.merge(name, &patch, false).await {
                 Ok(obj) => {
                     if !self.status_subresource {
-                        pruned = pruned_fields(delivered, &obj.data);
+                        pruned = pruned_fields(delivered, &obj.body);
                     }
                     Applied::Written {
                         rv: written_rv(&obj),
@@ -353,7 +360,7 @@ impl Writer<'_> {
         name: &str,
         patch: &Value,
         status: bool,
-    ) -> Result<DynamicObject, kube::Error> {
+    ) -> Result<RawObject, kube::Error> {
         let params = patch_params();
         let mut attempt = 1;
         loop {
@@ -391,7 +398,7 @@ impl Writer<'_> {
         status: bool,
         ops: Vec<Value>,
         delivered: &[(String, Value)],
-    ) -> Result<DynamicObject, Applied> {
+    ) -> Result<RawObject, Applied> {
         let endpoint = if status { "status" } else { "object" };
         match write_guarded(&self.api, name, plan, body, status, ops).await {
             Guarded::Stored(obj) | Guarded::Unneeded(obj) => Ok(obj),
@@ -485,7 +492,7 @@ impl Writer<'_> {
             );
             attempt += 1;
             let fresh = match self.api.get_opt(name).await {
-                Ok(Some(obj)) => as_body(obj, body),
+                Ok(Some(obj)) => as_body(obj),
                 Ok(None) => return Err(Applied::Gone),
                 Err(e) => return Err(Applied::Failed(self.failure("object", &e))),
             };
@@ -504,10 +511,9 @@ impl Writer<'_> {
     }
 }
 
-/// An object returned by the API server as a body (for the next request's base); the
-/// observed body if it cannot be converted.
-fn as_body(obj: DynamicObject, fallback: &Value) -> Value {
-    serde_json::to_value(obj).unwrap_or_else(|_| fallback.clone())
+/// An object returned by the API server as a body (for the next request's base).
+fn as_body(obj: RawObject) -> Value {
+    std::sync::Arc::unwrap_or_clone(obj.body)
 }
 
 /// `d` times a random factor in [0.5, 1].

@@ -14,7 +14,9 @@ use jiff::Timestamp;
 use kopf_core::conditions::{ConditionsSync, Intent, SyncFuture};
 use kopf_core::plan::{PatchPlan, PatchRequest};
 use kopf_core::text::excerpt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::raw::RawObject;
 use serde_json::Value;
 
 /// Sends of a guarded conditions write (the first and the retries on fresh objects).
@@ -24,10 +26,10 @@ pub(crate) const ATTEMPTS: u32 = 3;
 #[derive(Debug)]
 pub(crate) enum Guarded {
     /// Stored: the object as the server returned it.
-    Stored(DynamicObject),
+    Stored(RawObject),
     /// Nothing left to write on the fresh object (another writer set the same): the fresh
     /// object.
-    Unneeded(DynamicObject),
+    Unneeded(RawObject),
     /// The server refused the content (422 while the guarded list was unchanged).
     Refused(kube::core::Status),
     /// The list kept changing under us: given up.
@@ -56,11 +58,11 @@ fn guard_holds(base: &Value, fresh: &Value) -> bool {
 }
 
 async fn send(
-    api: &Api<DynamicObject>,
+    api: &Api<RawObject>,
     name: &str,
     ops: Vec<Value>,
     status: bool,
-) -> Result<DynamicObject, kube::Error> {
+) -> Result<RawObject, kube::Error> {
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
     let patch = Patch::Json::<()>(patch);
@@ -74,7 +76,7 @@ async fn send(
 /// Writes `ops` (the plan's guarded JSON patch for `body`, on `/status` when `status`,
 /// else on the object), re-reading the object and re-applying the plan on conflicts.
 pub(crate) async fn write_guarded(
-    api: &Api<DynamicObject>,
+    api: &Api<RawObject>,
     name: &str,
     plan: &PatchPlan,
     body: &Value,
@@ -102,10 +104,7 @@ pub(crate) async fn write_guarded(
             Ok(None) => return Guarded::Gone,
             Err(e) => return Guarded::Failed(e),
         };
-        let fresh = match serde_json::to_value(&fresh_obj) {
-            Ok(v) => v,
-            Err(e) => return Guarded::Failed(kube::Error::SerdeError(e)),
-        };
+        let fresh = serde_json::Value::clone(&fresh_obj.body);
         // On the object, the patch may carry a finalizer's resourceVersion test too: only
         // an unchanged object makes the 422 the server's refusal of the content.
         let unchanged = status
@@ -178,7 +177,7 @@ fn sync_base(body: &Value) -> Value {
 /// The [`ConditionsSync`] of one object's cycle: writes the intents it is given at once, as
 /// a guarded JSON patch (retried on a fresh object as the cycle's own write is).
 pub(crate) struct ApiConditionsSync {
-    api: Api<DynamicObject>,
+    api: Api<RawObject>,
     name: String,
     status_subresource: bool,
     /// The object as last known (the cycle's body, then what our syncs returned).
@@ -189,7 +188,7 @@ pub(crate) struct ApiConditionsSync {
 
 impl ApiConditionsSync {
     /// A writer for the object `body` through `api`.
-    pub(crate) fn new(api: Api<DynamicObject>, body: &Value, status_subresource: bool) -> Self {
+    pub(crate) fn new(api: Api<RawObject>, body: &Value, status_subresource: bool) -> Self {
         ApiConditionsSync {
             api,
             name: body
@@ -253,10 +252,9 @@ impl ConditionsSync for ApiConditionsSync {
                 Guarded::Gone => return Err("the object does not exist anymore".into()),
                 Guarded::Failed(e) => return Err(e.to_string()),
             };
-            if let Ok(v) = serde_json::to_value(stored) {
-                *shared.lock().unwrap_or_else(|e| e.into_inner()) = v;
-                synced.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
+            *shared.lock().unwrap_or_else(|e| e.into_inner()) =
+                std::sync::Arc::unwrap_or_clone(stored.body);
+            synced.store(true, std::sync::atomic::Ordering::SeqCst);
             tracing::debug!("The conditions are written (synced by a handler).");
             Ok(())
         })

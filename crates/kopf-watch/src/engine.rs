@@ -26,7 +26,7 @@ use crate::pause::{self, AfterPause};
 use crate::raw::RawObject;
 use crate::settings::Settings;
 use crate::shard;
-use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, api_for};
+use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, api_for, rv};
 use crate::stream::WatchStream;
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
@@ -585,6 +585,32 @@ impl Engine {
             shared.queued(&live.pending);
             live.tx.send_replace(Some(observed));
             return;
+        }
+        if kind != EventKind::Deleted {
+            // No worker: states older than the last write are skipped, as a worker would,
+            // and states that need no cycle (own writes coming back, mostly) are checked
+            // here, without starting one.
+            let resume = slot.resume.as_deref();
+            if resume.is_some_and(|r| r.stale(rv(&observed.body))) {
+                return;
+            }
+            let listed = kind == EventKind::Listed || resume.is_some_and(|r| r.listed);
+            let initial = listed && !shared.was_handled(&uid);
+            if shared.settled(kind, &observed.body, initial) {
+                if let Some(mut r) = slot.resume.take().map(|r| *r) {
+                    r.expected_rv = None;
+                    r.floor = None;
+                    slot.resume = r.boxed();
+                }
+                if tracing::enabled!(tracing::Level::DEBUG) {
+                    crate::shared::object_span(&observed.body).in_scope(|| {
+                        tracing::debug!(
+                            "Something has changed, but we are not interested (the essence is the same)."
+                        )
+                    });
+                }
+                return;
+            }
         }
         let (tx, rx) = watch::channel(Some(observed));
         let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -117,6 +117,27 @@ impl WorkerShared {
         api_for(&self.client, &self.resource, namespace)
     }
 
+    /// Whether a state of an object with no worker needs none: the cycle on it would do
+    /// nothing (the essence is the stored diff-base, the finalizer is as the handlers need
+    /// it, no condition is declared, no resume handler is due). Own writes coming back are
+    /// such states: they are checked here, in the engine, without a task or a held body.
+    pub(crate) fn settled(&self, event: EventKind, body: &Value, initial: bool) -> bool {
+        if event == EventKind::Deleted || initial || self.processor.conditions_spec().is_some() {
+            return false;
+        }
+        let persistence = self.processor.persistence();
+        let cause = kopf_core::causes::detect(
+            event,
+            body,
+            &persistence.essence,
+            &persistence.finalizer,
+            initial,
+        );
+        cause.reason == Reason::Noop
+            && self.processor.requires_finalizer(body)
+                == kopf_core::finalizers::has(body, &persistence.finalizer)
+    }
+
     /// An object became known (a slot was made for it).
     pub(crate) fn tracked(&self) {
         if let Some(m) = &self.settings.metrics {
@@ -246,6 +267,14 @@ pub(crate) struct Resume {
 }
 
 impl Resume {
+    /// Whether a state of resourceVersion `have` is older than the last write or read.
+    pub(crate) fn stale(&self, have: Option<u64>) -> bool {
+        have.is_some_and(|have| {
+            self.expected_rv.is_some_and(|want| have < want)
+                || self.floor.is_some_and(|floor| have < floor)
+        })
+    }
+
     /// Boxed when there is anything to keep (most objects keep nothing).
     pub(crate) fn boxed(self) -> Option<Box<Resume>> {
         let empty = !self.listed
