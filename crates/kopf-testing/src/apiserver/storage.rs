@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -34,6 +35,63 @@ pub type ResKey = (String, String);
 /// Storage key of an object inside a resource: (namespace or "", name).
 pub type ObjKey = (String, String);
 
+/// One stored version of an object, kept as its JSON text: the history holds versions in
+/// this compact form (no `Value` tree), and watchers send the text as it is when it is
+/// also what their view presents (see [`Version::presented_as`]).
+#[derive(Debug, Clone)]
+pub struct Version {
+    json: Bytes,
+    presented_as: Option<u64>,
+}
+
+impl Version {
+    /// The version of `obj` (serialised once); `presented_as` names the view (a
+    /// fingerprint of a resource definition) whose presentation of `obj` is `obj` itself.
+    pub fn new(obj: &Value, presented_as: Option<u64>) -> Self {
+        // Serialising a `Value` into memory cannot fail (its map keys are strings).
+        let json = serde_json::to_vec(obj).unwrap_or_else(|_| obj.to_string().into_bytes());
+        Version {
+            json: Bytes::from(json),
+            presented_as,
+        }
+    }
+
+    /// The JSON text of the stored object (shared, not copied).
+    pub fn json(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// The fingerprint of the view that presents this version as it is stored, if known.
+    pub fn presented_as(&self) -> Option<u64> {
+        self.presented_as
+    }
+
+    /// The object, parsed from its JSON text.
+    pub fn value(&self) -> Value {
+        Self::parse(&self.json)
+    }
+
+    /// Parses a stored JSON text (written from a `Value` by [`Version::new`]).
+    pub fn parse(json: &[u8]) -> Value {
+        match serde_json::from_slice(json) {
+            Ok(v) => v,
+            Err(e) => {
+                // The text was written from a `Value` by `Version::new`.
+                tracing::error!(error = %e, "a stored version is not valid JSON");
+                Value::Null
+            }
+        }
+    }
+}
+
+/// A stored object: its tree (what the verbs read) and its current version's text (what
+/// the next change records as the state before it).
+#[derive(Debug, Clone)]
+struct Entry {
+    value: Arc<Value>,
+    version: Version,
+}
+
 /// One change in the history.
 #[derive(Debug)]
 pub struct Change {
@@ -46,15 +104,15 @@ pub struct Change {
     /// What happened.
     pub kind: ChangeType,
     /// State after the change; for deletions the last state stamped with the deletion RV.
-    pub object: Arc<Value>,
+    pub object: Version,
     /// State before the change (None for additions).
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Version>,
 }
 
 /// The stored objects and their history.
 pub struct Store {
     rv: u64,
-    objects: BTreeMap<ResKey, BTreeMap<ObjKey, Arc<Value>>>,
+    objects: BTreeMap<ResKey, BTreeMap<ObjKey, Entry>>,
     history: VecDeque<Arc<Change>>,
     history_limit: usize,
     /// Every change with rv > compacted is in `history`.
@@ -141,7 +199,10 @@ impl Store {
 
     /// The object under a key.
     pub fn get(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
-        self.objects.get(res).and_then(|m| m.get(key)).cloned()
+        self.objects
+            .get(res)
+            .and_then(|m| m.get(key))
+            .map(|e| e.value.clone())
     }
 
     /// All objects of a resource, in key order, optionally within one namespace.
@@ -150,11 +211,14 @@ impl Store {
             return Vec::new();
         };
         match namespace {
-            None => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            None => map
+                .iter()
+                .map(|(k, e)| (k.clone(), e.value.clone()))
+                .collect(),
             Some(ns) => map
                 .range((ns.to_string(), String::new())..)
                 .take_while(|(k, _)| k.0 == ns)
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, e)| (k.clone(), e.value.clone()))
                 .collect(),
         }
     }
@@ -197,7 +261,7 @@ impl Store {
                 continue;
             }
             match &change.prev {
-                Some(prev) => map.insert(change.key.clone(), prev.clone()),
+                Some(prev) => map.insert(change.key.clone(), Arc::new(prev.value())),
                 None => map.remove(&change.key),
             };
         }
@@ -251,19 +315,42 @@ impl Store {
         }
     }
 
+    /// The resourceVersion the next write gets.
+    pub fn next_rv(&self) -> u64 {
+        self.rv + 1
+    }
+
     /// Stores a new or changed object with a fresh resourceVersion and records the change.
     /// Returns the stored object.
-    pub fn put(&mut self, res: &ResKey, key: &ObjKey, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, res: &ResKey, key: &ObjKey, obj: Value) -> Arc<Value> {
+        self.put_presented(res, key, obj, None)
+    }
+
+    /// [`Store::put`], telling which view (a fingerprint of a resource definition, see
+    /// [`Version::presented_as`]) presents the stored object as it is.
+    pub fn put_presented(
+        &mut self,
+        res: &ResKey,
+        key: &ObjKey,
+        mut obj: Value,
+        presented_as: Option<u64>,
+    ) -> Arc<Value> {
         self.rv += 1;
         let rv = self.rv;
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
+        let version = Version::new(&obj, presented_as);
         let obj = Arc::new(obj);
         let map = self.objects.entry(res.clone()).or_default();
-        let prev = map.insert(key.clone(), obj.clone());
-        let prev_value = prev.as_deref().cloned();
-        self.index_owners(res, key, prev_value.as_ref(), Some(&obj));
+        let prev = map.insert(
+            key.clone(),
+            Entry {
+                value: obj.clone(),
+                version: version.clone(),
+            },
+        );
+        self.index_owners(res, key, prev.as_ref().map(|e| &*e.value), Some(&obj));
         let kind = if prev.is_some() {
             ChangeType::Modified
         } else {
@@ -274,8 +361,8 @@ impl Store {
             res: res.clone(),
             key: key.clone(),
             kind,
-            object: obj.clone(),
-            prev,
+            object: version,
+            prev: prev.map(|e| e.version),
         });
         obj
     }
@@ -286,8 +373,8 @@ impl Store {
         let prev = self.objects.get_mut(res)?.remove(key)?;
         self.rv += 1;
         let rv = self.rv;
-        self.index_owners(res, key, Some(&prev), None);
-        let mut last = (*prev).clone();
+        self.index_owners(res, key, Some(&prev.value), None);
+        let mut last = (*prev.value).clone();
         if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
@@ -297,8 +384,9 @@ impl Store {
             res: res.clone(),
             key: key.clone(),
             kind: ChangeType::Deleted,
-            object: last.clone(),
-            prev: Some(prev),
+            // The resourceVersion aside (which no view changes), it is the previous version.
+            object: Version::new(&last, prev.version.presented_as()),
+            prev: Some(prev.version),
         });
         Some(last)
     }

@@ -240,8 +240,7 @@ impl State {
                 warnings,
             });
         }
-        let stored = self.store.put(&res, &key, obj);
-        let body = Self::present(def, &stored);
+        let (_, body) = self.put_presenting(def, &res, &key, obj);
         if def.group == "apiextensions.k8s.io" && self.config.establish_immediately {
             self.establish_crd(&name);
         } else if def.group == "apiextensions.k8s.io" {

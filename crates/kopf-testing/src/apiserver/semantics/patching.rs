@@ -63,7 +63,7 @@ impl State {
             patch_type,
             body,
             opts,
-            current.as_ref(),
+            current,
         )?;
         match (target, existing) {
             (PatchTarget::Create(applied, opts), _) => self.create(def, namespace, applied, &opts),
@@ -87,7 +87,7 @@ impl State {
         patch_type: PatchType,
         body: &[u8],
         opts: &WriteOptions,
-        current: Option<&Value>,
+        current: Option<Value>,
     ) -> ApiResult<PatchTarget> {
         if patch_type != PatchType::Apply && opts.force.is_some() {
             return Err(ApiError::invalid(
@@ -126,9 +126,9 @@ impl State {
             None => return Err(ApiError::not_found(&def.group, &def.plural, name)),
         };
         let patched = match patch_type {
-            PatchType::Merge => patch::apply_merge_patch(current, body),
-            PatchType::Json => patch::apply_json_patch(current, body),
-            PatchType::Strategic => patch::apply_strategic_merge_patch(current, body, &def.kind),
+            PatchType::Merge => patch::merge_patch_into(current, body),
+            PatchType::Json => patch::json_patch_into(current, body),
+            PatchType::Strategic => patch::apply_strategic_merge_patch(&current, body, &def.kind),
             PatchType::Apply => {
                 check_apply_manager(def, name, opts)?;
                 let applied = parse_apply_body(body)?;
@@ -142,7 +142,7 @@ impl State {
                 let manager = opts.field_manager.clone().unwrap_or_default();
                 let force = opts.force.unwrap_or(false);
                 match managed_fields::apply(
-                    current,
+                    &current,
                     &applied,
                     def,
                     &manager,

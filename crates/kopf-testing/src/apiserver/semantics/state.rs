@@ -94,12 +94,38 @@ impl State {
         }
     }
 
+    /// A fingerprint of what [`State::present`] reads of a resource definition: two
+    /// definitions with the same fingerprint present every object alike. Stored versions
+    /// carry the fingerprint of a view that presents them as they are (watchers of that
+    /// view send their stored JSON text without re-rendering it).
+    pub fn view_fingerprint(def: &ResourceDef) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&def.group, &def.version, &def.plural, &def.kind).hash(&mut h);
+        def.is_custom().hash(&mut h);
+        match &def.schema {
+            Some(schema) => {
+                1u8.hash(&mut h);
+                hash_value(schema, &mut h);
+            }
+            None => 0u8.hash(&mut h),
+        }
+        h.finish()
+    }
+
     /// Renders a stored object for a resource view: sets apiVersion/kind, converts events.
     pub fn present(def: &ResourceDef, obj: &Value) -> Value {
         if def.group == "events.k8s.io" && def.plural == "events" {
             return events::to_events_v1(obj);
         }
-        let mut o = obj.clone();
+        Self::present_owned(def, obj.clone())
+    }
+
+    /// [`State::present`] of an owned object (no copy of it).
+    pub fn present_owned(def: &ResourceDef, mut o: Value) -> Value {
+        if def.group == "events.k8s.io" && def.plural == "events" {
+            return events::to_events_v1(&o);
+        }
         if let Some(m) = o.as_object_mut() {
             m.insert("apiVersion".into(), Value::String(def.api_version()));
             m.insert("kind".into(), Value::String(def.kind.clone()));
@@ -110,6 +136,30 @@ impl State {
             schema::prune_and_default(&mut o, schema);
         }
         o
+    }
+
+    /// Stores `obj` (as [`Store::put`]) and returns it as `def` presents it, telling the
+    /// store when that presentation is the stored object itself (so that watchers of the
+    /// same view can send the stored JSON text as it is).
+    pub(super) fn put_presenting(
+        &mut self,
+        def: &ResourceDef,
+        res: &ResKey,
+        key: &ObjKey,
+        mut obj: Value,
+    ) -> (Arc<Value>, Value) {
+        // The resourceVersion the store stamps, stamped before presenting: the presentation
+        // is the one of the stored object.
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert(
+                "resourceVersion".into(),
+                Value::String(self.store.next_rv().to_string()),
+            );
+        }
+        let body = Self::present(def, &obj);
+        let presented_as = (body == obj).then(|| Self::view_fingerprint(def));
+        let stored = self.store.put_presented(res, key, obj, presented_as);
+        (stored, body)
     }
 
     pub(super) fn key_of(def: &ResourceDef, namespace: Option<&str>, name: &str) -> ObjKey {
@@ -141,5 +191,29 @@ impl State {
         self.store
             .get(&Self::res_key(def), &key)
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
+    }
+}
+
+/// Feeds a JSON value into a hasher, structure included (so `["a", "b"]` and `["ab"]` differ).
+fn hash_value(v: &Value, h: &mut impl std::hash::Hasher) {
+    use std::hash::Hash;
+    match v {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, b).hash(h),
+        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::String(s) => (3u8, s).hash(h),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(h);
+            for item in items {
+                hash_value(item, h);
+            }
+        }
+        Value::Object(map) => {
+            (5u8, map.len()).hash(h);
+            for (k, item) in map {
+                k.hash(h);
+                hash_value(item, h);
+            }
+        }
     }
 }

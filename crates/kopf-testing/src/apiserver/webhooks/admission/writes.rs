@@ -220,7 +220,7 @@ pub(crate) async fn update(
                         *pt,
                         body,
                         opts,
-                        Some(&current),
+                        Some(current),
                     )? {
                         PatchTarget::Update(new, o) => (new, o),
                         PatchTarget::Create(..) => {
