@@ -323,18 +323,19 @@ impl Store {
     /// Stores a new or changed object with a fresh resourceVersion and records the change.
     /// Returns the stored object.
     pub fn put(&mut self, res: &ResKey, key: &ObjKey, obj: Value) -> Arc<Value> {
-        self.put_presented(res, key, obj, None)
+        self.put_presented(res, key, obj, None).0
     }
 
     /// [`Store::put`], telling which view (a fingerprint of a resource definition, see
-    /// [`Version::presented_as`]) presents the stored object as it is.
+    /// [`Version::presented_as`]) presents the stored object as it is. Returns the stored
+    /// object and its version.
     pub fn put_presented(
         &mut self,
         res: &ResKey,
         key: &ObjKey,
         mut obj: Value,
         presented_as: Option<u64>,
-    ) -> Arc<Value> {
+    ) -> (Arc<Value>, Version) {
         self.rv += 1;
         let rv = self.rv;
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -361,10 +362,10 @@ impl Store {
             res: res.clone(),
             key: key.clone(),
             kind,
-            object: version,
+            object: version.clone(),
             prev: prev.map(|e| e.version),
         });
-        obj
+        (obj, version)
     }
 
     /// Removes an object; the DELETED change carries its last state stamped with the new RV.

@@ -236,7 +236,7 @@ impl State {
         if dry_run {
             return Ok(Written {
                 code: 201,
-                body: Self::present(def, &obj),
+                body: Self::present(def, &obj).into(),
                 warnings,
             });
         }

@@ -12,7 +12,7 @@ use crate::apiserver::schema;
 use crate::apiserver::storage::{ObjKey, ResKey, Store};
 
 use super::events;
-use super::options::{StateConfig, WriteOptions};
+use super::options::{StateConfig, WriteOptions, WrittenBody};
 
 const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -140,14 +140,14 @@ impl State {
 
     /// Stores `obj` (as [`Store::put`]) and returns it as `def` presents it, telling the
     /// store when that presentation is the stored object itself (so that watchers of the
-    /// same view can send the stored JSON text as it is).
+    /// same view send the stored JSON text as it is, and so does the response).
     pub(super) fn put_presenting(
         &mut self,
         def: &ResourceDef,
         res: &ResKey,
         key: &ObjKey,
         mut obj: Value,
-    ) -> (Arc<Value>, Value) {
+    ) -> (Arc<Value>, WrittenBody) {
         // The resourceVersion the store stamps, stamped before presenting: the presentation
         // is the one of the stored object.
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -157,9 +157,16 @@ impl State {
             );
         }
         let body = Self::present(def, &obj);
-        let presented_as = (body == obj).then(|| Self::view_fingerprint(def));
-        let stored = self.store.put_presented(res, key, obj, presented_as);
-        (stored, body)
+        if body == obj {
+            drop(body);
+            let fingerprint = Self::view_fingerprint(def);
+            let (stored, version) = self.store.put_presented(res, key, obj, Some(fingerprint));
+            let json = version.json().clone();
+            (stored.clone(), WrittenBody::Stored(stored, json))
+        } else {
+            let (stored, _) = self.store.put_presented(res, key, obj, None);
+            (stored, body.into())
+        }
     }
 
     pub(super) fn key_of(def: &ResourceDef, namespace: Option<&str>, name: &str) -> ObjKey {

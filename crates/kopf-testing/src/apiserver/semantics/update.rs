@@ -285,14 +285,14 @@ impl State {
         if !deletes && same_without_volatile(&new, old) {
             return Ok(Written {
                 code: 200,
-                body: Self::present(def, old),
+                body: Self::present(def, old).into(),
                 warnings,
             });
         }
         if dry_run {
             return Ok(Written {
                 code: 200,
-                body: Self::present(def, &new),
+                body: Self::present(def, &new).into(),
                 warnings,
             });
         }
@@ -303,7 +303,7 @@ impl State {
             self.reconcile();
             return Ok(Written {
                 code: 200,
-                body,
+                body: body.into(),
                 warnings,
             });
         }

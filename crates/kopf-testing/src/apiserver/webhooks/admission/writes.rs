@@ -391,12 +391,12 @@ pub(crate) async fn delete_collection(
         match delete_one(host, def, ns, &name, opts, true).await {
             Ok((w, old)) => {
                 warnings.extend(w.warnings);
-                if w.body.get("kind") == Some(&json!("Status")) {
+                if w.body.value().get("kind") == Some(&json!("Status")) {
                     if let Some(old) = old {
                         items.push(old);
                     }
                 } else {
-                    items.push(w.body);
+                    items.push(w.body.into_value());
                 }
             }
             Err(r) if r.error.code == 404 => warnings.extend(r.warnings),
