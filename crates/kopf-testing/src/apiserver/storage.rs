@@ -84,12 +84,31 @@ impl Version {
     }
 }
 
-/// A stored object: its tree (what the verbs read) and its current version's text (what
-/// the next change records as the state before it).
+/// A stored object: its current version's JSON text (readers get a tree parsed from it;
+/// most of them copy the object anyway), the tree itself only for the few objects that
+/// requests of other resources read (see [`keeps_tree`]), and the owner uids the owner
+/// index holds it under.
 #[derive(Debug, Clone)]
 struct Entry {
-    value: Arc<Value>,
     version: Version,
+    tree: Option<Arc<Value>>,
+    owners: Vec<String>,
+}
+
+impl Entry {
+    fn value(&self) -> Arc<Value> {
+        match &self.tree {
+            Some(tree) => tree.clone(),
+            None => Arc::new(self.version.value()),
+        }
+    }
+}
+
+/// Whether the objects of a resource keep their parsed tree besides their text: CRDs and
+/// namespaces, which requests of the resources they define or hold read over and over.
+fn keeps_tree(res: &ResKey) -> bool {
+    (res.0 == "apiextensions.k8s.io" && res.1 == "customresourcedefinitions")
+        || (res.0.is_empty() && res.1 == "namespaces")
 }
 
 /// One change in the history.
@@ -197,12 +216,17 @@ impl Store {
         }
     }
 
-    /// The object under a key.
+    /// Whether an object is stored under a key.
+    pub fn contains(&self, res: &ResKey, key: &ObjKey) -> bool {
+        self.objects.get(res).is_some_and(|m| m.contains_key(key))
+    }
+
+    /// The object under a key (parsed from its stored text).
     pub fn get(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
         self.objects
             .get(res)
             .and_then(|m| m.get(key))
-            .map(|e| e.value.clone())
+            .map(Entry::value)
     }
 
     /// All objects of a resource, in key order, optionally within one namespace.
@@ -211,14 +235,11 @@ impl Store {
             return Vec::new();
         };
         match namespace {
-            None => map
-                .iter()
-                .map(|(k, e)| (k.clone(), e.value.clone()))
-                .collect(),
+            None => map.iter().map(|(k, e)| (k.clone(), e.value())).collect(),
             Some(ns) => map
                 .range((ns.to_string(), String::new())..)
                 .take_while(|(k, _)| k.0 == ns)
-                .map(|(k, e)| (k.clone(), e.value.clone()))
+                .map(|(k, e)| (k.clone(), e.value()))
                 .collect(),
         }
     }
@@ -288,27 +309,24 @@ impl Store {
         deps
     }
 
-    fn index_owners(
-        &mut self,
-        res: &ResKey,
-        key: &ObjKey,
-        old: Option<&Value>,
-        new: Option<&Value>,
-    ) {
-        if let Some(old) = old {
-            for uid in owner_uids(old) {
-                if let Some(set) = self.owners.get_mut(&uid) {
+    fn index_owners(&mut self, res: &ResKey, key: &ObjKey, old: &[String], new: &[String]) {
+        if old == new {
+            return;
+        }
+        {
+            for uid in old {
+                if let Some(set) = self.owners.get_mut(uid) {
                     set.remove(&(res.clone(), key.clone()));
                     if set.is_empty() {
-                        self.owners.remove(&uid);
+                        self.owners.remove(uid);
                     }
                 }
             }
         }
-        if let Some(new) = new {
-            for uid in owner_uids(new) {
+        {
+            for uid in new {
                 self.owners
-                    .entry(uid)
+                    .entry(uid.clone())
                     .or_default()
                     .insert((res.clone(), key.clone()));
             }
@@ -342,16 +360,19 @@ impl Store {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
         let version = Version::new(&obj, presented_as);
+        let owners = owner_uids(&obj);
         let obj = Arc::new(obj);
         let map = self.objects.entry(res.clone()).or_default();
         let prev = map.insert(
             key.clone(),
             Entry {
-                value: obj.clone(),
                 version: version.clone(),
+                tree: keeps_tree(res).then(|| obj.clone()),
+                owners: owners.clone(),
             },
         );
-        self.index_owners(res, key, prev.as_ref().map(|e| &*e.value), Some(&obj));
+        let old_owners = prev.as_ref().map_or(&[][..], |e| &e.owners[..]);
+        self.index_owners(res, key, old_owners, &owners);
         let kind = if prev.is_some() {
             ChangeType::Modified
         } else {
@@ -374,8 +395,8 @@ impl Store {
         let prev = self.objects.get_mut(res)?.remove(key)?;
         self.rv += 1;
         let rv = self.rv;
-        self.index_owners(res, key, Some(&prev.value), None);
-        let mut last = (*prev.value).clone();
+        self.index_owners(res, key, &prev.owners, &[]);
+        let mut last = Arc::unwrap_or_clone(prev.value());
         if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }

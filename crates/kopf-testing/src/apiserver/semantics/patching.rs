@@ -54,6 +54,32 @@ impl State {
         let existing = self
             .store
             .get(&Self::res_key(def), &Self::key_of(def, namespace, name));
+        self.patch_stored(
+            def,
+            namespace,
+            name,
+            subresource,
+            patch_type,
+            body,
+            opts,
+            existing,
+        )
+    }
+
+    /// [`State::patch`] of `existing`, the stored object the caller has just read under
+    /// the same lock (stored objects are parsed from their text on every read).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn patch_stored(
+        &mut self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        body: &[u8],
+        opts: &WriteOptions,
+        existing: Option<std::sync::Arc<Value>>,
+    ) -> ApiResult<Written> {
         let current = existing.as_ref().map(|o| Self::present(def, o));
         let target = Self::patch_target(
             def,

@@ -152,7 +152,7 @@ pub(crate) async fn update(
                 return match &change {
                     Edit::Put(body) => state.update(def, namespace, name, sub, body.clone(), opts),
                     Edit::Patch(pt, body) => {
-                        state.patch(def, namespace, name, sub, *pt, body, opts)
+                        state.patch_stored(def, namespace, name, sub, *pt, body, opts, existing)
                     }
                 }
                 .map_err(Into::into);
