@@ -216,6 +216,14 @@ impl Store {
         }
     }
 
+    /// The current version (JSON text) of the object under a key.
+    pub fn get_version(&self, res: &ResKey, key: &ObjKey) -> Option<Version> {
+        self.objects
+            .get(res)
+            .and_then(|m| m.get(key))
+            .map(|e| e.version.clone())
+    }
+
     /// Whether an object is stored under a key.
     pub fn contains(&self, res: &ResKey, key: &ObjKey) -> bool {
         self.objects.get(res).is_some_and(|m| m.contains_key(key))

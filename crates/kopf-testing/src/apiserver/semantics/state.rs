@@ -187,6 +187,21 @@ impl State {
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
+    /// The stored JSON text of an object when `def` presents it as it is stored (then it
+    /// is the presented object's JSON, to send without parsing); None when the object is
+    /// missing or presented otherwise.
+    pub fn stored_json_as_presented(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<bytes::Bytes> {
+        let key = Self::key_of(def, namespace, name);
+        let version = self.store.get_version(&Self::res_key(def), &key)?;
+        (version.presented_as() == Some(Self::view_fingerprint(def)))
+            .then(|| version.json().clone())
+    }
+
     /// The stored object, as stored (not presented).
     pub(crate) fn get_stored(
         &self,
@@ -222,5 +237,55 @@ fn hash_value(v: &Value, h: &mut impl std::hash::Hasher) {
                 hash_value(item, h);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::semantics::PatchType;
+
+    #[test]
+    fn stored_text_is_the_presented_object_after_each_write() {
+        let config = StateConfig {
+            establish_immediately: true,
+            pod_termination_cap: std::time::Duration::from_secs(1),
+        };
+        let mut state = State::new(100, config);
+        let Some(def) = state.find("", "v1", "configmaps") else {
+            panic!("configmaps are built in");
+        };
+        let body = json!({"metadata": {"name": "c", "labels": {"a": "é"}}, "data": {"k": "v"}});
+        let created = state.create(&def, Some("default"), body, &WriteOptions::default());
+        let created = created.expect("created");
+        let json = state.stored_json_as_presented(&def, Some("default"), "c");
+        let json = json.expect("a configmap is presented as stored");
+        assert_eq!(created.body.stored_json(), Some(&json));
+        let presented = state.get(&def, Some("default"), "c").expect("stored");
+        assert_eq!(json.as_ref(), serde_json::to_vec(&presented).expect("json"));
+        let patch = br#"{"data": {"k": "w"}}"#;
+        let opts = WriteOptions::default();
+        let patched = state.patch(
+            &def,
+            Some("default"),
+            "c",
+            None,
+            PatchType::Merge,
+            patch,
+            &opts,
+        );
+        let body = patched.expect("patched").body;
+        let presented = state.get(&def, Some("default"), "c").expect("stored");
+        assert_eq!(body.value(), &presented);
+        let json = body.stored_json().expect("the stored text");
+        assert_eq!(json.as_ref(), serde_json::to_vec(&presented).expect("json"));
+        // Another view of the same objects (events.k8s.io events vs core events) differs.
+        let Some(events) = state.find("events.k8s.io", "v1", "events") else {
+            panic!("events are built in");
+        };
+        assert_ne!(
+            State::view_fingerprint(&def),
+            State::view_fingerprint(&events)
+        );
     }
 }
