@@ -97,12 +97,13 @@ impl WatchSpec {
     async fn render_events(
         &self,
         shared: &Arc<Shared>,
-        pending: Vec<PendingEvent>,
+        mut pending: Vec<PendingEvent>,
     ) -> ApiResult<Vec<Bytes>> {
+        // The objects move out (the last reference to each, presented without a copy).
         let raws: Vec<Arc<Value>> = pending
-            .iter()
+            .iter_mut()
             .filter_map(|p| match p {
-                PendingEvent::Object(_, o) => Some(o.clone()),
+                PendingEvent::Object(_, o) => Some(std::mem::replace(o, Arc::new(Value::Null))),
                 PendingEvent::Stored(..) | PendingEvent::Ready(_) => None,
             })
             .collect();
