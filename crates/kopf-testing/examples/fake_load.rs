@@ -5,6 +5,13 @@
 //! creates N objects, opens one watch, then sends N merge PATCHes of `/status` and N of the
 //! object, 64 at a time, and prints the writes per second, the server's CPU seconds (from
 //! its `/proc/PID/stat`) and the server's memory per stored object (RSS growth ÷ N).
+//!
+//! To compare two versions of the server, build this example at each (it uses only the
+//! public API), copy the binaries aside and run them alternately on the same machine: the
+//! numbers move with the machine's load, the ratios much less. On 2 shared cores, 5 runs
+//! each, medians (P12 item 7): server CPU per 10k merge PATCHes 1.23 s -> 0.84 s, writes
+//! per second 6,800 -> 9,200, memory per object after the creates 6.9 KB -> 2.5 KB and
+//! after two patches each (history included) 31.4 KB -> 11.1 KB.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
