@@ -487,6 +487,29 @@ mod tests {
     }
 
     #[test]
+    fn objects_and_history_are_kept_as_their_json_text() {
+        let mut s = Store::new(10, 0);
+        let (stored, version) = s.put_presented(&res(), &key("a"), cm("a", "1"), Some(7));
+        assert_eq!(stored["metadata"]["resourceVersion"], "1");
+        assert_eq!(
+            version.json().as_ref(),
+            serde_json::to_vec(&*stored).expect("json")
+        );
+        assert_eq!(version.presented_as(), Some(7));
+        assert_eq!(s.get(&res(), &key("a")).as_deref(), Some(&*stored));
+        assert!(s.contains(&res(), &key("a")) && !s.contains(&res(), &key("b")));
+        s.put(&res(), &key("a"), cm("a", "2"));
+        let changes = s.changes_since(1).expect("retained");
+        let prev = changes[0]
+            .prev
+            .as_ref()
+            .expect("a modification has a before");
+        assert_eq!(prev.value(), *stored);
+        assert_eq!(changes[0].object.presented_as(), None);
+        assert_eq!(changes[0].object.value()["data"]["v"], "2");
+    }
+
+    #[test]
     fn owner_index_follows_writes() {
         let mut s = Store::new(10, 0);
         let mut child = cm("c", "1");
