@@ -488,7 +488,7 @@ impl FakeApiServer {
         };
         drop(state);
         self.shared.schedule_establish();
-        result.map(|w| w.body).map_err(|e| e.message)
+        result.map(|w| w.body.into_value()).map_err(|e| e.message)
     }
 
     /// The request log, in arrival order.

@@ -35,8 +35,20 @@ pub fn apply_merge_patch(target: &Value, patch: &[u8]) -> Result<Value, PatchErr
     Ok(out)
 }
 
+/// RFC 7386 JSON merge patch applied to an owned target (no copy of it).
+pub fn merge_patch_into(mut target: Value, patch: &[u8]) -> Result<Value, PatchError> {
+    let p = parse(patch)?;
+    kopf_diff::apply_merge_patch(&mut target, &p);
+    Ok(target)
+}
+
 /// RFC 6902 JSON patch (at most 10000 operations).
 pub fn apply_json_patch(target: &Value, patch: &[u8]) -> Result<Value, PatchError> {
+    json_patch_into(target.clone(), patch)
+}
+
+/// RFC 6902 JSON patch applied to an owned target (no copy of it).
+pub fn json_patch_into(target: Value, patch: &[u8]) -> Result<Value, PatchError> {
     let p = parse(patch)?;
     let ops = p
         .as_array()
@@ -49,7 +61,7 @@ pub fn apply_json_patch(target: &Value, patch: &[u8]) -> Result<Value, PatchErro
     }
     let parsed: json_patch::Patch = serde_json::from_value(p.clone())
         .map_err(|e| PatchError::Malformed(format!("invalid JSON patch: {e}")))?;
-    let mut out = target.clone();
+    let mut out = target;
     json_patch::patch(&mut out, &parsed).map_err(|e| PatchError::Apply(e.to_string()))?;
     Ok(out)
 }

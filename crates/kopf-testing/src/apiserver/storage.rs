@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -34,6 +35,82 @@ pub type ResKey = (String, String);
 /// Storage key of an object inside a resource: (namespace or "", name).
 pub type ObjKey = (String, String);
 
+/// One stored version of an object, kept as its JSON text: the history holds versions in
+/// this compact form (no `Value` tree), and watchers send the text as it is when it is
+/// also what their view presents (see [`Version::presented_as`]).
+#[derive(Debug, Clone)]
+pub struct Version {
+    json: Bytes,
+    presented_as: Option<u64>,
+}
+
+impl Version {
+    /// The version of `obj` (serialised once); `presented_as` names the view (a
+    /// fingerprint of a resource definition) whose presentation of `obj` is `obj` itself.
+    pub fn new(obj: &Value, presented_as: Option<u64>) -> Self {
+        // Serialising a `Value` into memory cannot fail (its map keys are strings).
+        let json = serde_json::to_vec(obj).unwrap_or_else(|_| obj.to_string().into_bytes());
+        Version {
+            json: Bytes::from(json),
+            presented_as,
+        }
+    }
+
+    /// The JSON text of the stored object (shared, not copied).
+    pub fn json(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// The fingerprint of the view that presents this version as it is stored, if known.
+    pub fn presented_as(&self) -> Option<u64> {
+        self.presented_as
+    }
+
+    /// The object, parsed from its JSON text.
+    pub fn value(&self) -> Value {
+        Self::parse(&self.json)
+    }
+
+    /// Parses a stored JSON text (written from a `Value` by [`Version::new`]).
+    pub fn parse(json: &[u8]) -> Value {
+        match serde_json::from_slice(json) {
+            Ok(v) => v,
+            Err(e) => {
+                // The text was written from a `Value` by `Version::new`.
+                tracing::error!(error = %e, "a stored version is not valid JSON");
+                Value::Null
+            }
+        }
+    }
+}
+
+/// A stored object: its current version's JSON text (readers get a tree parsed from it;
+/// most of them copy the object anyway), the tree itself only for the few objects that
+/// requests of other resources read (see [`keeps_tree`]), and the owner uids the owner
+/// index holds it under.
+#[derive(Debug, Clone)]
+struct Entry {
+    version: Version,
+    tree: Option<Arc<Value>>,
+    owners: Vec<String>,
+}
+
+impl Entry {
+    fn value(&self) -> Arc<Value> {
+        match &self.tree {
+            Some(tree) => tree.clone(),
+            None => Arc::new(self.version.value()),
+        }
+    }
+}
+
+/// Whether the objects of a resource keep their parsed tree besides their text: CRDs and
+/// namespaces, which requests of the resources they define or hold read over and over.
+fn keeps_tree(res: &ResKey) -> bool {
+    (res.0 == "apiextensions.k8s.io" && res.1 == "customresourcedefinitions")
+        || (res.0.is_empty() && res.1 == "namespaces")
+}
+
 /// One change in the history.
 #[derive(Debug)]
 pub struct Change {
@@ -46,15 +123,15 @@ pub struct Change {
     /// What happened.
     pub kind: ChangeType,
     /// State after the change; for deletions the last state stamped with the deletion RV.
-    pub object: Arc<Value>,
+    pub object: Version,
     /// State before the change (None for additions).
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Version>,
 }
 
 /// The stored objects and their history.
 pub struct Store {
     rv: u64,
-    objects: BTreeMap<ResKey, BTreeMap<ObjKey, Arc<Value>>>,
+    objects: BTreeMap<ResKey, BTreeMap<ObjKey, Entry>>,
     history: VecDeque<Arc<Change>>,
     history_limit: usize,
     /// Every change with rv > compacted is in `history`.
@@ -139,9 +216,25 @@ impl Store {
         }
     }
 
-    /// The object under a key.
+    /// The current version (JSON text) of the object under a key.
+    pub fn get_version(&self, res: &ResKey, key: &ObjKey) -> Option<Version> {
+        self.objects
+            .get(res)
+            .and_then(|m| m.get(key))
+            .map(|e| e.version.clone())
+    }
+
+    /// Whether an object is stored under a key.
+    pub fn contains(&self, res: &ResKey, key: &ObjKey) -> bool {
+        self.objects.get(res).is_some_and(|m| m.contains_key(key))
+    }
+
+    /// The object under a key (parsed from its stored text).
     pub fn get(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
-        self.objects.get(res).and_then(|m| m.get(key)).cloned()
+        self.objects
+            .get(res)
+            .and_then(|m| m.get(key))
+            .map(Entry::value)
     }
 
     /// All objects of a resource, in key order, optionally within one namespace.
@@ -150,11 +243,11 @@ impl Store {
             return Vec::new();
         };
         match namespace {
-            None => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            None => map.iter().map(|(k, e)| (k.clone(), e.value())).collect(),
             Some(ns) => map
                 .range((ns.to_string(), String::new())..)
                 .take_while(|(k, _)| k.0 == ns)
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, e)| (k.clone(), e.value()))
                 .collect(),
         }
     }
@@ -197,7 +290,7 @@ impl Store {
                 continue;
             }
             match &change.prev {
-                Some(prev) => map.insert(change.key.clone(), prev.clone()),
+                Some(prev) => map.insert(change.key.clone(), Arc::new(prev.value())),
                 None => map.remove(&change.key),
             };
         }
@@ -224,46 +317,70 @@ impl Store {
         deps
     }
 
-    fn index_owners(
-        &mut self,
-        res: &ResKey,
-        key: &ObjKey,
-        old: Option<&Value>,
-        new: Option<&Value>,
-    ) {
-        if let Some(old) = old {
-            for uid in owner_uids(old) {
-                if let Some(set) = self.owners.get_mut(&uid) {
+    fn index_owners(&mut self, res: &ResKey, key: &ObjKey, old: &[String], new: &[String]) {
+        if old == new {
+            return;
+        }
+        {
+            for uid in old {
+                if let Some(set) = self.owners.get_mut(uid) {
                     set.remove(&(res.clone(), key.clone()));
                     if set.is_empty() {
-                        self.owners.remove(&uid);
+                        self.owners.remove(uid);
                     }
                 }
             }
         }
-        if let Some(new) = new {
-            for uid in owner_uids(new) {
+        {
+            for uid in new {
                 self.owners
-                    .entry(uid)
+                    .entry(uid.clone())
                     .or_default()
                     .insert((res.clone(), key.clone()));
             }
         }
     }
 
+    /// The resourceVersion the next write gets.
+    pub fn next_rv(&self) -> u64 {
+        self.rv + 1
+    }
+
     /// Stores a new or changed object with a fresh resourceVersion and records the change.
     /// Returns the stored object.
-    pub fn put(&mut self, res: &ResKey, key: &ObjKey, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, res: &ResKey, key: &ObjKey, obj: Value) -> Arc<Value> {
+        self.put_presented(res, key, obj, None).0
+    }
+
+    /// [`Store::put`], telling which view (a fingerprint of a resource definition, see
+    /// [`Version::presented_as`]) presents the stored object as it is. Returns the stored
+    /// object and its version.
+    pub fn put_presented(
+        &mut self,
+        res: &ResKey,
+        key: &ObjKey,
+        mut obj: Value,
+        presented_as: Option<u64>,
+    ) -> (Arc<Value>, Version) {
         self.rv += 1;
         let rv = self.rv;
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
+        let version = Version::new(&obj, presented_as);
+        let owners = owner_uids(&obj);
         let obj = Arc::new(obj);
         let map = self.objects.entry(res.clone()).or_default();
-        let prev = map.insert(key.clone(), obj.clone());
-        let prev_value = prev.as_deref().cloned();
-        self.index_owners(res, key, prev_value.as_ref(), Some(&obj));
+        let prev = map.insert(
+            key.clone(),
+            Entry {
+                version: version.clone(),
+                tree: keeps_tree(res).then(|| obj.clone()),
+                owners: owners.clone(),
+            },
+        );
+        let old_owners = prev.as_ref().map_or(&[][..], |e| &e.owners[..]);
+        self.index_owners(res, key, old_owners, &owners);
         let kind = if prev.is_some() {
             ChangeType::Modified
         } else {
@@ -274,10 +391,10 @@ impl Store {
             res: res.clone(),
             key: key.clone(),
             kind,
-            object: obj.clone(),
-            prev,
+            object: version.clone(),
+            prev: prev.map(|e| e.version),
         });
-        obj
+        (obj, version)
     }
 
     /// Removes an object; the DELETED change carries its last state stamped with the new RV.
@@ -286,8 +403,8 @@ impl Store {
         let prev = self.objects.get_mut(res)?.remove(key)?;
         self.rv += 1;
         let rv = self.rv;
-        self.index_owners(res, key, Some(&prev), None);
-        let mut last = (*prev).clone();
+        self.index_owners(res, key, &prev.owners, &[]);
+        let mut last = Arc::unwrap_or_clone(prev.value());
         if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
@@ -297,8 +414,9 @@ impl Store {
             res: res.clone(),
             key: key.clone(),
             kind: ChangeType::Deleted,
-            object: last.clone(),
-            prev: Some(prev),
+            // The resourceVersion aside (which no view changes), it is the previous version.
+            object: Version::new(&last, prev.version.presented_as()),
+            prev: Some(prev.version),
         });
         Some(last)
     }
@@ -366,6 +484,29 @@ mod tests {
         assert_eq!(last["data"]["v"], "1");
         let changes = s.changes_since(1).unwrap();
         assert_eq!(changes[0].kind, ChangeType::Deleted);
+    }
+
+    #[test]
+    fn objects_and_history_are_kept_as_their_json_text() {
+        let mut s = Store::new(10, 0);
+        let (stored, version) = s.put_presented(&res(), &key("a"), cm("a", "1"), Some(7));
+        assert_eq!(stored["metadata"]["resourceVersion"], "1");
+        assert_eq!(
+            version.json().as_ref(),
+            serde_json::to_vec(&*stored).expect("json")
+        );
+        assert_eq!(version.presented_as(), Some(7));
+        assert_eq!(s.get(&res(), &key("a")).as_deref(), Some(&*stored));
+        assert!(s.contains(&res(), &key("a")) && !s.contains(&res(), &key("b")));
+        s.put(&res(), &key("a"), cm("a", "2"));
+        let changes = s.changes_since(1).expect("retained");
+        let prev = changes[0]
+            .prev
+            .as_ref()
+            .expect("a modification has a before");
+        assert_eq!(prev.value(), *stored);
+        assert_eq!(changes[0].object.presented_as(), None);
+        assert_eq!(changes[0].object.value()["data"]["v"], "2");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::list::list;
 use super::negotiation::{decode_body, header_str, table_request};
 use super::options::{delete_options, write_options};
 use super::query::{Query, Selectors};
-use super::response::{json_response, rejected_response, written_response};
+use super::response::{json_bytes_response, json_response, rejected_response, written_response};
 use super::routing::{ResourceRequest, resolve_verb};
 use super::shared::Shared;
 use super::subresources::serve_scale;
@@ -60,6 +60,13 @@ pub(super) async fn serve_resource(
     let sub = if sub == Some("finalize") { None } else { sub };
     match verb.as_str() {
         "get" => {
+            // An object its view presents as it is stored: its stored text is the body.
+            let table = table_request(headers, query);
+            if table.is_none()
+                && let Some(json) = lock(&shared.state).stored_json_as_presented(&def, ns, &name)
+            {
+                return Ok(json_bytes_response(200, json, &[]));
+            }
             let (raw, conv) = {
                 let state = lock(&shared.state);
                 let raw = state.get_stored(&def, ns, &name)?;
@@ -78,7 +85,7 @@ pub(super) async fn serve_resource(
                 .into_iter()
                 .next()
                 .unwrap_or(Value::Null);
-            if let Some(include) = table_request(headers, query) {
+            if let Some(include) = table {
                 let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
                 let t = tables::table(&def, def.printer_columns.as_ref(), &[obj], meta, include);
                 return Ok(json_response(200, &t, &[]));

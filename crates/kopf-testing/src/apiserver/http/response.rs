@@ -8,8 +8,24 @@ use serde_json::Value;
 use crate::apiserver::error::ApiError;
 use crate::apiserver::webhooks::admission::Rejected;
 
+/// The JSON text of a response body (the same bytes as its `Display`, written straight
+/// into one buffer).
+pub(super) fn json_bytes(body: &Value) -> Vec<u8> {
+    // Serialising a `Value` into memory cannot fail (its map keys are strings).
+    serde_json::to_vec(body).unwrap_or_else(|_| body.to_string().into_bytes())
+}
+
 pub(super) fn json_response(code: u16, body: &Value, warnings: &[String]) -> Response<Body> {
-    let mut resp = Response::new(Body::from(body.to_string()));
+    json_bytes_response(code, json_bytes(body).into(), warnings)
+}
+
+/// A JSON response whose body is already serialised.
+pub(super) fn json_bytes_response(
+    code: u16,
+    body: bytes::Bytes,
+    warnings: &[String],
+) -> Response<Body> {
+    let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = resp.headers_mut();
     h.insert(
@@ -62,7 +78,10 @@ pub(super) fn written_response(
     result: Result<crate::apiserver::semantics::Written, Rejected>,
 ) -> Response<Body> {
     match result {
-        Ok(w) => json_response(w.code, &w.body, &w.warnings),
+        Ok(w) => match w.body.stored_json() {
+            Some(json) => json_bytes_response(w.code, json.clone(), &w.warnings),
+            None => json_response(w.code, w.body.value(), &w.warnings),
+        },
         Err(r) => rejected_response(&r),
     }
 }

@@ -111,5 +111,5 @@ pub(super) fn serve_scale(
                 e
             }
         })?;
-    Ok(json_response(200, &to_scale(&w.body), &[]))
+    Ok(json_response(200, &to_scale(w.body.value()), &[]))
 }

@@ -16,7 +16,7 @@ use crate::apiserver::control::OpenWatch;
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::selectors::FieldSelector;
 use crate::apiserver::semantics::State;
-use crate::apiserver::storage::{Change, ChangeType};
+use crate::apiserver::storage::{Change, ChangeType, Version};
 use crate::apiserver::sync::lock;
 use crate::apiserver::tables;
 use crate::apiserver::webhooks::conversion::{self, CrdConversion};
@@ -32,12 +32,17 @@ struct WatchSpec {
     as_table: Option<tables::IncludeObject>,
     /// The CRD's conversion when it is by webhook.
     conversion: Option<CrdConversion>,
+    /// [`State::view_fingerprint`] of `def`: stored versions presented as they are in this
+    /// view are sent as their stored text.
+    fingerprint: u64,
 }
 
 /// An event waiting to be rendered: a stored object (converted and presented when sent),
 /// or a finished event (ERROR, BOOKMARK).
 enum PendingEvent {
     Object(&'static str, Arc<Value>),
+    /// An object whose stored JSON text is what this watch presents: sent as it is.
+    Stored(&'static str, Bytes),
     Ready(Value),
 }
 
@@ -47,57 +52,85 @@ impl WatchSpec {
             && self.namespace.as_deref().is_none_or(|ns| c.key.0 == ns)
     }
 
+    /// Whether a stored version is sent as its stored text (no table, no conversion, and
+    /// this view presents it as it is).
+    fn sends_as_stored(&self, v: &Version) -> bool {
+        self.as_table.is_none()
+            && self.conversion.is_none()
+            && v.presented_as() == Some(self.fingerprint)
+    }
+
     /// The event a change produces for this watch, if any: its type and the stored object.
-    fn event(&self, c: &Change) -> Option<(&'static str, Arc<Value>)> {
+    fn event(&self, c: &Change) -> Option<PendingEvent> {
         if !self.concerns(c) {
             return None;
         }
-        let now = c.kind != ChangeType::Deleted && self.selectors.matches(&c.object);
-        let before = c.prev.as_ref().is_some_and(|p| self.selectors.matches(p));
-        let kind = match c.kind {
-            ChangeType::Added if now => "ADDED",
-            ChangeType::Modified if now && before => "MODIFIED",
-            ChangeType::Modified if now => "ADDED",
-            ChangeType::Modified if before => {
-                // Leaving the selectors: DELETED with the state that matched, stamped with
-                // the change's resourceVersion (as the API server's watch cache does).
-                let mut prev = c.prev.as_deref().cloned().unwrap_or(Value::Null);
-                if let Some(meta) = prev.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.insert("resourceVersion".into(), json!(c.rv.to_string()));
+        let (kind, parsed) = if self.selectors.is_empty() {
+            // Everything matches: the change's own type.
+            (c.kind.as_str(), None)
+        } else {
+            let object = c.object.value();
+            let now = c.kind != ChangeType::Deleted && self.selectors.matches(&object);
+            let prev = c.prev.as_ref().map(|p| p.value());
+            let before = prev.as_ref().is_some_and(|p| self.selectors.matches(p));
+            let kind = match c.kind {
+                ChangeType::Added if now => "ADDED",
+                ChangeType::Modified if now && before => "MODIFIED",
+                ChangeType::Modified if now => "ADDED",
+                ChangeType::Modified if before => {
+                    // Leaving the selectors: DELETED with the state that matched, stamped
+                    // with the change's resourceVersion (as the API server's watch cache
+                    // does).
+                    let mut prev = prev.unwrap_or(Value::Null);
+                    if let Some(meta) = prev.get_mut("metadata").and_then(Value::as_object_mut) {
+                        meta.insert("resourceVersion".into(), json!(c.rv.to_string()));
+                    }
+                    return Some(PendingEvent::Object("DELETED", Arc::new(prev)));
                 }
-                return Some(("DELETED", Arc::new(prev)));
-            }
-            ChangeType::Deleted if self.selectors.matches(&c.object) => "DELETED",
-            _ => return None,
+                ChangeType::Deleted if self.selectors.matches(&object) => "DELETED",
+                _ => return None,
+            };
+            (kind, Some(object))
         };
-        Some((kind, c.object.clone()))
+        if self.sends_as_stored(&c.object) {
+            return Some(PendingEvent::Stored(kind, c.object.json().clone()));
+        }
+        let object = parsed.unwrap_or_else(|| c.object.value());
+        Some(PendingEvent::Object(kind, Arc::new(object)))
     }
 
-    /// Converts (by webhook, when the CRD says so) and renders stored objects as events,
-    /// with one conversion request for all of them.
+    /// Converts (by webhook, when the CRD says so) and renders stored objects as event
+    /// lines, with one conversion request for all of them.
     async fn render_events(
         &self,
         shared: &Arc<Shared>,
-        pending: Vec<PendingEvent>,
-    ) -> ApiResult<Vec<Value>> {
+        mut pending: Vec<PendingEvent>,
+    ) -> ApiResult<Vec<Bytes>> {
+        // The objects move out (the last reference to each, presented without a copy).
         let raws: Vec<Arc<Value>> = pending
-            .iter()
+            .iter_mut()
             .filter_map(|p| match p {
-                PendingEvent::Object(_, o) => Some(o.clone()),
-                PendingEvent::Ready(_) => None,
+                PendingEvent::Object(_, o) => Some(std::mem::replace(o, Arc::new(Value::Null))),
+                PendingEvent::Stored(..) | PendingEvent::Ready(_) => None,
             })
             .collect();
-        let mut presented =
+        let mut presented = if raws.is_empty() {
+            Vec::new().into_iter()
+        } else {
             conversion::present_all(&**shared, self.conversion.as_ref(), &self.def, raws)
                 .await?
-                .into_iter();
+                .into_iter()
+        };
         let mut out = Vec::with_capacity(pending.len());
         for p in pending {
             match p {
-                PendingEvent::Ready(v) => out.push(v),
+                PendingEvent::Ready(v) => out.push(line(&v)),
+                PendingEvent::Stored(kind, json) => out.push(stored_event_line(kind, &json)),
                 PendingEvent::Object(kind, _) => {
                     let o = presented.next().unwrap_or(Value::Null);
-                    out.push(json!({"type": kind, "object": self.render_presented(o)}));
+                    out.push(line(
+                        &json!({"type": kind, "object": self.render_presented(o)}),
+                    ));
                 }
             }
         }
@@ -130,10 +163,33 @@ impl WatchSpec {
     }
 }
 
-fn line(v: &Value) -> Result<Bytes, Infallible> {
-    let mut s = v.to_string();
-    s.push('\n');
-    Ok(Bytes::from(s))
+/// One line of the watch stream: a JSON value and a newline.
+fn line(v: &Value) -> Bytes {
+    let mut s = super::response::json_bytes(v);
+    s.push(b'\n');
+    Bytes::from(s)
+}
+
+/// The line of an event whose object is a stored JSON text: the same bytes as [`line`] of
+/// `{"type": kind, "object": <the object>}`, without parsing and re-serialising the object.
+fn stored_event_line(kind: &str, object: &Bytes) -> Bytes {
+    // The envelope as serde_json writes it (its key order included), with a placeholder.
+    let envelope = super::response::json_bytes(&json!({"type": kind, "object": 0}));
+    const PLACEHOLDER: &[u8] = b"\"object\":0";
+    let Some(at) = envelope
+        .windows(PLACEHOLDER.len())
+        .position(|w| w == PLACEHOLDER)
+    else {
+        let object = Version::parse(object);
+        return line(&json!({"type": kind, "object": object}));
+    };
+    let split = at + PLACEHOLDER.len() - 1;
+    let mut out = Vec::with_capacity(envelope.len() + object.len() + 1);
+    out.extend_from_slice(&envelope[..split]);
+    out.extend_from_slice(object);
+    out.extend_from_slice(&envelope[split + 1..]);
+    out.push(b'\n');
+    Bytes::from(out)
 }
 
 pub(super) fn watch(
@@ -208,6 +264,7 @@ pub(super) fn watch(
         } else {
             None
         },
+        fingerprint: State::view_fingerprint(def),
     };
     let rv_param = query.get("resourceVersion").unwrap_or("").to_string();
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
@@ -246,12 +303,7 @@ pub(super) fn watch(
             })?;
             match state.store.changes_since(n) {
                 Some(changes) => {
-                    initial.extend(
-                        changes
-                            .iter()
-                            .filter_map(|c| spec.event(c))
-                            .map(|(k, o)| PendingEvent::Object(k, o)),
-                    );
+                    initial.extend(changes.iter().filter_map(|c| spec.event(c)));
                     start_rv = Some(current.max(n));
                 }
                 None => {
@@ -335,12 +387,12 @@ async fn run_watch(
         Ok(events) => events,
         Err(e) => {
             let _ = tx
-                .send(line(&json!({"type": "ERROR", "object": e.to_status()})))
+                .send(Ok(line(&json!({"type": "ERROR", "object": e.to_status()}))))
                 .await;
             return;
         }
     };
-    for ev in &initial {
+    for ev in initial {
         if !send_event(shared, &tx, ev).await {
             return;
         }
@@ -356,7 +408,7 @@ async fn run_watch(
         tokio::select! {
             _ = &mut deadline => {
                 if spec.bookmarks {
-                    let _ = tx.send(line(&spec.bookmark(last_rv, false))).await;
+                    let _ = tx.send(Ok(line(&spec.bookmark(last_rv, false)))).await;
                 }
                 return;
             }
@@ -393,7 +445,7 @@ async fn run_watch(
                         Err(_) => return,
                     }
                 }
-                if tx.send(line(&spec.bookmark(last_rv, false))).await.is_err() {
+                if tx.send(Ok(line(&spec.bookmark(last_rv, false)))).await.is_err() {
                     return;
                 }
             }
@@ -421,15 +473,12 @@ async fn send_change(
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
     c: &Change,
 ) -> bool {
-    let Some((kind, obj)) = spec.event(c) else {
+    let Some(event) = spec.event(c) else {
         return true;
     };
-    match spec
-        .render_events(shared, vec![PendingEvent::Object(kind, obj)])
-        .await
-    {
+    match spec.render_events(shared, vec![event]).await {
         Ok(events) => {
-            for ev in &events {
+            for ev in events {
                 if !send_event(shared, tx, ev).await {
                     return false;
                 }
@@ -438,7 +487,7 @@ async fn send_change(
         }
         Err(e) => {
             let _ = tx
-                .send(line(&json!({"type": "ERROR", "object": e.to_status()})))
+                .send(Ok(line(&json!({"type": "ERROR", "object": e.to_status()}))))
                 .await;
             false
         }
@@ -448,11 +497,29 @@ async fn send_change(
 async fn send_event(
     shared: &Arc<Shared>,
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
-    ev: &Value,
+    ev: Bytes,
 ) -> bool {
     let delay = lock(&shared.faults).watch_event_delay;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    tx.send(line(ev)).await.is_ok()
+    tx.send(Ok(ev)).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_event_line_is_the_serialised_event() {
+        let object = json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "a", "resourceVersion": "7"}, "spec": {"x": [1, "é\n"]}});
+        let stored = Version::new(&object, None);
+        for kind in ["ADDED", "MODIFIED", "DELETED"] {
+            assert_eq!(
+                stored_event_line(kind, stored.json()),
+                line(&json!({"type": kind, "object": object}))
+            );
+        }
+    }
 }

@@ -125,7 +125,7 @@ impl State {
                     let res = Self::res_key(def);
                     for _ in 0..8 {
                         let key = Self::key_of(def, namespace, &name);
-                        if self.store.get(&res, &key).is_none() {
+                        if !self.store.contains(&res, &key) {
                             break;
                         }
                         name = format!("{base}{}", random_suffix());
@@ -212,7 +212,7 @@ impl State {
         }
         let res = Self::res_key(def);
         let key = Self::key_of(def, namespace, &name);
-        if self.store.get(&res, &key).is_some() {
+        if self.store.contains(&res, &key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         Ok(obj)
@@ -230,18 +230,17 @@ impl State {
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
         let res = Self::res_key(def);
         let key = Self::key_of(def, namespace, &name);
-        if self.store.get(&res, &key).is_some() {
+        if self.store.contains(&res, &key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         if dry_run {
             return Ok(Written {
                 code: 201,
-                body: Self::present(def, &obj),
+                body: Self::present(def, &obj).into(),
                 warnings,
             });
         }
-        let stored = self.store.put(&res, &key, obj);
-        let body = Self::present(def, &stored);
+        let (_, body) = self.put_presenting(def, &res, &key, obj);
         if def.group == "apiextensions.k8s.io" && self.config.establish_immediately {
             self.establish_crd(&name);
         } else if def.group == "apiextensions.k8s.io" {

@@ -152,7 +152,7 @@ impl State {
             // The object may be gone already (e.g. an empty namespace).
             return Ok(Written {
                 code,
-                body,
+                body: body.into(),
                 warnings: Vec::new(),
             });
         }
@@ -256,10 +256,10 @@ impl State {
         for (key, obj) in targets {
             let ns = (!key.0.is_empty()).then_some(key.0.as_str());
             match self.delete(def, ns, &key.1, opts) {
-                Ok(w) if w.body.get("kind") == Some(&json!("Status")) => {
+                Ok(w) if w.body.value().get("kind") == Some(&json!("Status")) => {
                     items.push(Self::present(def, &obj))
                 }
-                Ok(w) => items.push(w.body),
+                Ok(w) => items.push(w.body.into_value()),
                 Err(e) if e.code == 404 => {}
                 Err(e) => return Err(e),
             }

@@ -61,27 +61,43 @@ pub(super) fn random_suffix() -> String {
         .collect()
 }
 
-/// Content of an object outside metadata (and outside status when `skip_status`).
-pub(super) fn content_without_meta(obj: &Value, skip_status: bool) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.as_object_mut() {
-        m.remove("metadata");
-        m.remove("apiVersion");
-        m.remove("kind");
-        if skip_status {
-            m.remove("status");
+/// Whether two values are equal when the keys in `skip` of both (when both are objects)
+/// are left out; compares in place, without copying either value.
+fn eq_without(a: &Value, b: &Value, skip: &[&str]) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(x), Some(y)) => {
+            let kept = |(k, _): &(&String, &Value)| !skip.contains(&k.as_str());
+            x.iter().filter(kept).eq(y.iter().filter(kept))
         }
+        _ => a == b,
     }
-    o
 }
 
-pub(super) fn without_volatile(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
+/// Whether two objects have the same content outside metadata, apiVersion and kind (and
+/// outside status when `skip_status`).
+pub(super) fn same_content_without_meta(a: &Value, b: &Value, skip_status: bool) -> bool {
+    if skip_status {
+        eq_without(a, b, &["metadata", "apiVersion", "kind", "status"])
+    } else {
+        eq_without(a, b, &["metadata", "apiVersion", "kind"])
     }
-    o
+}
+
+/// Whether two objects are equal but for `metadata.resourceVersion` and
+/// `metadata.managedFields` (the fields a write that changes nothing may still differ in).
+pub(super) fn same_without_volatile(a: &Value, b: &Value) -> bool {
+    let (Some(x), Some(y)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let metas_equal = match (x.get("metadata"), y.get("metadata")) {
+        (None, None) => true,
+        (Some(ma), Some(mb)) => match (ma.as_object(), mb.as_object()) {
+            (Some(_), Some(_)) => eq_without(ma, mb, &["resourceVersion", "managedFields"]),
+            _ => ma == mb,
+        },
+        _ => false,
+    };
+    metas_equal && eq_without(a, b, &["metadata"])
 }
 
 pub(super) fn is_valid_dns_label(s: &str) -> bool {

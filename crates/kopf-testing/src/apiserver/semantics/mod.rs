@@ -23,5 +23,5 @@ pub(crate) mod webhook_configs;
 pub use crd::CRD_CLEANUP_FINALIZER;
 pub use meta::{now, rv_of};
 pub(crate) use options::PatchTarget;
-pub use options::{DeleteOptions, PatchType, StateConfig, WriteOptions, Written};
+pub use options::{DeleteOptions, PatchType, StateConfig, WriteOptions, Written, WrittenBody};
 pub use state::State;

@@ -1,6 +1,9 @@
 //! The options and results of the verbs: patch types, write and delete options, the
 //! state's configuration, what a write answers.
 
+use std::sync::Arc;
+
+use bytes::Bytes;
 use serde_json::Value;
 
 /// The patch body types.
@@ -91,7 +94,7 @@ pub struct Written {
     /// 200 or 201 (202 for some deletes).
     pub code: u16,
     /// The response body.
-    pub body: Value,
+    pub body: WrittenBody,
     /// `Warning` headers.
     pub warnings: Vec<String>,
 }
@@ -100,9 +103,52 @@ impl Written {
     pub(super) fn ok(body: Value) -> Self {
         Written {
             code: 200,
-            body,
+            body: body.into(),
             warnings: Vec::new(),
         }
+    }
+}
+
+/// The body of a write's response: a value, or the stored object itself when the view of
+/// the request presents it as it is stored, with its stored JSON text (sent without being
+/// copied or serialised again).
+#[derive(Debug, Clone)]
+pub enum WrittenBody {
+    /// A value to serialise.
+    Value(Value),
+    /// A stored object and its JSON text.
+    Stored(Arc<Value>, Bytes),
+}
+
+impl WrittenBody {
+    /// The body as a value.
+    pub fn value(&self) -> &Value {
+        match self {
+            WrittenBody::Value(v) => v,
+            WrittenBody::Stored(v, _) => v,
+        }
+    }
+
+    /// The body as an owned value (a stored object is copied unless this is its last user).
+    pub fn into_value(self) -> Value {
+        match self {
+            WrittenBody::Value(v) => v,
+            WrittenBody::Stored(v, _) => Arc::unwrap_or_clone(v),
+        }
+    }
+
+    /// The stored JSON text, when the body is a stored object.
+    pub fn stored_json(&self) -> Option<&Bytes> {
+        match self {
+            WrittenBody::Value(_) => None,
+            WrittenBody::Stored(_, json) => Some(json),
+        }
+    }
+}
+
+impl From<Value> for WrittenBody {
+    fn from(v: Value) -> Self {
+        WrittenBody::Value(v)
     }
 }
 

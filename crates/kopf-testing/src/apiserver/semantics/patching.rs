@@ -54,6 +54,32 @@ impl State {
         let existing = self
             .store
             .get(&Self::res_key(def), &Self::key_of(def, namespace, name));
+        self.patch_stored(
+            def,
+            namespace,
+            name,
+            subresource,
+            patch_type,
+            body,
+            opts,
+            existing,
+        )
+    }
+
+    /// [`State::patch`] of `existing`, the stored object the caller has just read under
+    /// the same lock (stored objects are parsed from their text on every read).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn patch_stored(
+        &mut self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        body: &[u8],
+        opts: &WriteOptions,
+        existing: Option<std::sync::Arc<Value>>,
+    ) -> ApiResult<Written> {
         let current = existing.as_ref().map(|o| Self::present(def, o));
         let target = Self::patch_target(
             def,
@@ -63,7 +89,7 @@ impl State {
             patch_type,
             body,
             opts,
-            current.as_ref(),
+            current,
         )?;
         match (target, existing) {
             (PatchTarget::Create(applied, opts), _) => self.create(def, namespace, applied, &opts),
@@ -87,7 +113,7 @@ impl State {
         patch_type: PatchType,
         body: &[u8],
         opts: &WriteOptions,
-        current: Option<&Value>,
+        current: Option<Value>,
     ) -> ApiResult<PatchTarget> {
         if patch_type != PatchType::Apply && opts.force.is_some() {
             return Err(ApiError::invalid(
@@ -126,9 +152,9 @@ impl State {
             None => return Err(ApiError::not_found(&def.group, &def.plural, name)),
         };
         let patched = match patch_type {
-            PatchType::Merge => patch::apply_merge_patch(current, body),
-            PatchType::Json => patch::apply_json_patch(current, body),
-            PatchType::Strategic => patch::apply_strategic_merge_patch(current, body, &def.kind),
+            PatchType::Merge => patch::merge_patch_into(current, body),
+            PatchType::Json => patch::json_patch_into(current, body),
+            PatchType::Strategic => patch::apply_strategic_merge_patch(&current, body, &def.kind),
             PatchType::Apply => {
                 check_apply_manager(def, name, opts)?;
                 let applied = parse_apply_body(body)?;
@@ -142,7 +168,7 @@ impl State {
                 let manager = opts.field_manager.clone().unwrap_or_default();
                 let force = opts.force.unwrap_or(false);
                 match managed_fields::apply(
-                    current,
+                    &current,
                     &applied,
                     def,
                     &manager,

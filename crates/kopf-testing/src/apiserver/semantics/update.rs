@@ -10,7 +10,7 @@ use crate::apiserver::error::{ApiError, ApiResult, cause};
 use crate::apiserver::managed_fields;
 
 use super::meta::{
-    content_without_meta, finalizers, meta, meta_mut, meta_str, now, without_volatile,
+    finalizers, meta, meta_mut, meta_str, now, same_content_without_meta, same_without_volatile,
 };
 use super::options::{WriteOptions, Written};
 use super::state::State;
@@ -127,7 +127,7 @@ impl State {
             ));
         }
         // Server-owned metadata comes from the stored object.
-        let old_meta = meta(old).clone();
+        let old_meta = meta(old);
         {
             let m = meta_mut(&mut new);
             for field in [
@@ -243,9 +243,7 @@ impl State {
                 );
             }
         }
-        if def.generation
-            && content_without_meta(&new, def.status) != content_without_meta(old, def.status)
-        {
+        if def.generation && !same_content_without_meta(&new, old, def.status) {
             let g = meta(old)
                 .get("generation")
                 .and_then(Value::as_i64)
@@ -284,17 +282,17 @@ impl State {
                     .and_then(Value::as_array)
                     .is_none_or(Vec::is_empty)
         };
-        if !deletes && without_volatile(&new) == without_volatile(old) {
+        if !deletes && same_without_volatile(&new, old) {
             return Ok(Written {
                 code: 200,
-                body: Self::present(def, old),
+                body: Self::present(def, old).into(),
                 warnings,
             });
         }
         if dry_run {
             return Ok(Written {
                 code: 200,
-                body: Self::present(def, &new),
+                body: Self::present(def, &new).into(),
                 warnings,
             });
         }
@@ -305,11 +303,11 @@ impl State {
             self.reconcile();
             return Ok(Written {
                 code: 200,
-                body,
+                body: body.into(),
                 warnings,
             });
         }
-        let stored = self.store.put(&res, &key, new);
+        let (stored, body) = self.put_presenting(def, &res, &key, new);
         if def.group == "apiextensions.k8s.io" && self.crds.contains_key(&name) {
             self.register_crd(&stored);
         }
@@ -318,7 +316,7 @@ impl State {
         }
         Ok(Written {
             code: 200,
-            body: Self::present(def, &stored),
+            body,
             warnings,
         })
     }

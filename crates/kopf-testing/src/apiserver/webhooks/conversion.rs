@@ -197,11 +197,18 @@ pub(crate) async fn present_all(
 ) -> ApiResult<Vec<Value>> {
     match conv {
         Some(c) if raw.iter().any(|o| c.needs_webhook(o, &def.version)) => {
-            let owned: Vec<Value> = raw.iter().map(|o| (**o).clone()).collect();
+            let owned: Vec<Value> = raw.into_iter().map(Arc::unwrap_or_clone).collect();
             let converted = convert(host, c, owned, &def.version).await?;
-            Ok(converted.iter().map(|o| State::present(def, o)).collect())
+            Ok(converted
+                .into_iter()
+                .map(|o| State::present_owned(def, o))
+                .collect())
         }
-        _ => Ok(raw.iter().map(|o| State::present(def, o)).collect()),
+        // Objects read from the store are parsed for the reader: presented without a copy.
+        _ => Ok(raw
+            .into_iter()
+            .map(|o| State::present_owned(def, Arc::unwrap_or_clone(o)))
+            .collect()),
     }
 }
 

@@ -397,13 +397,13 @@ impl<'a> Admission<'a> {
     /// Converts the body of a committed write back to the request's version.
     pub(super) async fn answer_from_storage(&self, mut w: Written) -> Result<Written, Rejected> {
         if self.plan.converts_writes(self.def)
-            && w.body.get("kind").and_then(Value::as_str) == Some(self.def.kind.as_str())
+            && w.body.value().get("kind").and_then(Value::as_str) == Some(self.def.kind.as_str())
         {
             let converted = self
-                .convert(w.body, &self.def.version)
+                .convert(w.body.into_value(), &self.def.version)
                 .await
                 .map_err(|e| self.reject(e))?;
-            w.body = State::present(self.def, &converted);
+            w.body = State::present(self.def, &converted).into();
         }
         w.warnings.extend(self.warnings.iter().cloned());
         Ok(w)

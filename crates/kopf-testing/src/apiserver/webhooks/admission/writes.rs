@@ -152,7 +152,7 @@ pub(crate) async fn update(
                 return match &change {
                     Edit::Put(body) => state.update(def, namespace, name, sub, body.clone(), opts),
                     Edit::Patch(pt, body) => {
-                        state.patch(def, namespace, name, sub, *pt, body, opts)
+                        state.patch_stored(def, namespace, name, sub, *pt, body, opts, existing)
                     }
                 }
                 .map_err(Into::into);
@@ -220,7 +220,7 @@ pub(crate) async fn update(
                         *pt,
                         body,
                         opts,
-                        Some(&current),
+                        Some(current),
                     )? {
                         PatchTarget::Update(new, o) => (new, o),
                         PatchTarget::Create(..) => {
@@ -391,12 +391,12 @@ pub(crate) async fn delete_collection(
         match delete_one(host, def, ns, &name, opts, true).await {
             Ok((w, old)) => {
                 warnings.extend(w.warnings);
-                if w.body.get("kind") == Some(&json!("Status")) {
+                if w.body.value().get("kind") == Some(&json!("Status")) {
                     if let Some(old) = old {
                         items.push(old);
                     }
                 } else {
-                    items.push(w.body);
+                    items.push(w.body.into_value());
                 }
             }
             Err(r) if r.error.code == 404 => warnings.extend(r.warnings),
