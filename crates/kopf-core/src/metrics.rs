@@ -151,7 +151,7 @@ impl Metrics {
         );
         registry.register(
             "objects_tracked",
-            "Objects the operator has a worker for",
+            "Objects the operator knows (with a worker or idle)",
             objects.clone(),
         );
         registry.register(
@@ -257,7 +257,7 @@ impl Metrics {
         self.0.queue_depth.get_or_create(&labels).inc_by(delta);
     }
 
-    /// The number of objects of `resource` with a worker changed by `delta`.
+    /// The number of objects of `resource` the operator knows changed by `delta`.
     pub fn tracked(&self, resource: &str, delta: i64) {
         let labels = vec![("resource", resource.to_string())];
         self.0.objects.get_or_create(&labels).inc_by(delta);

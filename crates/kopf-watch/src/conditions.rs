@@ -178,48 +178,45 @@ fn sync_base(body: &Value) -> Value {
 /// a guarded JSON patch (retried on a fresh object as the cycle's own write is).
 pub(crate) struct ApiConditionsSync {
     api: Api<RawObject>,
-    name: String,
     status_subresource: bool,
-    /// The object as last known (the cycle's body, then what our syncs returned).
-    body: Arc<Mutex<Value>>,
-    /// Whether a sync has written.
-    synced: Arc<std::sync::atomic::AtomicBool>,
+    /// The cycle's body (the base of the first sync, reduced then).
+    origin: Arc<Value>,
+    /// The object as our last sync returned it (None: nothing synced yet).
+    body: Arc<Mutex<Option<Value>>>,
 }
 
 impl ApiConditionsSync {
-    /// A writer for the object `body` through `api`.
-    pub(crate) fn new(api: Api<RawObject>, body: &Value, status_subresource: bool) -> Self {
+    /// A writer for the object `body` through `api` (nothing is copied until a handler
+    /// syncs: most cycles never do).
+    pub(crate) fn new(api: Api<RawObject>, body: &Arc<Value>, status_subresource: bool) -> Self {
         ApiConditionsSync {
             api,
-            name: body
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
             status_subresource,
-            body: Arc::new(Mutex::new(sync_base(body))),
-            synced: Arc::default(),
+            origin: body.clone(),
+            body: Arc::default(),
         }
     }
 
     /// The object as the last sync wrote it (None when nothing was synced): the cycle's
     /// own write goes against it, so that its guard expects the synced list.
     pub(crate) fn synced_body(&self) -> Option<Value> {
-        self.synced
-            .load(std::sync::atomic::Ordering::SeqCst)
-            .then(|| self.body.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        self.body.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
 impl ConditionsSync for ApiConditionsSync {
     fn sync(&self, intents: Vec<Intent>) -> SyncFuture<Result<(), String>> {
         let api = self.api.clone();
-        let name = self.name.clone();
+        let origin = self.origin.clone();
         let status = self.status_subresource;
         let shared = self.body.clone();
-        let synced = self.synced.clone();
         Box::pin(async move {
-            let body = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let name = origin
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let synced = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let body = synced.unwrap_or_else(|| sync_base(&origin));
             let mut plan = PatchPlan::new();
             plan.conditions(intents);
             plan.condition_clock(
@@ -235,7 +232,7 @@ impl ConditionsSync for ApiConditionsSync {
                 Some(PatchRequest::JsonStatus(ops)) | Some(PatchRequest::JsonObject(ops)) => ops,
                 _ => return Ok(()),
             };
-            let stored = match write_guarded(&api, &name, &plan, &body, status, ops).await {
+            let stored = match write_guarded(&api, name, &plan, &body, status, ops).await {
                 Guarded::Stored(obj) | Guarded::Unneeded(obj) => obj,
                 Guarded::Refused(s) => {
                     return Err(format!(
@@ -253,8 +250,7 @@ impl ConditionsSync for ApiConditionsSync {
                 Guarded::Failed(e) => return Err(e.to_string()),
             };
             *shared.lock().unwrap_or_else(|e| e.into_inner()) =
-                std::sync::Arc::unwrap_or_clone(stored.body);
-            synced.store(true, std::sync::atomic::Ordering::SeqCst);
+                Some(Arc::unwrap_or_clone(stored.body));
             tracing::debug!("The conditions are written (synced by a handler).");
             Ok(())
         })

@@ -28,6 +28,7 @@ use crate::settings::Settings;
 use crate::shard;
 use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, api_for, rv};
 use crate::stream::WatchStream;
+use crate::uid::Uid;
 use crate::{NamespaceSelector, ResourceRef, WatchError};
 
 /// Listed objects waiting for a place, beyond which the engine reads no more of a listing.
@@ -152,7 +153,7 @@ impl Engine {
         let mut outage = FailureLog::default();
         let mut gone = false;
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut workers: HashMap<String, Slot> = HashMap::new();
+        let mut workers: HashMap<Uid, Slot> = HashMap::new();
         let metrics = self.settings.metrics.clone();
         // Failures of the watch stream since its last event.
         let mut failing = true;
@@ -284,7 +285,7 @@ impl Engine {
         );
         // The uids of the listing in progress: objects missing from a relist went away while
         // the watch was down (no DELETED event will come for them).
-        let mut listing: Option<HashSet<String>> = None;
+        let mut listing: Option<HashSet<Uid>> = None;
         // When the listing in progress started: its objects are read only as fast as they
         // are processed (a bounded backlog, not every body of the listing at once), for at
         // most LISTING_HELD_BACK (a paginated list's continue token expires).
@@ -456,18 +457,19 @@ impl Engine {
                     if let Some(seen) = listing.take() {
                         let vanished: Vec<String> = workers
                             .keys()
-                            .chain(known_before_pause.iter())
+                            .map(Uid::as_str)
+                            .chain(known_before_pause.iter().map(String::as_str))
                             .filter(|uid| !seen.contains(*uid))
-                            .cloned()
+                            .map(str::to_string)
                             .collect();
                         let held = standby.iter().flat_map(|h| h.keys());
                         let vanished: Vec<String> = vanished
                             .into_iter()
-                            .chain(held.filter(|uid| !seen.contains(*uid)).cloned())
+                            .chain(held.filter(|uid| !seen.contains(uid.as_str())).cloned())
                             .collect();
                         for uid in vanished {
                             // Dropping the sender ends the worker once it is idle.
-                            if workers.remove(&uid).is_some() {
+                            if workers.remove(uid.as_str()).is_some() {
                                 shared.untracked();
                             }
                             if let Some(held) = standby.as_mut() {
@@ -532,7 +534,7 @@ impl Engine {
                 continue;
             }
             if let Some(seen) = listing.as_mut() {
-                seen.insert(uid.clone());
+                seen.insert(Uid::from(uid.as_str()));
             }
             let body = obj.into_body(self.settings.keep_managed_fields);
             // Indexes see every event, in order, also while standing by.
@@ -565,17 +567,17 @@ impl Engine {
     /// a worker when the object has none running.
     async fn dispatch(
         shared: &Arc<WorkerShared>,
-        workers: &mut HashMap<String, Slot>,
+        workers: &mut HashMap<Uid, Slot>,
         tasks: &mut tokio::task::JoinSet<Ended>,
         uid: String,
         body: Arc<serde_json::Value>,
         kind: EventKind,
     ) {
-        let known = workers.contains_key(&uid);
+        let known = workers.contains_key(uid.as_str());
         // Raw-event handlers see every event, in order.
         shared.on_event(&uid, &body, kind, known).await;
         let observed = Observed { body, event: kind };
-        let slot = workers.entry(uid.clone()).or_insert_with(|| {
+        let slot = workers.entry(Uid::from(uid.as_str())).or_insert_with(|| {
             shared.tracked();
             Slot::default()
         });
@@ -634,11 +636,11 @@ impl Engine {
     /// good (the object is gone): the object is forgotten.
     fn ended(
         shared: &Arc<WorkerShared>,
-        workers: &mut HashMap<String, Slot>,
+        workers: &mut HashMap<Uid, Slot>,
         tasks: &mut tokio::task::JoinSet<Ended>,
         ended: Ended,
     ) {
-        let Some(slot) = workers.get_mut(&ended.uid) else {
+        let Some(slot) = workers.get_mut(ended.uid.as_str()) else {
             // Removed meanwhile (gone from a listing, a pause, another replica's range).
             return;
         };
@@ -661,7 +663,7 @@ impl Engine {
                 slot.resume = retired.resume;
             }
             None => {
-                workers.remove(&ended.uid);
+                workers.remove(ended.uid.as_str());
                 shared.untracked();
             }
         }

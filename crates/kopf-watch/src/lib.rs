@@ -36,6 +36,7 @@ mod shard;
 mod shared;
 mod spawning;
 mod stream;
+mod uid;
 mod worker;
 mod write;
 

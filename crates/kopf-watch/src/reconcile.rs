@@ -34,7 +34,7 @@ impl WorkerShared {
     pub(crate) async fn reconcile_once(
         &self,
         spec: &ReconcileSpec,
-        body: &Value,
+        body: &Arc<Value>,
         trigger: Trigger,
         schedule: &mut Schedule,
         memo: &Memos,
@@ -61,7 +61,7 @@ impl WorkerShared {
                 body,
                 self.resource.status_subresource,
             ));
-            let ctx = ReconcileContext::new(body.clone(), trigger, failures)
+            let ctx = ReconcileContext::new(Value::clone(body), trigger, failures)
                 .with(memo.clone(), self.extensions.clone())
                 .with_conditions_sync(sync.clone());
             let started = StdInstant::now();

@@ -23,7 +23,9 @@ pub struct Settings {
     /// Which namespaces are served: exact names get one watch each; globs and negations
     /// filter one cluster-wide watch; empty serves all namespaces.
     pub namespaces: NamespaceSelector,
-    /// At most this many objects are processed at the same time (None: no limit).
+    /// At most this many objects are processed at the same time, changed objects before
+    /// listed ones (None: listed objects 64 at a time, each counted for at most a second;
+    /// changed objects at once).
     pub worker_limit: Option<usize>,
     /// Events about one object: up to `event_burst` at once, then one per `event_interval`.
     pub event_interval: Duration,

@@ -73,14 +73,14 @@ fn encode(value: &str) -> String {
 pub(crate) async fn adopt(
     observer: &ScopeObserver,
     current: &mut Scope,
-    workers: &mut HashMap<String, Slot>,
+    workers: &mut HashMap<crate::uid::Uid, Slot>,
     held: Option<&mut HashMap<String, std::sync::Arc<serde_json::Value>>>,
 ) -> bool {
     let next = observer.scope();
     let added = next.held.difference(&current.held).next().is_some();
-    let leaving: Vec<String> = workers
+    let leaving: Vec<crate::uid::Uid> = workers
         .keys()
-        .filter(|uid| !next.owns(uid))
+        .filter(|uid| !next.owns(uid.as_str()))
         .cloned()
         .collect();
     let mut ending = Vec::new();

@@ -39,7 +39,7 @@ pub(crate) struct WorkerShared {
     pub(crate) idle_timers: bool,
     /// The engine stops: daemons stop with "operator exiting".
     pub(crate) exiting: std::sync::atomic::AtomicBool,
-    pub(crate) handled_once: Mutex<HashSet<String>>,
+    pub(crate) handled_once: Mutex<HashSet<crate::uid::Uid>>,
     /// Places for cycles: changed objects first, listed ones bounded (see `lanes`).
     pub(crate) lanes: Arc<crate::lanes::Lanes>,
     pub(crate) events: Mutex<RateLimiter>,
@@ -67,7 +67,7 @@ impl WorkerShared {
     /// for the workers' tasks, then clears `pausing`.
     pub(crate) fn end_workers(
         &self,
-        workers: &mut std::collections::HashMap<String, Slot>,
+        workers: &mut std::collections::HashMap<crate::uid::Uid, Slot>,
         known: &mut HashSet<String>,
     ) {
         self.pausing
@@ -77,7 +77,7 @@ impl WorkerShared {
                 live.tx.send_replace(None);
             }
             self.untracked();
-            known.insert(uid);
+            known.insert(uid.as_str().to_string());
         }
     }
 

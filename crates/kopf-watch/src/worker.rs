@@ -525,7 +525,7 @@ impl WorkerShared {
                 self.handled_once
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(uid.to_string());
+                    .insert(crate::uid::Uid::from(uid));
             }
             self.post_events(uid, body, outcome.events).await;
             end

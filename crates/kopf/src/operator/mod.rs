@@ -303,7 +303,10 @@ impl Operator {
         )
     }
 
-    /// Process at most this many objects at the same time.
+    /// Process at most this many objects at the same time; objects that changed go ahead of
+    /// those of a listing. Without it, listed objects are processed 64 at a time (a cycle
+    /// waiting on something slow for more than a second no longer counts) and changed
+    /// objects at once.
     pub fn worker_limit(mut self, limit: usize) -> Self {
         self.settings.worker_limit = Some(limit);
         self
