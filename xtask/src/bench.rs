@@ -1,4 +1,5 @@
-//! `cargo xtask bench [--quick] [--n N]`: operator frameworks side by side, each against
+//! `cargo xtask bench [--quick] [--n N | --scales N,N,..]`: operator frameworks side by side,
+//! at each scale (default 1,000, 10,000 and 100,000 objects), each against
 //! its own fresh `kopf fake-apiserver` (release builds, same settings), doing one job: a
 //! message in `status.create_fn` on creation, the new `spec.field` in `status.update_fn`
 //! on update.
@@ -26,10 +27,20 @@
 //! * **churn**: a driver patches random objects' spec at a fixed rate; latency from each
 //!   driver write to the operator's next status write of that object (from the server's
 //!   request log), requests per update;
-//! * **idle**: RSS with the N objects watched and nothing happening.
+//! * **idle**: RSS with the N objects watched and nothing happening;
+//! * **churn during burst**, on a fresh server: the operator starts on the N objects and the
+//!   churn driver at once, patching objects already handled until the burst is done.
 //!
-//! A system that misses an object fails the run. Results: a Markdown table on stdout and in
-//! `target/bench/results.md`, and `target/bench/results.json`.
+//! `kopf-rs-status` (the `minimal` example with `--diff-base-storage status`) is listed as
+//! skipped, with the reason, when it fails (the flag is missing). Python Kopf is skipped at
+//! a scale where its estimated burst exceeds `--kopf-budget-seconds`. Before the systems, at
+//! each scale, the fake API server alone: status writes per second and bytes per object.
+//! The fake server's CPU during each burst is measured too. A debug build of the harness
+//! re-runs itself as a release build (its progress watch must stay light at 100,000).
+//!
+//! A system that misses an object fails the run. Results: Markdown tables on stdout and in
+//! `target/bench/results.md` (with growth tables across the scales), `target/bench/results.json`
+//! and the chart `target/bench/scales.svg`.
 
 mod chart;
 mod measure;
