@@ -299,7 +299,7 @@ fn write_results(out_dir: &Path, machine: &str, scales: &[Scale]) -> Result<()> 
         .context("writing results.md")?;
     let flat: Vec<&model::Measured> = scales.iter().flat_map(|s| &s.results).collect();
     let json = json!({"machine": machine, "scales": scales, "results": flat,
-        "bytes_per_idle_object": report::bytes_per_idle_object(scales)});
+        "bytes_per_idle_object": chart::bytes_per_idle_object(scales)});
     std::fs::write(
         out_dir.join("results.json"),
         serde_json::to_string_pretty(&json)?,

@@ -6,7 +6,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::model::{Measured, Scale};
-use super::report::times;
+
+/// `×9.8`, or `n/a`.
+pub(super) fn times(r: f64) -> String {
+    if r.is_finite() {
+        format!("×{r:.1}")
+    } else {
+        "n/a".into()
+    }
+}
 
 /// Each system's results by N, systems in first-seen order.
 fn by_system(scales: &[Scale]) -> Vec<(&'static str, Vec<&Measured>)> {

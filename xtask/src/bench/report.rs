@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::chart::times;
 use super::model::{Measured, Scale};
 
 pub(super) fn ratio(a: f64, b: f64) -> String {
@@ -33,8 +34,6 @@ pub(super) fn report(scales: &[Scale], machine: &str) -> String {
     server_table(&mut md, scales);
     md
 }
-
-pub(super) use super::chart::bytes_per_idle_object;
 
 /// The "fake API server" section: the server alone at each scale.
 fn server_table(md: &mut String, scales: &[Scale]) {
@@ -162,15 +161,6 @@ fn during_ratios(md: &mut String, results: &[Measured]) {
             _ => "",
         };
         md.push_str(&format!("| {} | {} | {verdict} |\n", m.system, times(r)));
-    }
-}
-
-/// `×9.8`, or `n/a`.
-pub(super) fn times(r: f64) -> String {
-    if r.is_finite() {
-        format!("×{r:.1}")
-    } else {
-        "n/a".into()
     }
 }
 
