@@ -244,11 +244,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                     let reason = format!(
                         "failed: the `minimal` example needs `--diff-base-storage status` \
                          (not merged yet?): {}",
-                        format!("{e:#}")
-                            .lines()
-                            .take(3)
-                            .collect::<Vec<_>>()
-                            .join(" / ")
+                        first_error(&format!("{e:#}"))
                     );
                     println!("   {reason}");
                     scale.skipped.push(Skipped {
@@ -330,6 +326,15 @@ fn skip_reason(system: System, n: usize, done: &[Scale], budget: f64) -> Option<
             "its burst would take about {estimate:.0} s (from {throughput:.0} objects/s measured at N = {at}), over the {budget:.0} s budget (--kopf-budget-seconds)"
         )
     })
+}
+
+/// The first line of a failure and, if the process's output has one, its `error:` line.
+fn first_error(text: &str) -> String {
+    let first = text.lines().next().unwrap_or_default().to_string();
+    match text.lines().find(|l| l.trim_start().starts_with("error")) {
+        Some(e) if e != first => format!("{first}; {}", e.trim()),
+        _ => first,
+    }
 }
 
 /// The command line of a system.
@@ -419,4 +424,19 @@ fn build(root: &Path) -> Result<()> {
         ],
         "bench",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_error;
+
+    #[test]
+    fn a_failure_shows_its_first_line_and_the_error_line() {
+        let text = "kopf-rs-status exited (exit status: 2) with 0 of 10 objects done:\n-- kopf-rs-status:\nerror: unexpected argument '--diff-base-storage' found\n\nUsage: minimal";
+        assert_eq!(
+            first_error(text),
+            "kopf-rs-status exited (exit status: 2) with 0 of 10 objects done:; error: unexpected argument '--diff-base-storage' found"
+        );
+        assert_eq!(first_error("no such file"), "no such file");
+    }
 }

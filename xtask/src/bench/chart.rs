@@ -114,7 +114,7 @@ struct Panel<'a> {
 /// `scales.svg`: two panels side by side (objects/s, peak RSS MB) against N on a log scale.
 pub(super) fn svg(scales: &[Scale]) -> String {
     let series = by_system(scales);
-    let (w, h) = (960.0, 420.0);
+    let (w, h) = (960.0, 450.0);
     let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
@@ -136,7 +136,7 @@ pub(super) fn svg(scales: &[Scale]) -> String {
     // The legend, under the panels.
     for (k, (system, _)) in series.iter().enumerate() {
         let x = 60.0 + (k % 5) as f64 * 170.0;
-        let y = 380.0 + (k / 5) as f64 * 18.0;
+        let y = 405.0 + (k / 5) as f64 * 18.0;
         let color = COLORS[k % COLORS.len()];
         let _ = writeln!(
             out,
@@ -159,15 +159,16 @@ fn plot(
     (x0, y0, pw, ph): (f64, f64, f64, f64),
 ) {
     let lo = ns.iter().copied().fold(f64::INFINITY, f64::min).max(1.0);
-    let hi = ns.iter().copied().fold(0.0, f64::max).max(lo * 10.0);
+    let hi = ns.iter().copied().fold(0.0, f64::max);
+    let hi = if hi > lo { hi } else { lo * 10.0 };
     let (llo, lhi) = (lo.log10(), hi.log10());
     let ymax = series
         .iter()
         .flat_map(|(_, v)| v.iter().map(|m| (panel.value)(m)))
         .filter(|v| v.is_finite())
         .fold(0.0, f64::max)
-        .max(1.0)
-        * 1.1;
+        .max(1.0);
+    let ymax = nice_ceiling(ymax * 1.05);
     let sx = |n: f64| x0 + (n.log10() - llo) / (lhi - llo).max(1e-9) * pw;
     let sy = |v: f64| y0 + ph - v / ymax * ph;
     let _ = writeln!(
@@ -226,6 +227,16 @@ fn plot(
     }
 }
 
+/// The smallest of 1, 2, 2.5, 5 × 10^k at or above `v` (round axis ticks in quarters).
+fn nice_ceiling(v: f64) -> f64 {
+    let base = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * base)
+        .find(|c| *c >= v)
+        .unwrap_or(10.0 * base)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +291,13 @@ mod tests {
         let expected = 20.0 * 1024.0 * 1024.0 / 9_000.0;
         assert!((bytes["kopf-rs"] - expected).abs() < 1e-6, "{bytes:?}");
         assert!(!bytes.contains_key("limit"), "one scale only: {bytes:?}");
+    }
+
+    #[test]
+    fn axis_tops_are_round() {
+        assert_eq!(nice_ceiling(2887.5), 5000.0);
+        assert_eq!(nice_ceiling(95.6), 100.0);
+        assert_eq!(nice_ceiling(210.0), 250.0);
     }
 
     #[test]
