@@ -193,9 +193,14 @@ fn plot(
         let v = ymax * k as f64 / 4.0;
         let _ = writeln!(
             out,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>",
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
             x0 - 6.0,
-            sy(v) + 4.0
+            sy(v) + 4.0,
+            if v.fract() == 0.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
         );
     }
     let _ = writeln!(
