@@ -1,4 +1,5 @@
-//! `cargo xtask bench [--quick] [--n N]`: operator frameworks side by side, each against
+//! `cargo xtask bench [--quick] [--n N | --scales N,N,..]`: operator frameworks side by side,
+//! at each scale (default 1,000, 10,000 and 100,000 objects), each against
 //! its own fresh `kopf fake-apiserver` (release builds, same settings), doing one job: a
 //! message in `status.create_fn` on creation, the new `spec.field` in `status.update_fn`
 //! on update.
@@ -26,27 +27,41 @@
 //! * **churn**: a driver patches random objects' spec at a fixed rate; latency from each
 //!   driver write to the operator's next status write of that object (from the server's
 //!   request log), requests per update;
-//! * **idle**: RSS with the N objects watched and nothing happening.
+//! * **idle**: RSS with the N objects watched and nothing happening;
+//! * **churn during burst**, on a fresh server: the operator starts on the N objects and the
+//!   churn driver at once, patching objects already handled until the burst is done.
 //!
-//! A system that misses an object fails the run. Results: a Markdown table on stdout and in
-//! `target/bench/results.md`, and `target/bench/results.json`.
+//! `kopf-rs-status` (the `minimal` example with `--diff-base-storage status`) is listed as
+//! skipped, with the reason, when it fails (the flag is missing). Python Kopf is skipped at
+//! a scale where its estimated burst exceeds `--kopf-budget-seconds`. Before the systems, at
+//! each scale, the fake API server alone: status writes per second and bytes per object.
+//! The fake server's CPU during each burst is measured too. A debug build of the harness
+//! re-runs itself as a release build (its progress watch must stay light at 100,000).
+//!
+//! A system that misses an object fails the run. Results: Markdown tables on stdout and in
+//! `target/bench/results.md` (with growth tables across the scales), `target/bench/results.json`
+//! and the chart `target/bench/scales.svg`.
 
+mod chart;
 mod measure;
 mod model;
+mod progress;
 mod report;
 mod requests;
+mod server;
 mod setup;
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use measure::measure;
-use model::Plan;
 pub use model::System;
+use model::{Plan, Scale, Skipped};
 use report::report;
+use server::server_alone;
 use setup::{kopf_venv, machine};
 
 #[derive(Debug, clap::Args)]
@@ -54,38 +69,105 @@ pub struct BenchArgs {
     /// Small sizes (N = 1,000, 20 s of churn): under 15 minutes with the builds.
     #[arg(long)]
     quick: bool,
-    /// Objects (default 10,000; 1,000 with --quick).
-    #[arg(long)]
+    /// One scale of N objects (instead of the default scales 1,000, 10,000 and 100,000;
+    /// 1,000 with --quick).
+    #[arg(long, conflicts_with = "scales")]
     n: Option<usize>,
+    /// The scales, a comma list of N, e.g. `1000,10000,100000` (the default without --n and
+    /// --quick). Every selected system runs at each scale, smallest first.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    scales: Vec<usize>,
     /// Only these systems (repeatable). Default: all but kopf-rs-reconcile and the sharded
     /// ones.
     #[arg(long = "system", value_enum)]
     systems: Vec<System>,
-    /// Updates per second in the churn scenario (default 50; 20 with --quick).
+    /// Updates per second in the churn scenarios (default 50; 20 with --quick).
     #[arg(long)]
     churn_rate: Option<f64>,
-    /// Seconds of churn (default 60; 20 with --quick).
+    /// Seconds of churn (default 60, 20 at N ≥ 100,000 to keep a full run under about 40
+    /// minutes; 20 with --quick). Given, it applies to every scale.
     #[arg(long)]
     churn_seconds: Option<u64>,
+    /// Python Kopf is skipped at a scale where its burst, estimated from its throughput
+    /// measured at the previous scale, would take longer than this many seconds.
+    #[arg(long, default_value_t = 120.0)]
+    kopf_budget_seconds: f64,
+    /// Leave out the "fake API server" scenario (the server alone).
+    #[arg(long)]
+    no_server: bool,
     /// Use the release binaries as they are (no cargo build).
     #[arg(long)]
     no_build: bool,
 }
 
-pub async fn run(args: BenchArgs) -> Result<()> {
-    let plan = Plan {
-        n: args.n.unwrap_or(if args.quick { 1_000 } else { 10_000 }),
+/// Where the harness must run from: its watch of every object and the churn driver are
+/// measured beside the systems, so a debug build re-runs itself as a release build.
+fn release_self(root: &Path, target: &Path, args: &BenchArgs) -> Result<Option<i32>> {
+    if !cfg!(debug_assertions) || std::env::var_os("KOPF_BENCH_DEBUG_DRIVER").is_some() {
+        return Ok(None);
+    }
+    if !args.no_build {
+        crate::cargo::run(
+            root,
+            &["build", "--release", "--locked", "-p", "xtask"],
+            "bench",
+        )?;
+    }
+    let xtask = target.join("release/xtask");
+    if !xtask.exists() {
+        bail!(
+            "{} is missing: build it (`cargo build --release -p xtask`; without --no-build the harness does)",
+            xtask.display()
+        );
+    }
+    println!(
+        "== the harness runs as a release build: {}",
+        xtask.display()
+    );
+    let status = std::process::Command::new(&xtask)
+        .args(std::env::args_os().skip(1))
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("running {}", xtask.display()))?;
+    Ok(Some(status.code().unwrap_or(1)))
+}
+
+/// The scales of the run, smallest first.
+fn scales(args: &BenchArgs) -> Vec<usize> {
+    let mut scales = match (args.n, args.scales.is_empty(), args.quick) {
+        (Some(n), _, _) => vec![n],
+        (None, false, _) => args.scales.clone(),
+        (None, true, true) => vec![1_000],
+        (None, true, false) => vec![1_000, 10_000, 100_000],
+    };
+    scales.sort_unstable();
+    scales.dedup();
+    scales
+}
+
+/// The plan at one scale: at 100,000 objects and more, a shorter churn (unless given).
+fn plan(args: &BenchArgs, n: usize) -> Plan {
+    let default_seconds = if args.quick || n >= 100_000 { 20 } else { 60 };
+    Plan {
+        n,
         churn_rate: args
             .churn_rate
             .unwrap_or(if args.quick { 20.0 } else { 50.0 }),
-        churn_seconds: args
-            .churn_seconds
-            .unwrap_or(if args.quick { 20 } else { 60 }),
+        churn_seconds: args.churn_seconds.unwrap_or(default_seconds),
         burst_timeout: Duration::from_secs(if args.quick { 600 } else { 1800 }),
-    };
+    }
+}
+
+pub async fn run(args: BenchArgs) -> Result<()> {
+    let crate::cargo::Workspace { root, target } = crate::cargo::Workspace::locate()?;
+    if let Some(code) = release_self(&root, &target, &args)? {
+        std::process::exit(code);
+    }
+    let run_started = Instant::now();
     let systems = if args.systems.is_empty() {
         vec![
             System::KopfRs,
+            System::KopfRsStatus,
             System::KopfRsDelete,
             System::Kopf,
             System::KubeRs,
@@ -95,7 +177,6 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     } else {
         args.systems.clone()
     };
-    let crate::cargo::Workspace { root, target } = crate::cargo::Workspace::locate()?;
     let out_dir = target.join("bench");
     std::fs::create_dir_all(&out_dir).context("creating target/bench")?;
     if !args.no_build {
@@ -110,6 +191,154 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     };
     let machine = machine(python.as_deref());
     println!("== machine\n{machine}");
+    let mut done: Vec<Scale> = Vec::new();
+    for n in scales(&args) {
+        let plan = plan(&args, n);
+        println!(
+            "== N = {n}: churn {} updates/s for {} s{}",
+            plan.churn_rate,
+            plan.churn_seconds,
+            if args.churn_seconds.is_none() && n >= 100_000 && !args.quick {
+                " (shorter at this scale)"
+            } else {
+                ""
+            }
+        );
+        let mut scale = Scale {
+            n,
+            churn_rate: plan.churn_rate,
+            churn_seconds: plan.churn_seconds,
+            results: Vec::new(),
+            skipped: Vec::new(),
+            server: None,
+        };
+        if !args.no_server {
+            println!("== fake API server alone (N = {n})");
+            let writer = release.join("status-writer");
+            scale.server = Some(
+                server_alone(&writer, &kopf_bin, &root, n)
+                    .await
+                    .context("the fake API server scenario")?,
+            );
+        }
+        for &system in &systems {
+            if let Some(reason) = skip_reason(system, n, &done, args.kopf_budget_seconds) {
+                println!("== {} (N = {n}): skipped: {reason}", system.name());
+                scale.skipped.push(Skipped {
+                    system: system.name(),
+                    n,
+                    reason,
+                });
+                continue;
+            }
+            println!("== {} (N = {n})", system.name());
+            let command = command(system, &release, &root, &out_dir);
+            for binary in [&command[0], &kopf_bin.display().to_string()] {
+                if !Path::new(binary).exists() {
+                    bail!("{binary} is missing: build it (without --no-build the harness does)");
+                }
+            }
+            let measured = match measure(system, &command, &kopf_bin, &root, &plan).await {
+                Ok(m) => m,
+                Err(e) if system == System::KopfRsStatus => {
+                    let reason = format!(
+                        "failed: the `minimal` example needs `--diff-base-storage status` \
+                         (not merged yet?): {}",
+                        first_error(&format!("{e:#}"))
+                    );
+                    println!("   {reason}");
+                    scale.skipped.push(Skipped {
+                        system: system.name(),
+                        n,
+                        reason,
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e.context(format!("the {} system", system.name()))),
+            };
+            println!(
+                "   burst {:.2}s, churn p99 {:.1} ms, under burst p99 {:.1} ms, peak RSS {:.1} MB, server CPU {:.0}%",
+                measured.burst_seconds,
+                measured
+                    .churn_latency_ms
+                    .get("p99")
+                    .copied()
+                    .unwrap_or(f64::NAN),
+                measured
+                    .during
+                    .as_ref()
+                    .and_then(|d| d.latency_ms.get("p99").copied())
+                    .unwrap_or(f64::NAN),
+                measured.peak_rss_mb,
+                measured.server_cpu_share * 100.0
+            );
+            scale.results.push(measured);
+        }
+        done.push(scale);
+        // Written after each scale: a long run leaves what it measured so far.
+        write_results(&out_dir, &machine, &done)?;
+    }
+    let table = report(&done, &machine);
+    println!("\n{table}");
+    write_results(&out_dir, &machine, &done)?;
+    println!(
+        "results: {}, results.md and scales.svg; the run took {:.1} minutes",
+        out_dir.join("results.json").display(),
+        run_started.elapsed().as_secs_f64() / 60.0
+    );
+    Ok(())
+}
+
+/// results.md, results.json and scales.svg from the scales measured so far.
+fn write_results(out_dir: &Path, machine: &str, scales: &[Scale]) -> Result<()> {
+    std::fs::write(out_dir.join("results.md"), report(scales, machine))
+        .context("writing results.md")?;
+    let flat: Vec<&model::Measured> = scales.iter().flat_map(|s| &s.results).collect();
+    let json = json!({"machine": machine, "scales": scales, "results": flat,
+        "bytes_per_idle_object": chart::bytes_per_idle_object(scales)});
+    std::fs::write(
+        out_dir.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )
+    .context("writing results.json")?;
+    std::fs::write(out_dir.join("scales.svg"), chart::svg(scales)).context("writing scales.svg")
+}
+
+/// Why a system is left out at scale `n`, if it is: Python Kopf when its burst, estimated
+/// from its throughput at the previous scale measured, exceeds the budget.
+fn skip_reason(system: System, n: usize, done: &[Scale], budget: f64) -> Option<String> {
+    if system != System::Kopf {
+        return None;
+    }
+    let (at, measured) = done.iter().rev().find_map(|s| {
+        s.results
+            .iter()
+            .find(|m| m.system == system.name())
+            .map(|m| (s.n, m))
+    })?;
+    let throughput = measured.n as f64 / measured.burst_seconds;
+    let estimate = n as f64 / throughput;
+    println!(
+        "   kopf at N = {n}: estimated burst {estimate:.0} s (from {throughput:.0} objects/s at N = {at}); budget {budget:.0} s"
+    );
+    (estimate > budget).then(|| {
+        format!(
+            "its burst would take about {estimate:.0} s (from {throughput:.0} objects/s measured at N = {at}), over the {budget:.0} s budget (--kopf-budget-seconds)"
+        )
+    })
+}
+
+/// The first line of a failure and, if the process's output has one, its `error:` line.
+fn first_error(text: &str) -> String {
+    let first = text.lines().next().unwrap_or_default().to_string();
+    match text.lines().find(|l| l.trim_start().starts_with("error")) {
+        Some(e) if e != first => format!("{first}; {}", e.trim()),
+        _ => first,
+    }
+}
+
+/// The command line of a system.
+fn command(system: System, release: &Path, root: &Path, out_dir: &Path) -> Vec<String> {
     let kopf_rs: Vec<String> = vec![
         release.join("examples/minimal").display().to_string(),
         "run".into(),
@@ -119,92 +348,59 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         "--qps".into(),
         "0".into(),
     ];
-    let mut results = Vec::new();
-    for system in systems {
-        println!("== {} (N = {})", system.name(), plan.n);
-        let command = match system {
-            System::KopfRs => kopf_rs.clone(),
-            System::KopfRsSharded2 | System::KopfRsSharded3 => {
-                let shards = system.replicas().to_string();
-                let mut command = kopf_rs.clone();
-                // Scaled-down lease timings (defaults: 15, 10, 2): the ranges are taken in
-                // the second round, one retry period after the start.
-                command.extend(
-                    [
-                        "--shards",
-                        &shards,
-                        "--lease-duration",
-                        "5",
-                        "--renew-deadline",
-                        "4",
-                        "--retry-period",
-                        "0.5",
-                    ]
-                    .map(String::from),
-                );
-                command
-            }
-            System::KopfRsDelete | System::KopfRsReconcile => {
-                let binary = match system {
-                    System::KopfRsDelete => "kopf-rs-delete",
-                    _ => "kopf-rs-reconcile",
-                };
-                let mut command = kopf_rs.clone();
-                command[0] = release.join(binary).display().to_string();
-                command
-            }
-            System::Kopf => {
-                let venv = out_dir.join("venv/bin");
-                vec![
-                    venv.join("kopf").display().to_string(),
-                    "run".into(),
-                    "--standalone".into(),
-                    "-A".into(),
-                    root.join("bench/kopf_operator.py").display().to_string(),
-                ]
-            }
-            System::KubeRs => vec![release.join("kube-rs-operator").display().to_string()],
-            System::Limit => vec![release.join("limit-operator").display().to_string()],
-            System::LimitStatus => vec![
-                release.join("limit-operator").display().to_string(),
-                "--status-only".into(),
-            ],
-        };
-        for binary in [&command[0], &kopf_bin.display().to_string()] {
-            if !Path::new(binary).exists() {
-                bail!("{binary} is missing: build it (without --no-build the harness does)");
-            }
+    match system {
+        System::KopfRs => kopf_rs,
+        System::KopfRsStatus => {
+            let mut command = kopf_rs;
+            command.extend(["--diff-base-storage", "status"].map(String::from));
+            command
         }
-        let measured = measure(system, &command, &kopf_bin, &root, &plan)
-            .await
-            .with_context(|| format!("the {} system", system.name()))?;
-        println!(
-            "   burst {:.2}s, churn p99 {:.1} ms, peak RSS {:.1} MB",
-            measured.burst_seconds,
-            measured
-                .churn_latency_ms
-                .get("p99")
-                .copied()
-                .unwrap_or(f64::NAN),
-            measured.peak_rss_mb
-        );
-        results.push(measured);
+        System::KopfRsSharded2 | System::KopfRsSharded3 => {
+            let shards = system.replicas().to_string();
+            let mut command = kopf_rs;
+            // Scaled-down lease timings (defaults: 15, 10, 2): the ranges are taken in
+            // the second round, one retry period after the start.
+            command.extend(
+                [
+                    "--shards",
+                    &shards,
+                    "--lease-duration",
+                    "5",
+                    "--renew-deadline",
+                    "4",
+                    "--retry-period",
+                    "0.5",
+                ]
+                .map(String::from),
+            );
+            command
+        }
+        System::KopfRsDelete | System::KopfRsReconcile => {
+            let binary = match system {
+                System::KopfRsDelete => "kopf-rs-delete",
+                _ => "kopf-rs-reconcile",
+            };
+            let mut command = kopf_rs;
+            command[0] = release.join(binary).display().to_string();
+            command
+        }
+        System::Kopf => {
+            let venv = out_dir.join("venv/bin");
+            vec![
+                venv.join("kopf").display().to_string(),
+                "run".into(),
+                "--standalone".into(),
+                "-A".into(),
+                root.join("bench/kopf_operator.py").display().to_string(),
+            ]
+        }
+        System::KubeRs => vec![release.join("kube-rs-operator").display().to_string()],
+        System::Limit => vec![release.join("limit-operator").display().to_string()],
+        System::LimitStatus => vec![
+            release.join("limit-operator").display().to_string(),
+            "--status-only".into(),
+        ],
     }
-    let table = report(&results, &machine, &plan);
-    println!("\n{table}");
-    std::fs::write(out_dir.join("results.md"), &table).context("writing results.md")?;
-    let json = json!({"machine": machine, "n": plan.n, "churn_rate": plan.churn_rate,
-        "churn_seconds": plan.churn_seconds, "results": results});
-    std::fs::write(
-        out_dir.join("results.json"),
-        serde_json::to_string_pretty(&json)?,
-    )
-    .context("writing results.json")?;
-    println!(
-        "results: {} and results.md",
-        out_dir.join("results.json").display()
-    );
-    Ok(())
 }
 
 /// Release builds of the fake server, the kopf-rs example and the other Rust systems, in
@@ -228,4 +424,19 @@ fn build(root: &Path) -> Result<()> {
         ],
         "bench",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_error;
+
+    #[test]
+    fn a_failure_shows_its_first_line_and_the_error_line() {
+        let text = "kopf-rs-status exited (exit status: 2) with 0 of 10 objects done:\n-- kopf-rs-status:\nerror: unexpected argument '--diff-base-storage' found\n\nUsage: minimal";
+        assert_eq!(
+            first_error(text),
+            "kopf-rs-status exited (exit status: 2) with 0 of 10 objects done:; error: unexpected argument '--diff-base-storage' found"
+        );
+        assert_eq!(first_error("no such file"), "no such file");
+    }
 }

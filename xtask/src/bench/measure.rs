@@ -1,17 +1,18 @@
 //! One system measured: its server and operator started, the burst, churn and idle scenarios
 //! run, CPU and memory sampled.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::model::{Measured, Plan, System};
+use super::model::{During, Measured, Plan, System};
+use super::progress::{Progress, list_fields, watch_progress};
 use super::requests::{control, driver_client, kopfexamples, latencies, per_endpoint, requests};
 use super::setup::run_text;
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use kopf_testing::{Cluster, ClusterKind, OperatorRunner};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// CPU seconds (user + system) and the peak and current RSS in MB of a process.
@@ -36,13 +37,8 @@ pub(super) fn process_usage(pid: u32) -> (f64, f64, f64) {
     (ticks / clk, kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0)
 }
 
-/// Watches the objects and reports which are done: `create_fn` set, `update_fn.field` as
-/// the driver last wrote.
-pub(super) struct Progress {
-    created: HashSet<String>,
-    fields: HashMap<String, String>,
-}
-
+/// One system at one scale: burst, churn and idle on one fresh server, then "churn during
+/// burst" on another (it needs objects no operator has seen).
 pub(super) async fn measure(
     system: System,
     command: &[String],
@@ -56,28 +52,60 @@ pub(super) async fn measure(
         .await?;
     let result = measure_on(system, command, &cluster, root, plan).await;
     cluster.teardown().await?;
-    result
+    let mut measured = result?;
+    let cluster = Cluster::builder(ClusterKind::Fake)
+        .kopf_binary(kopf_bin)
+        .start()
+        .await?;
+    println!("   churn during burst (a fresh server)");
+    let result = during_burst(system, command, &cluster, root, plan).await;
+    cluster.teardown().await?;
+    measured.during = Some(result.context("churn during burst")?);
+    Ok(measured)
 }
 
-pub(super) async fn measure_on(
-    system: System,
-    command: &[String],
+/// The server's process (the fake server runs as a process of its own).
+pub(super) fn server_pid(cluster: &Cluster) -> Result<u32> {
+    cluster
+        .fake_server()
+        .map(OperatorRunner::pid)
+        .context("the fake API server's process")
+}
+
+/// The CRD, a history long enough for the whole run, and the N objects (before any
+/// operator starts). Returns the driver's client, the objects' API, and the server's RSS
+/// growth per created object in bytes.
+pub(super) async fn prepare(
     cluster: &Cluster,
     root: &Path,
-    plan: &Plan,
-) -> Result<Measured> {
+    n: usize,
+) -> Result<(kube::Client, Api<DynamicObject>, f64)> {
     cluster.apply_file(&root.join("examples/crd.yaml")).await?;
     let client = driver_client(cluster.kubeconfig()).await?;
+    // Every object is written about three times in the burst, and the watchers must not
+    // fall off the history (410) at 100,000 objects.
+    let request = http::Request::builder()
+        .method("PATCH")
+        .uri("/__kopf/settings")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(
+            &json!({"historyLimit": n * 4 + 100_000}),
+        )?)?;
+    client
+        .request_text(request)
+        .await
+        .context("the server's history limit")?;
     let api = kopfexamples(&client);
-    // The objects, before the operator starts.
+    let pid = server_pid(cluster)?;
+    let before = process_usage(pid).2;
     let started = Instant::now();
-    futures::stream::iter(0..plan.n)
+    futures::stream::iter(0..n)
         .map(|i| {
             let api = api.clone();
             async move {
                 let obj: DynamicObject = serde_json::from_value(json!({
                     "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
-                    "metadata": {"name": format!("bench-{i:05}")},
+                    "metadata": {"name": object_name(i)},
                     "spec": {"field": "value", "duration": "1m"},
                 }))?;
                 api.create(&PostParams::default(), &obj).await?;
@@ -88,27 +116,24 @@ pub(super) async fn measure_on(
         .try_collect::<Vec<()>>()
         .await
         .context("creating the objects")?;
+    let after = process_usage(pid).2;
+    let per_object = (after - before).max(0.0) * 1024.0 * 1024.0 / n.max(1) as f64;
     println!(
-        "   {} objects created in {:.1}s",
-        plan.n,
-        started.elapsed().as_secs_f64()
+        "   {n} objects created in {:.1}s (server RSS +{:.0} bytes per object)",
+        started.elapsed().as_secs_f64(),
+        per_object
     );
-    let rv = api
-        .list_metadata(&Default::default())
-        .await?
-        .metadata
-        .resource_version
-        .unwrap_or_default();
-    control(&client, "DELETE", "requests").await?;
-    let (tx, mut progress) = tokio::sync::watch::channel(Progress {
-        created: HashSet::new(),
-        fields: HashMap::new(),
-    });
-    let watcher = tokio::spawn(watch_progress(api.clone(), rv, tx));
+    Ok((client, api, per_object))
+}
 
-    // Burst: the clock starts with the processes, as for every system (start-up included).
+pub(super) fn object_name(i: usize) -> String {
+    format!("bench-{i:05}")
+}
+
+/// The system's processes, started now (the clock starts with them).
+fn start(system: System, command: &[String], cluster: &Cluster) -> Result<Vec<OperatorRunner>> {
     let replicas = system.replicas();
-    let mut operators = (0..replicas)
+    Ok((0..replicas)
         .map(|i| {
             let name = match replicas {
                 1 => system.name().to_string(),
@@ -120,7 +145,41 @@ pub(super) async fn measure_on(
                 .name(name)
                 .start()
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Fails if a process of the system has exited.
+fn alive(operators: &mut [OperatorRunner], done: usize, n: usize) -> Result<()> {
+    if let Some((name, status)) = operators
+        .iter_mut()
+        .find_map(|o| o.try_status().map(|s| (o.name().to_string(), s)))
+    {
+        bail!(
+            "{name} exited ({status}) with {done} of {n} objects done:\n{}",
+            tails(operators)
+        );
+    }
+    Ok(())
+}
+
+pub(super) async fn measure_on(
+    system: System,
+    command: &[String],
+    cluster: &Cluster,
+    root: &Path,
+    plan: &Plan,
+) -> Result<Measured> {
+    let (client, api, server_bytes_per_object) = prepare(cluster, root, plan.n).await?;
+    let (_, rv) = list_fields(&api).await?;
+    control(&client, "DELETE", "requests").await?;
+    let (tx, mut progress) = tokio::sync::watch::channel(Progress::default());
+    let watcher = tokio::spawn(watch_progress(api.clone(), rv, tx));
+
+    // Burst: the clock starts with the processes, as for every system (start-up included).
+    let replicas = system.replicas();
+    let server = server_pid(cluster)?;
+    let server_cpu_before = process_usage(server).0;
+    let mut operators = start(system, command, cluster)?;
     let t0 = Instant::now();
     let deadline = t0 + plan.burst_timeout;
     let mut burst_seconds = None;
@@ -140,16 +199,7 @@ pub(super) async fn measure_on(
         if burst_seconds.is_some() && (replicas == 1 || sharing.is_some()) {
             break;
         }
-        if let Some((name, status)) = operators
-            .iter_mut()
-            .find_map(|o| o.try_status().map(|s| (o.name().to_string(), s)))
-        {
-            bail!(
-                "{name} exited ({status}) with {done} of {} objects done:\n{}",
-                plan.n,
-                tails(&operators)
-            );
-        }
+        alive(&mut operators, done, plan.n)?;
         if Instant::now() > deadline {
             bail!(
                 "{done} of {} objects done after {:?}{}: the system misses objects\n{}",
@@ -175,80 +225,42 @@ pub(super) async fn measure_on(
     // Writes still in flight for the last objects (e.g. a diff-base after the status).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let cpu: Vec<f64> = operators.iter().map(|o| process_usage(o.pid()).0).collect();
+    let server_cpu = process_usage(server).0 - server_cpu_before;
     let burst = requests(&client).await?;
+    let operators_cpu: f64 = cpu.iter().sum();
     let mut measured = Measured {
         system: system.name(),
         n: plan.n,
         burst_seconds,
         burst_requests_per_object: per_endpoint(&burst, plan.n),
-        burst_cpu_seconds: cpu.iter().sum(),
+        burst_cpu_seconds: operators_cpu,
         replicas,
         burst_cpu_per_replica: if replicas > 1 { cpu } else { Vec::new() },
         sharing_seconds: sharing.map(|(s, _)| s),
         done_at_sharing: sharing.map_or(0, |(_, d)| d),
+        server_burst_cpu_seconds: server_cpu,
+        server_cpu_share: server_cpu / (server_cpu + operators_cpu).max(1e-9),
+        server_bytes_per_object,
         ..Default::default()
     };
+    drop(burst);
 
-    // Churn.
+    // Churn: random objects at a fixed rate.
     control(&client, "DELETE", "requests").await?;
     let total = (plan.churn_rate * plan.churn_seconds as f64) as usize;
-    let interval = Duration::from_secs_f64(1.0 / plan.churn_rate.max(0.001));
-    let mut last: HashMap<String, String> = HashMap::new();
-    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut ticker = tokio::time::interval(interval);
-    let mut writes = Vec::new();
-    for k in 0..total {
-        ticker.tick().await;
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let name = format!("bench-{:05}", rng as usize % plan.n);
-        let field = format!("churn-{k}");
-        last.insert(name.clone(), field.clone());
-        let api = api.clone();
-        writes.push(tokio::spawn(async move {
-            let patch = json!({"spec": {"field": field}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-        }));
+    let mut churn = Churn::new(plan.churn_rate);
+    for _ in 0..total {
+        churn.tick().await;
+        let name = object_name(churn.pick(plan.n));
+        churn.send(&api, name);
     }
-    for w in writes {
-        w.await?.context("a churn write")?;
-    }
-    // Two writes to one object can land in the other order than they were issued (each is
-    // its own task): what must be handled is each object's spec as it ended up.
-    let listed = api
-        .list(&Default::default())
-        .await
-        .context("listing the objects after the churn")?;
-    for o in listed.items {
-        if let (Some(name), Some(field)) =
-            (o.metadata.name.as_ref(), o.data["spec"]["field"].as_str())
-            && let Some(expected) = last.get_mut(name)
-        {
-            *expected = field.to_string();
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let missing = last
-            .iter()
-            .filter(|(name, field)| progress.borrow().fields.get(*name) != Some(*field))
-            .count();
-        if missing == 0 {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("{missing} updated objects never got their update handled");
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(200), progress.changed()).await;
-    }
+    churn.finish(&api, &mut progress).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let churn = requests(&client).await?;
+    let records = requests(&client).await?;
     measured.churn_updates = total;
-    measured.churn_requests_per_update = per_endpoint(&churn, total);
-    measured.churn_latency_ms = latencies(&churn);
+    measured.churn_requests_per_update = per_endpoint(&records, total);
+    measured.churn_latency_ms = latencies(&records);
+    drop(records);
 
     // Idle.
     control(&client, "DELETE", "requests").await?;
@@ -266,13 +278,158 @@ pub(super) async fn measure_on(
         .filter(|r| r.by_operator())
         .count();
     watcher.abort();
-    for operator in &mut operators {
+    stop(&mut operators).await?;
+    Ok(measured)
+}
+
+async fn stop(operators: &mut [OperatorRunner]) -> Result<()> {
+    for operator in operators {
         let status = operator.stop(Duration::from_secs(30)).await?;
         if !status.success() {
             println!("   note: {} exited with {status}", operator.name());
         }
     }
-    Ok(measured)
+    Ok(())
+}
+
+/// "Churn during burst": N objects exist, the operator starts, and at once the driver
+/// patches random objects among those already handled, at the churn rate, until every
+/// object has its status. Latency as in the churn scenario.
+async fn during_burst(
+    system: System,
+    command: &[String],
+    cluster: &Cluster,
+    root: &Path,
+    plan: &Plan,
+) -> Result<During> {
+    let (client, api, _) = prepare(cluster, root, plan.n).await?;
+    let (_, rv) = list_fields(&api).await?;
+    control(&client, "DELETE", "requests").await?;
+    let (tx, mut progress) = tokio::sync::watch::channel(Progress::default());
+    let watcher = tokio::spawn(watch_progress(api.clone(), rv, tx));
+    let mut operators = start(system, command, cluster)?;
+    let t0 = Instant::now();
+    let deadline = t0 + plan.burst_timeout;
+    let mut churn = Churn::new(plan.churn_rate);
+    let mut updates = 0;
+    let burst_seconds = loop {
+        churn.tick().await;
+        let (done, picked) = {
+            let p = progress.borrow_and_update();
+            let picked = (!p.order.is_empty()).then(|| p.order[churn.pick(p.order.len())].clone());
+            (p.created.len(), picked)
+        };
+        if done >= plan.n {
+            break t0.elapsed().as_secs_f64();
+        }
+        if let Some(name) = picked {
+            churn.send(&api, name);
+            updates += 1;
+        }
+        alive(&mut operators, done, plan.n)?;
+        if Instant::now() > deadline {
+            bail!(
+                "{done} of {} objects done after {:?} under churn\n{}",
+                plan.n,
+                plan.burst_timeout,
+                tails(&operators)
+            );
+        }
+    };
+    churn.finish(&api, &mut progress).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let records = requests(&client).await?;
+    watcher.abort();
+    stop(&mut operators).await?;
+    Ok(During {
+        burst_seconds,
+        updates,
+        latency_ms: latencies(&records),
+        requests_per_object: per_endpoint(&records, plan.n),
+    })
+}
+
+/// The churn driver: spec PATCHes at a fixed rate, each its own task.
+struct Churn {
+    ticker: tokio::time::Interval,
+    rng: u64,
+    sent: usize,
+    last: HashMap<String, String>,
+    writes: Vec<tokio::task::JoinHandle<kube::Result<()>>>,
+}
+
+impl Churn {
+    fn new(rate: f64) -> Churn {
+        let interval = Duration::from_secs_f64(1.0 / rate.max(0.001));
+        Churn {
+            ticker: tokio::time::interval(interval),
+            rng: 0x9e37_79b9_7f4a_7c15,
+            sent: 0,
+            last: HashMap::new(),
+            writes: Vec::new(),
+        }
+    }
+
+    async fn tick(&mut self) {
+        self.ticker.tick().await;
+    }
+
+    /// A pseudo-random index below `len` (xorshift; the same sequence every run).
+    fn pick(&mut self, len: usize) -> usize {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng as usize % len.max(1)
+    }
+
+    fn send(&mut self, api: &Api<DynamicObject>, name: String) {
+        let field = format!("churn-{}", self.sent);
+        self.sent += 1;
+        self.last.insert(name.clone(), field.clone());
+        let api = api.clone();
+        self.writes.push(tokio::spawn(async move {
+            let patch = json!({"spec": {"field": field}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+        }));
+    }
+
+    /// Waits for the writes, then until each updated object's final spec is handled.
+    async fn finish(
+        mut self,
+        api: &Api<DynamicObject>,
+        progress: &mut tokio::sync::watch::Receiver<Progress>,
+    ) -> Result<()> {
+        for w in self.writes.drain(..) {
+            w.await?.context("a churn write")?;
+        }
+        // Two writes to one object can land in the other order than they were issued (each
+        // is its own task): what must be handled is each object's spec as it ended up.
+        let (listed, _) = list_fields(api)
+            .await
+            .context("listing the objects after the churn")?;
+        for (name, field) in listed {
+            if let (Some(field), Some(expected)) = (field, self.last.get_mut(&name)) {
+                *expected = field;
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let missing = self
+                .last
+                .iter()
+                .filter(|(name, field)| progress.borrow().fields.get(*name) != Some(*field))
+                .count();
+            if missing == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{missing} updated objects never got their update handled");
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), progress.changed()).await;
+        }
+    }
 }
 
 /// Whether a sharded replica's last `Serving shards {..} of N.` line names exactly one range.
@@ -295,48 +452,4 @@ fn tails(operators: &[OperatorRunner]) -> String {
         .map(|o| format!("-- {}:\n{}", o.name(), o.tail(20)))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-pub(super) async fn watch_progress(
-    api: Api<DynamicObject>,
-    mut rv: String,
-    tx: tokio::sync::watch::Sender<Progress>,
-) -> Result<()> {
-    loop {
-        let mut stream = api
-            .watch(&WatchParams::default().timeout(290), &rv)
-            .await?
-            .boxed();
-        while let Some(event) = stream.try_next().await? {
-            let obj = match event {
-                WatchEvent::Added(o) | WatchEvent::Modified(o) => o,
-                WatchEvent::Bookmark(b) => {
-                    rv = b.metadata.resource_version;
-                    continue;
-                }
-                WatchEvent::Deleted(_) => continue,
-                WatchEvent::Error(e) => bail!("the progress watch failed: {e:?}"),
-            };
-            if let Some(v) = obj.metadata.resource_version.clone() {
-                rv = v;
-            }
-            let Some(name) = obj.metadata.name.clone() else {
-                continue;
-            };
-            let status = &obj.data["status"];
-            tx.send_if_modified(|p| {
-                let mut changed = false;
-                if status["create_fn"]["message"].is_string() {
-                    changed |= p.created.insert(name.clone());
-                }
-                if let Some(field) = status["update_fn"]["field"].as_str()
-                    && p.fields.get(&name).map(String::as_str) != Some(field)
-                {
-                    p.fields.insert(name.clone(), field.to_string());
-                    changed = true;
-                }
-                changed
-            });
-        }
-    }
 }

@@ -10,6 +10,9 @@ pub(super) const DRIVER: &str = "kopf-bench-driver";
 pub enum System {
     /// kopf-rs: the `minimal` example.
     KopfRs,
+    /// kopf-rs: the `minimal` example with `--diff-base-storage status` (the diff-base in
+    /// `status.kopf`: one /status PATCH per created object).
+    KopfRsStatus,
     /// kopf-rs: the `minimal` example's job plus a delete handler (the finalizer's cost).
     KopfRsDelete,
     /// kopf-rs: the kube-rs system's job as a level-based reconcile (`Operator::reconcile`).
@@ -34,6 +37,7 @@ impl System {
     pub(super) fn name(self) -> &'static str {
         match self {
             System::KopfRs => "kopf-rs",
+            System::KopfRsStatus => "kopf-rs-status",
             System::KopfRsDelete => "kopf-rs-delete",
             System::KopfRsReconcile => "kopf-rs-reconcile",
             System::KopfRsSharded2 => "kopf-rs-sharded-2",
@@ -55,6 +59,8 @@ impl System {
     }
 }
 
+/// One scale of a run: the objects and the churn at that size.
+#[derive(Debug, Clone)]
 pub(super) struct Plan {
     pub(super) n: usize,
     pub(super) churn_rate: f64,
@@ -87,4 +93,56 @@ pub(super) struct Measured {
     pub(super) churn_requests_per_update: BTreeMap<String, f64>,
     pub(super) idle_rss_mb: f64,
     pub(super) idle_requests: usize,
+    /// The fake API server's own CPU seconds from the operator's start to the burst's end
+    /// (one second after), and its share of (operators + server) in that time.
+    pub(super) server_burst_cpu_seconds: f64,
+    pub(super) server_cpu_share: f64,
+    /// The server's RSS growth while the harness created the N objects, per object.
+    pub(super) server_bytes_per_object: f64,
+    /// "churn during burst", on a fresh server: the burst under churn, and the updates sent
+    /// to already handled objects while the burst ran.
+    pub(super) during: Option<During>,
+}
+
+/// The "churn during burst" scenario of one system.
+#[derive(Debug, Default, serde::Serialize)]
+pub(super) struct During {
+    pub(super) burst_seconds: f64,
+    pub(super) updates: usize,
+    pub(super) latency_ms: BTreeMap<&'static str, f64>,
+    /// Operator requests over the whole scenario (creations and updates) per object.
+    pub(super) requests_per_object: BTreeMap<String, f64>,
+}
+
+/// A system left out at one scale, and why.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct Skipped {
+    pub(super) system: &'static str,
+    pub(super) n: usize,
+    pub(super) reason: String,
+}
+
+/// The fake API server alone at one scale: no operator.
+#[derive(Debug, Default, serde::Serialize)]
+pub(super) struct ServerAlone {
+    pub(super) n: usize,
+    /// Merge PATCHes of `/status`, `concurrency` in flight, from a release-built client.
+    pub(super) status_writes_per_second: f64,
+    pub(super) concurrency: usize,
+    /// The server's CPU seconds during those writes.
+    pub(super) server_cpu_seconds: f64,
+    /// (RSS after creating the N objects − RSS at start) ÷ N.
+    pub(super) bytes_per_object: f64,
+    pub(super) creates_per_second: f64,
+}
+
+/// Everything at one scale.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct Scale {
+    pub(super) n: usize,
+    pub(super) churn_rate: f64,
+    pub(super) churn_seconds: u64,
+    pub(super) results: Vec<Measured>,
+    pub(super) skipped: Vec<Skipped>,
+    pub(super) server: Option<ServerAlone>,
 }

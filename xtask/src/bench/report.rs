@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{Measured, Plan};
+use super::chart::times;
+use super::model::{Measured, Scale};
 
 pub(super) fn ratio(a: f64, b: f64) -> String {
     if a.is_finite() && b.is_finite() && b > 0.0 {
@@ -21,25 +22,66 @@ pub(super) fn requests_text(per: &BTreeMap<String, f64>) -> String {
     writes.join("<br>")
 }
 
-/// The Markdown report: one table per scenario, then the ratios.
-pub(super) fn report(results: &[Measured], machine: &str, plan: &Plan) -> String {
-    let mut md = format!(
-        "Machine: {machine}\n\nN = {} objects; churn: {} updates/s for {} s.\n\n",
-        plan.n, plan.churn_rate, plan.churn_seconds
-    );
-    md.push_str("### burst\n\n| system | seconds | objects/s | requests per object | CPU s | peak RSS MB (whole run) |\n|---|---|---|---|---|---|\n");
+/// The Markdown report: per scale one table per scenario and the ratios, then the growth
+/// from scale to scale, the bytes per idle object and the fake API server alone.
+pub(super) fn report(scales: &[Scale], machine: &str) -> String {
+    let mut md = format!("Machine: {machine}\n\n");
+    for scale in scales {
+        scale_report(&mut md, scale);
+    }
+    super::chart::growth(&mut md, scales);
+    super::chart::bytes_per_idle_object_table(&mut md, scales);
+    server_table(&mut md, scales);
+    md
+}
+
+/// The "fake API server" section: the server alone at each scale.
+fn server_table(md: &mut String, scales: &[Scale]) {
+    let rows: Vec<_> = scales.iter().filter_map(|s| s.server.as_ref()).collect();
+    if rows.is_empty() {
+        return;
+    }
+    md.push_str("\n## fake API server\n\nThe server alone, no operator: the harness creates the N objects (32 in flight), then a release-built client (`status-writer`) sends N merge PATCHes of `/status`, 64 in flight. Bytes per stored object: (server RSS after the creations − RSS before) ÷ N.\n\n| N | creates/s | status writes/s | server CPU s (writes) | bytes per stored object |\n|---|---|---|---|---|\n");
+    for r in rows {
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.2} | {:.0} |\n",
+            r.n,
+            r.creates_per_second,
+            r.status_writes_per_second,
+            r.server_cpu_seconds,
+            r.bytes_per_object
+        ));
+    }
+}
+
+/// One scale's tables.
+fn scale_report(md: &mut String, scale: &Scale) {
+    let results = &scale.results;
+    md.push_str(&format!(
+        "## N = {}\n\nChurn: {} updates/s for {} s.\n\n",
+        scale.n, scale.churn_rate, scale.churn_seconds
+    ));
+    for s in &scale.skipped {
+        md.push_str(&format!("- `{}` skipped: {}\n", s.system, s.reason));
+    }
+    if !scale.skipped.is_empty() {
+        md.push('\n');
+    }
+    md.push_str("### burst\n\n| system | seconds | objects/s | requests per object | CPU s | peak RSS MB (whole run) | server CPU s | server share of CPU |\n|---|---|---|---|---|---|---|---|\n");
     for m in results {
         md.push_str(&format!(
-            "| {} | {:.2} | {:.0} | {} | {:.2} | {:.1} |\n",
+            "| {} | {:.2} | {:.0} | {} | {:.2} | {:.1} | {:.2} | {:.0}% |\n",
             m.system,
             m.burst_seconds,
             m.n as f64 / m.burst_seconds,
             requests_text(&m.burst_requests_per_object),
             m.burst_cpu_seconds,
-            m.peak_rss_mb
+            m.peak_rss_mb,
+            m.server_burst_cpu_seconds,
+            m.server_cpu_share * 100.0
         ));
     }
-    sharded(&mut md, results);
+    sharded(md, results);
     md.push_str("\n### churn\n\n| system | updates | p50 ms | p99 ms | max ms | requests per update |\n|---|---|---|---|---|---|\n");
     for m in results {
         let l = |k: &str| m.churn_latency_ms.get(k).copied().unwrap_or(f64::NAN);
@@ -53,6 +95,7 @@ pub(super) fn report(results: &[Measured], machine: &str, plan: &Plan) -> String
             requests_text(&m.churn_requests_per_update)
         ));
     }
+    during(md, results);
     md.push_str(
         "\n### idle\n\n| system | RSS MB (all processes) | requests in 5 s |\n|---|---|---|\n",
     );
@@ -77,7 +120,48 @@ pub(super) fn report(results: &[Measured], machine: &str, plan: &Plan) -> String
         }
         md.push_str("\nThroughput ×: kopf-rs objects/s divided by theirs (above 1: kopf-rs is faster). RSS × and p99 ×: kopf-rs divided by theirs (below 1: kopf-rs uses less, waits less).\n");
     }
-    md
+    during_ratios(md, results);
+    md.push('\n');
+}
+
+fn p99(latency: &BTreeMap<&'static str, f64>) -> f64 {
+    latency.get("p99").copied().unwrap_or(f64::NAN)
+}
+
+/// The "churn during burst" table.
+fn during(md: &mut String, results: &[Measured]) {
+    md.push_str("\n### churn during burst\n\nA fresh server with the N objects; the operator starts and at once the driver patches random objects among those already handled, at the churn rate, until the burst is done.\n\n| system | burst s (under churn) | updates | p50 ms | p99 ms | max ms | requests per object (burst and updates) |\n|---|---|---|---|---|---|---|\n");
+    for m in results {
+        let Some(d) = &m.during else { continue };
+        let l = |k: &str| d.latency_ms.get(k).copied().unwrap_or(f64::NAN);
+        md.push_str(&format!(
+            "| {} | {:.2} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
+            m.system,
+            d.burst_seconds,
+            d.updates,
+            l("p50"),
+            l("p99"),
+            l("max"),
+            requests_text(&d.requests_per_object)
+        ));
+    }
+}
+
+/// p99 of the churn during the burst ÷ p99 of the plain churn, per system (target for
+/// kopf-rs: at most 2×).
+fn during_ratios(md: &mut String, results: &[Measured]) {
+    md.push_str("\n### churn p99 during the burst against plain churn\n\n| system | p99 during burst ÷ p99 plain churn | target (kopf-rs: ≤ 2×) |\n|---|---|---|\n");
+    for m in results {
+        let Some(d) = &m.during else { continue };
+        let r = p99(&d.latency_ms) / p99(&m.churn_latency_ms);
+        let verdict = match (m.system, r.is_finite()) {
+            (_, false) => "n/a",
+            ("kopf-rs", true) if r <= 2.0 => "met",
+            ("kopf-rs", true) => "missed",
+            _ => "",
+        };
+        md.push_str(&format!("| {} | {} | {verdict} |\n", m.system, times(r)));
+    }
 }
 
 /// The sharded systems (several processes): per replica, the start-up sharing, and the
