@@ -21,6 +21,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+use crate::backlog::{Backlog, STARTED_AHEAD};
 use crate::outage::{FailureLog, WatchBackoff};
 use crate::pause::{self, AfterPause};
 use crate::raw::RawObject;
@@ -30,12 +31,6 @@ use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, api_for, rv};
 use crate::stream::WatchStream;
 use crate::uid::Uid;
 use crate::{NamespaceSelector, ResourceRef, WatchError};
-
-/// Listed objects waiting for a place, beyond which the engine reads no more of a listing.
-const LISTED_BACKLOG: usize = crate::lanes::DEFAULT_CAPACITY;
-
-/// The longest a listing is read only as fast as its objects are processed.
-const LISTING_HELD_BACK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Per-resource processing.
 pub struct Engine {
@@ -286,10 +281,8 @@ impl Engine {
         // The uids of the listing in progress: objects missing from a relist went away while
         // the watch was down (no DELETED event will come for them).
         let mut listing: Option<HashSet<Uid>> = None;
-        // When the listing in progress started: its objects are read only as fast as they
-        // are processed (a bounded backlog, not every body of the listing at once), for at
-        // most LISTING_HELD_BACK (a paginated list's continue token expires).
-        let mut listing_since: Option<std::time::Instant> = None;
+        // Listed objects that cannot start yet, compact (see `backlog`).
+        let mut backlog = Backlog::default();
         let mut tasks = tokio::task::JoinSet::new();
         // While standing by (leader election: another replica leads): the latest body of
         // every object, from the open watch stream, processed when the gate opens.
@@ -311,7 +304,7 @@ impl Engine {
                     Self::dispatch(
                         &shared,
                         &mut workers,
-                        &mut tasks,
+                        (&mut tasks, &mut backlog),
                         uid,
                         body,
                         EventKind::Listed,
@@ -326,6 +319,7 @@ impl Engine {
                 // listing, whose objects are held, not processed (the workers' states are
                 // gone with them).
                 shared.end_workers(&mut workers, &mut known_before_pause);
+                backlog.clear();
                 tokio::select! {
                     _ = &mut shutdown => break,
                     _ = async { while tasks.join_next().await.is_some() {} } => {}
@@ -351,6 +345,7 @@ impl Engine {
                 // Each worker ends (its pending state dropped, its daemons and timers stopped
                 // with "operator pausing"); the listing after the pause brings them back.
                 shared.end_workers(&mut workers, &mut known_before_pause);
+                backlog.clear();
                 let after = pause::wait_paused(
                     &mut gate,
                     &mut tasks,
@@ -374,9 +369,7 @@ impl Engine {
                 continue;
             }
             let standing_by = standby.is_some();
-            let held_back = !standing_by
-                && listing_since.is_some_and(|t| t.elapsed() < LISTING_HELD_BACK)
-                && shared.lanes.listed_waiting() >= LISTED_BACKLOG;
+            Self::feed(&shared, &mut workers, &mut tasks, &mut backlog);
             let item = tokio::select! {
                 _ = &mut shutdown => break,
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
@@ -388,12 +381,27 @@ impl Engine {
                 _ = pause::gate_moved(&mut gate, standing_by) => continue,
                 live = shard::changed(&mut observer) => {
                     let before = workers.len();
-                    let added = match (live, &observer, scope_now.as_mut()) {
-                        (true, Some(o), Some(now)) => {
-                            shard::adopt(o, now, &mut workers, standby.as_mut()).await
+                    let mut added = false;
+                    if let (true, Some(o), Some(now)) = (live, &observer, scope_now.as_mut()) {
+                        let handover = shard::adopt(o, now, &mut workers, standby.as_mut());
+                        // The workers of the objects given up end; the others go on (a
+                        // worker that retired meanwhile holds its channel until joined).
+                        {
+                            let mut ended = std::pin::pin!(handover.ended());
+                            loop {
+                                tokio::select! {
+                                    _ = &mut ended => break,
+                                    Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                                        if let Ok(e) = joined {
+                                            Self::ended(&shared, &mut workers, &mut tasks, e);
+                                        }
+                                    }
+                                }
+                            }
                         }
-                        _ => false,
-                    };
+                        added = handover.added;
+                        handover.acknowledge(o, now);
+                    }
                     for _ in workers.len()..before {
                         shared.untracked();
                     }
@@ -415,8 +423,8 @@ impl Engine {
                     }
                     continue;
                 }
-                _ = shared.lanes.listed_moved(), if held_back => continue,
-                item = stream.next(), if !held_back => item,
+                _ = shared.lanes.listed_moved(), if !backlog.is_empty() => continue,
+                item = stream.next() => item,
             };
             let Some(item) = item else {
                 if let Some(m) = &metrics {
@@ -448,12 +456,10 @@ impl Engine {
                 Ok(watcher::Event::Delete(o)) => (o, EventKind::Deleted),
                 Ok(watcher::Event::Init) => {
                     listing = Some(HashSet::new());
-                    listing_since = Some(std::time::Instant::now());
                     continue;
                 }
                 Ok(watcher::Event::InitDone) => {
                     listed_once = true;
-                    listing_since = None;
                     if let Some(seen) = listing.take() {
                         let vanished: Vec<String> = workers
                             .keys()
@@ -551,7 +557,15 @@ impl Engine {
                 }
                 continue;
             }
-            Self::dispatch(&shared, &mut workers, &mut tasks, uid, body, kind).await;
+            Self::dispatch(
+                &shared,
+                &mut workers,
+                (&mut tasks, &mut backlog),
+                uid,
+                body,
+                kind,
+            )
+            .await;
         }
         // Workers end when their channel closes: each stops its daemons and timers (staged,
         // within their cancellation settings) before it ends.
@@ -564,11 +578,12 @@ impl Engine {
     }
 
     /// Hands an object's event to its worker (raw-event handlers see it first), starting
-    /// a worker when the object has none running.
+    /// a worker when the object has none running (a listed object beyond the places, later:
+    /// it waits in the backlog).
     async fn dispatch(
         shared: &Arc<WorkerShared>,
         workers: &mut HashMap<Uid, Slot>,
-        tasks: &mut tokio::task::JoinSet<Ended>,
+        (tasks, backlog): (&mut tokio::task::JoinSet<Ended>, &mut Backlog),
         uid: String,
         body: Arc<serde_json::Value>,
         kind: EventKind,
@@ -581,6 +596,13 @@ impl Engine {
             shared.tracked();
             Slot::default()
         });
+        if backlog.forget(&uid) {
+            // A newer state replaces a waiting listed one, which stays listed (its resume
+            // handlers are still due).
+            let mut resume = slot.resume.take().map(|r| *r).unwrap_or_default();
+            resume.listed = true;
+            slot.resume = resume.boxed();
+        }
         if let Some(live) = &slot.live {
             // Counted before it is sent: the worker (maybe on another thread) may pick it
             // at once, and its `picked` must see the flag, or the gauge stays up forever.
@@ -614,6 +636,22 @@ impl Engine {
                 return;
             }
         }
+        if kind == EventKind::Listed && shared.lanes.listed_waiting() >= STARTED_AHEAD {
+            backlog.push(&uid, &observed.body);
+            return;
+        }
+        Self::start(shared, slot, tasks, uid, observed);
+    }
+
+    /// Starts a worker for an object that has none.
+    fn start(
+        shared: &Arc<WorkerShared>,
+        slot: &mut Slot,
+        tasks: &mut tokio::task::JoinSet<Ended>,
+        uid: String,
+        observed: Observed,
+    ) {
+        let listed = observed.event == EventKind::Listed;
         let (tx, rx) = watch::channel(Some(observed));
         let pending = Arc::new(std::sync::atomic::AtomicBool::new(false));
         shared.queued(&pending);
@@ -628,7 +666,38 @@ impl Engine {
         });
         let resume = slot.resume.take();
         let shared = shared.clone();
-        tasks.spawn(async move { shared.work(uid, rx, pending, kick, resume).await });
+        if listed {
+            shared.lanes.arriving();
+        }
+        tasks.spawn(async move {
+            if listed {
+                shared.lanes.arrived();
+            }
+            shared.work(uid, rx, pending, kick, resume).await
+        });
+    }
+
+    /// Starts the backlog's next objects while the listed ones ahead are few.
+    fn feed(
+        shared: &Arc<WorkerShared>,
+        workers: &mut HashMap<Uid, Slot>,
+        tasks: &mut tokio::task::JoinSet<Ended>,
+        backlog: &mut Backlog,
+    ) {
+        while !backlog.is_empty() && shared.lanes.listed_waiting() < STARTED_AHEAD {
+            let Some((uid, body)) = backlog.pop() else {
+                break;
+            };
+            // Gone meanwhile (a relist without it, another replica's range), or running.
+            let Some(slot) = workers.get_mut(uid.as_str()).filter(|s| s.live.is_none()) else {
+                continue;
+            };
+            let observed = Observed {
+                body,
+                event: EventKind::Listed,
+            };
+            Self::start(shared, slot, tasks, uid, observed);
+        }
     }
 
     /// A worker's task ended. Retired with nothing new for it: the object keeps only what

@@ -35,6 +35,8 @@ pub(crate) struct Lanes {
     moved: Notify,
     /// Every cycle counts, and waits (a worker limit); otherwise changed objects never wait.
     strict: bool,
+    /// Workers of listed objects started but not yet running (about to wait here).
+    arriving: std::sync::atomic::AtomicUsize,
 }
 
 struct State {
@@ -59,6 +61,7 @@ impl Lanes {
             }),
             moved: Notify::new(),
             strict: limit.is_some(),
+            arriving: Default::default(),
         })
     }
 
@@ -99,9 +102,24 @@ impl Lanes {
         rx.await.ok()
     }
 
-    /// Listed objects waiting for a place.
+    /// Listed objects waiting for a place, or about to.
     pub(crate) fn listed_waiting(&self) -> usize {
-        self.lock().listed.len()
+        self.lock().listed.len() + self.arriving.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A worker of a listed object is started (it will wait here soon).
+    pub(crate) fn arriving(&self) {
+        self.arriving
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// That worker runs (it waits here, or needed no place).
+    pub(crate) fn arrived(&self) {
+        let _ = self.arriving.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |n| n.checked_sub(1),
+        );
     }
 
     /// Waits until a listed object got its place (or one was ready before).

@@ -18,6 +18,7 @@
 //! ```
 
 mod apply;
+mod backlog;
 mod conditions;
 mod engine;
 mod events;

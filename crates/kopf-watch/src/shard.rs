@@ -67,15 +67,39 @@ fn encode(value: &str) -> String {
     out
 }
 
-/// Adopts a new scope: the workers of objects outside it end (their daemons and timers
-/// stopped), and once they have, the change is acknowledged. Returns whether ranges were
-/// added (then the watch must list again, with the new selector).
-pub(crate) async fn adopt(
+/// A new scope being adopted: the workers of objects outside it are told to end; once they
+/// have (the engine waits, joining its workers meanwhile), it is acknowledged.
+pub(crate) struct Handover {
+    /// Ranges were added (the watch must list again, with the new selector).
+    pub(crate) added: bool,
+    ending: Vec<tokio::sync::watch::Sender<Option<crate::shared::Observed>>>,
+    next: Scope,
+}
+
+impl Handover {
+    /// Until every ending worker has ended.
+    pub(crate) async fn ended(&self) {
+        for tx in &self.ending {
+            tx.closed().await;
+        }
+    }
+
+    /// Acknowledges the scope (the work on the objects given up has ended).
+    pub(crate) fn acknowledge(self, observer: &ScopeObserver, current: &mut Scope) {
+        tracing::debug!(epoch = self.next.epoch, ranges = ?self.next.held, "Shard scope adopted.");
+        observer.ack(self.next.epoch);
+        *current = self.next;
+    }
+}
+
+/// Adopts a new scope: the objects outside it leave (their workers are told to end, their
+/// daemons and timers stopped).
+pub(crate) fn adopt(
     observer: &ScopeObserver,
-    current: &mut Scope,
+    current: &Scope,
     workers: &mut HashMap<crate::uid::Uid, Slot>,
     held: Option<&mut HashMap<String, std::sync::Arc<serde_json::Value>>>,
-) -> bool {
+) -> Handover {
     let next = observer.scope();
     let added = next.held.difference(&current.held).next().is_some();
     let leaving: Vec<crate::uid::Uid> = workers
@@ -101,13 +125,11 @@ pub(crate) async fn adopt(
             ending.len()
         );
     }
-    for tx in &ending {
-        tx.closed().await;
+    Handover {
+        added,
+        ending,
+        next,
     }
-    tracing::debug!(epoch = next.epoch, ranges = ?next.held, "Shard scope adopted.");
-    observer.ack(next.epoch);
-    *current = next;
-    added
 }
 
 #[cfg(test)]

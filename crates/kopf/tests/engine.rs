@@ -669,3 +669,91 @@ async fn the_queue_gauge_returns_to_zero_when_everything_is_processed() {
     .await;
     running.stop().await;
 }
+
+/// A change made while a listing's objects are still being processed goes ahead of them:
+/// with a worker limit of 4, the changed object is the first in the queue, before the 64
+/// listed objects waiting there (and the rest of the listing, waiting in the backlog).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_during_a_listing_flood_goes_ahead_of_it() {
+    const LISTED: u32 = 300;
+    let server = server().await;
+    let api = kex_api(&server);
+    // Handled before: its start is a resume (no create handler), then a change.
+    let mut handled = obj("changed", json!({"field": "a"}));
+    handled.metadata.annotations = Some(
+        [(
+            "kopf.zalando.org/last-handled-configuration".to_string(),
+            "{\"spec\":{\"field\":\"a\"}}\n".to_string(),
+        )]
+        .into(),
+    );
+    api.create(&PostParams::default(), &handled)
+        .await
+        .expect("create");
+    for i in 0..LISTED {
+        api.create(
+            &PostParams::default(),
+            &obj(&format!("new-{i}"), json!({"field": "x"})),
+        )
+        .await
+        .expect("create");
+    }
+    let created = Arc::new(AtomicU32::new(0));
+    let at_update: Arc<Mutex<Option<u32>>> = Arc::default();
+    let op = {
+        let (created, at_update) = (created.clone(), at_update.clone());
+        let creating = created.clone();
+        Operator::new()
+            .worker_limit(4)
+            .on_create("kopfexamples", "create_fn", move || {
+                let created = creating.clone();
+                async move {
+                    // Slow enough that the listing's objects take many rounds of places.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    created.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, HandlerError>(())
+                }
+            })
+            .on_update("kopfexamples", "update_fn", move || {
+                let (created, at_update) = (created.clone(), at_update.clone());
+                async move {
+                    *at_update.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(created.load(Ordering::SeqCst));
+                    Ok::<_, HandlerError>(())
+                }
+            })
+    };
+    let running = Running::start(&server, op).await;
+    eventually("the first creations", async || {
+        created.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    api.patch(
+        "changed",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"field": "b"}})),
+    )
+    .await
+    .expect("patch");
+    eventually("the update handled", async || {
+        at_update
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    })
+    .await;
+    let done_before = at_update
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or(LISTED);
+    // Behind the listed objects waiting for places, it would have waited for 64 of them.
+    assert!(
+        done_before < 32,
+        "the update ran after {done_before} of {LISTED} creations"
+    );
+    eventually("every creation", async || {
+        created.load(Ordering::SeqCst) == LISTED
+    })
+    .await;
+    running.stop().await;
+}
