@@ -31,7 +31,7 @@ pub(crate) enum Lane {
 /// Places for cycles, handed out by priority.
 pub(crate) struct Lanes {
     state: Mutex<State>,
-    /// A listed object got its place (the engine reads the listing on).
+    /// A listed object got its place (the engine starts more from its backlog).
     moved: Notify,
     /// Every cycle counts, and waits (a worker limit); otherwise changed objects never wait.
     strict: bool,
