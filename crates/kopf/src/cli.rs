@@ -991,6 +991,8 @@ mod tests {
             "leader-election",
             "leader-election-namespace",
             "diff-base-storage",
+            "label-selector",
+            "field-selector",
             "progress-storage",
         ];
         for sub in Cli::command().get_subcommands() {
