@@ -122,7 +122,14 @@ impl WorkerShared {
     /// it, no condition is declared, no resume handler is due). Own writes coming back are
     /// such states: they are checked here, in the engine, without a task or a held body.
     pub(crate) fn settled(&self, event: EventKind, body: &Value, initial: bool) -> bool {
-        if event == EventKind::Deleted || initial || self.processor.conditions_spec().is_some() {
+        // Objects with daemons, timers or a reconcile keep their worker: it is where those
+        // run, so its first state always starts one.
+        if event == EventKind::Deleted
+            || initial
+            || self.processor.conditions_spec().is_some()
+            || !self.spawners.is_empty()
+            || self.reconcile.is_some()
+        {
             return false;
         }
         let persistence = self.processor.persistence();
