@@ -603,6 +603,11 @@ impl Engine {
             resume.listed = true;
             slot.resume = resume.boxed();
         }
+        if slot.live.as_ref().is_some_and(|l| l.tx.is_closed()) {
+            // Its worker is gone without retiring (ended for good, or its task failed):
+            // a new one takes this state.
+            slot.live = None;
+        }
         if let Some(live) = &slot.live {
             // Counted before it is sent: the worker (maybe on another thread) may pick it
             // at once, and its `picked` must see the flag, or the gauge stays up forever.
