@@ -2,6 +2,7 @@
 //! bounded history of changes that watches replay and consistent lists read from.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -271,30 +272,74 @@ impl Store {
             .collect()
     }
 
-    /// The state of one resource as it was at `rv`; None when history no longer reaches it.
-    pub fn list_at(
+    /// One page of a list, reading only what the page needs: the objects of a resource
+    /// (optionally within one namespace) after the key `after`, in key order, as they were
+    /// at `at` (now when `None`), that `keep` accepts, at most `limit` of them. An object
+    /// is parsed from its stored text only when `keep` or the page needs it, so a page of
+    /// 500 of 100,000 objects parses about 500, not 100,000; the state at `at` is the
+    /// current objects overlaid with what the history says they were then. None when the
+    /// history no longer reaches `at`. With `count_rest` (for a `keep` that accepts every
+    /// object), the objects after the page are counted, unparsed, into `remaining`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn list_page(
         &self,
         res: &ResKey,
         namespace: Option<&str>,
-        rv: u64,
-    ) -> Option<Vec<(ObjKey, Arc<Value>)>> {
-        if rv < self.compacted {
-            return None;
-        }
-        let mut map: BTreeMap<ObjKey, Arc<Value>> = self.list(res, namespace).into_iter().collect();
-        for change in self.history.iter().rev() {
-            if change.rv <= rv {
-                break;
+        at: Option<u64>,
+        after: Option<&ObjKey>,
+        limit: Option<usize>,
+        count_rest: bool,
+        mut keep: impl FnMut(&Value) -> bool,
+    ) -> Option<Page> {
+        let in_scope = |k: &ObjKey| namespace.is_none_or(|ns| k.0 == ns);
+        // What each key changed since `at` was at `at`: the `prev` of its earliest later change.
+        let mut then: BTreeMap<&ObjKey, Option<&Version>> = BTreeMap::new();
+        if let Some(rv) = at {
+            if rv < self.compacted {
+                return None;
             }
-            if &change.res != res || namespace.is_some_and(|ns| change.key.0 != ns) {
+            for change in self.history.iter().rev() {
+                if change.rv <= rv {
+                    break;
+                }
+                if &change.res == res && in_scope(&change.key) {
+                    then.insert(&change.key, change.prev.as_ref());
+                }
+            }
+        }
+        let lower = match (after, namespace) {
+            (Some(k), _) => Bound::Excluded(k.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let now = self
+            .objects
+            .get(res)
+            .into_iter()
+            .flat_map(|m| m.range((lower.clone(), Bound::Unbounded)))
+            .take_while(|(k, _)| in_scope(k))
+            .map(|(k, e)| (k, Seen::Now(e)));
+        let past = then
+            .range::<ObjKey, _>((lower.as_ref(), Bound::Unbounded))
+            .map(|(k, v)| (*k, v.map_or(Seen::Absent, Seen::Then)));
+        let mut page = Page::default();
+        let mut merged = merge_keyed(now, past);
+        for (key, seen) in merged.by_ref() {
+            let Some(obj) = seen.value() else { continue };
+            if !keep(&obj) {
                 continue;
             }
-            match &change.prev {
-                Some(prev) => map.insert(change.key.clone(), Arc::new(prev.value())),
-                None => map.remove(&change.key),
-            };
+            if limit.is_some_and(|l| page.items.len() >= l) {
+                page.next = page.items.last().map(|(k, _)| k.clone());
+                page.remaining = 1;
+                break;
+            }
+            page.items.push((key.clone(), obj));
         }
-        Some(map.into_iter().collect())
+        if count_rest && page.next.is_some() {
+            page.remaining += merged.filter(|(_, seen)| !matches!(seen, Seen::Absent)).count();
+        }
+        Some(page)
     }
 
     /// The retained changes after `rv` (for watch replay); None when history no longer reaches it.
@@ -430,6 +475,59 @@ impl Store {
     }
 }
 
+/// One page of a list (see [`Store::list_page`]).
+#[derive(Debug, Default)]
+pub struct Page {
+    /// The objects of the page, in key order.
+    pub items: Vec<(ObjKey, Arc<Value>)>,
+    /// The key to continue after, when an accepted object follows the page.
+    pub next: Option<ObjKey>,
+    /// How many objects follow the page: counted with `count_rest`, else 1 when one does.
+    pub remaining: usize,
+}
+
+/// An object as a list page sees it: stored now, as the history says it was, or absent then.
+enum Seen<'a> {
+    Now(&'a Entry),
+    Then(&'a Version),
+    Absent,
+}
+
+impl Seen<'_> {
+    fn value(&self) -> Option<Arc<Value>> {
+        match self {
+            Seen::Now(e) => Some(e.value()),
+            Seen::Then(v) => Some(Arc::new(v.value())),
+            Seen::Absent => None,
+        }
+    }
+}
+
+/// Two key-ordered sequences merged into one; on equal keys the second wins.
+fn merge_keyed<'a>(
+    first: impl Iterator<Item = (&'a ObjKey, Seen<'a>)>,
+    second: impl Iterator<Item = (&'a ObjKey, Seen<'a>)>,
+) -> impl Iterator<Item = (&'a ObjKey, Seen<'a>)> {
+    let mut first = first.peekable();
+    let mut second = second.peekable();
+    std::iter::from_fn(move || {
+        let order = match (first.peek(), second.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some((a, _)), Some((b, _))) => a.cmp(b),
+        };
+        match order {
+            std::cmp::Ordering::Less => first.next(),
+            std::cmp::Ordering::Greater => second.next(),
+            std::cmp::Ordering::Equal => {
+                first.next();
+                second.next()
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,20 +543,58 @@ mod tests {
         json!({"metadata": {"name": n, "namespace": "default"}, "data": {"v": v}})
     }
 
+    fn at(s: &Store, rv: u64) -> Option<Vec<(ObjKey, Arc<Value>)>> {
+        s.list_page(&res(), None, Some(rv), None, None, false, |_| true)
+            .map(|p| p.items)
+    }
+
     #[test]
-    fn list_at_reconstructs_past_states() {
+    fn a_list_at_a_resource_version_reconstructs_the_past_state() {
         let mut s = Store::new(100, 10);
         s.put(&res(), &key("a"), cm("a", "1")); // 11
         s.put(&res(), &key("b"), cm("b", "1")); // 12
         s.put(&res(), &key("a"), cm("a", "2")); // 13
         s.remove(&res(), &key("b")); // 14
-        let at12 = s.list_at(&res(), None, 12).unwrap();
+        s.put(&res(), &key("c"), cm("c", "1")); // 15
+        let at12 = at(&s, 12).unwrap();
         assert_eq!(at12.len(), 2);
         assert_eq!(at12[0].1["data"]["v"], "1");
-        let at11 = s.list_at(&res(), None, 11).unwrap();
+        assert_eq!(at12[1].0, key("b"));
+        let at11 = at(&s, 11).unwrap();
         assert_eq!(at11.len(), 1);
-        assert_eq!(s.list_at(&res(), None, 14).unwrap().len(), 1);
-        assert!(s.list_at(&res(), None, 9).is_none());
+        assert_eq!(at(&s, 14).unwrap().len(), 1);
+        assert_eq!(at(&s, 15).unwrap().len(), 2);
+        assert!(at(&s, 9).is_none());
+    }
+
+    #[test]
+    fn pages_continue_after_a_key_count_the_rest_and_parse_only_what_they_keep() {
+        let mut s = Store::new(100, 0);
+        for n in ["a", "b", "c", "d", "e"] {
+            s.put(&res(), &key(n), cm(n, "1"));
+        }
+        let rv = s.rv();
+        s.remove(&res(), &key("d"));
+        s.put(&res(), &key("bb"), cm("bb", "1"));
+        let page = s
+            .list_page(&res(), None, Some(rv), Some(&key("a")), Some(2), true, |_| true)
+            .unwrap();
+        let names: Vec<&str> = page.items.iter().map(|(k, _)| k.1.as_str()).collect();
+        assert_eq!(names, ["b", "c"], "bb came after rv, d was still there");
+        assert_eq!(page.next, Some(key("c")));
+        assert_eq!(page.remaining, 2, "d and e");
+        let mut parsed = 0;
+        let page = s
+            .list_page(&res(), Some("default"), None, None, Some(1), false, |_| {
+                parsed += 1;
+                true
+            })
+            .unwrap();
+        assert_eq!((page.items.len(), page.remaining, parsed), (1, 1, 2));
+        let other = s
+            .list_page(&res(), Some("other"), None, None, None, true, |_| true)
+            .unwrap();
+        assert!(other.items.is_empty() && other.next.is_none());
     }
 
     #[test]

@@ -62,55 +62,39 @@ pub(super) async fn list(
     } else {
         (None, None)
     };
-    let (list_rv, items, conv) = {
+    let (list_rv, page, conv) = {
         let state = lock(&shared.state);
-        let (list_rv, items) = match at_rv {
-            Some(rv) => match state.store.list_at(&res, scope, rv) {
-                Some(items) => (rv, items),
-                None if cont.is_some() => {
-                    return Err(ApiError::expired(
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.",
-                    ));
-                }
-                None => {
-                    return Err(ApiError::expired(format!(
-                        "too old resource version: {rv} ({})",
-                        state.store.compacted()
-                    )));
-                }
-            },
-            None => (state.store.rv(), state.store.list(&res, scope)),
+        let list_rv = at_rv.unwrap_or_else(|| state.store.rv());
+        let page = state.store.list_page(
+            &res,
+            scope,
+            at_rv,
+            start.as_ref(),
+            limit,
+            sel.is_empty(),
+            |obj| sel.matches(obj),
+        );
+        let Some(page) = page else {
+            return Err(match (cont, at_rv) {
+                (Some(_), _) | (None, None) => ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.",
+                ),
+                (None, Some(rv)) => ApiError::expired(format!(
+                    "too old resource version: {rv} ({})",
+                    state.store.compacted()
+                )),
+            });
         };
         let conv = if def.is_custom() {
             CrdConversion::lookup_webhook(&state, def)
         } else {
             None
         };
-        (list_rv, items, conv)
+        (list_rv, page, conv)
     };
-    let mut out = Vec::new();
-    let mut next = None;
-    let mut remaining = 0usize;
-    for (key, obj) in items {
-        if let Some(start) = &start
-            && &key <= start
-        {
-            continue;
-        }
-        if !sel.matches(&obj) {
-            continue;
-        }
-        if let Some(limit) = limit
-            && out.len() >= limit
-        {
-            if next.is_none() {
-                next = out_last_key(&out);
-            }
-            remaining += 1;
-            continue;
-        }
-        out.push((key, obj));
-    }
+    let out = page.items;
+    let next = page.next;
+    let remaining = page.remaining;
     let mut metadata = json!({"resourceVersion": list_rv.to_string()});
     if let Some(shard) = &sel.shard {
         metadata["shardInfo"] = json!({"selector": shard.as_str()});
@@ -163,10 +147,6 @@ fn decode_continue(s: &str) -> ApiResult<ContinueToken> {
     serde_json::from_slice(&bytes).map_err(|_| {
         ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion")
     })
-}
-
-fn out_last_key(out: &[((String, String), Arc<Value>)]) -> Option<(String, String)> {
-    out.last().map(|(k, _)| k.clone())
 }
 
 /// Items of built-in lists carry no apiVersion/kind; custom resources keep them.
