@@ -337,7 +337,9 @@ impl Store {
             page.items.push((key.clone(), obj));
         }
         if count_rest && page.next.is_some() {
-            page.remaining += merged.filter(|(_, seen)| !matches!(seen, Seen::Absent)).count();
+            page.remaining += merged
+                .filter(|(_, seen)| !matches!(seen, Seen::Absent))
+                .count();
         }
         Some(page)
     }
@@ -577,7 +579,15 @@ mod tests {
         s.remove(&res(), &key("d"));
         s.put(&res(), &key("bb"), cm("bb", "1"));
         let page = s
-            .list_page(&res(), None, Some(rv), Some(&key("a")), Some(2), true, |_| true)
+            .list_page(
+                &res(),
+                None,
+                Some(rv),
+                Some(&key("a")),
+                Some(2),
+                true,
+                |_| true,
+            )
             .unwrap();
         let names: Vec<&str> = page.items.iter().map(|(k, _)| k.1.as_str()).collect();
         assert_eq!(names, ["b", "c"], "bb came after rv, d was still there");
