@@ -539,8 +539,15 @@ impl Engine {
                 // Another replica's range (a server that ignores shardSelector).
                 continue;
             }
-            if let Some(seen) = listing.as_mut() {
-                seen.insert(Uid::from(uid.as_str()));
+            if let Some(seen) = listing.as_mut()
+                && seen.insert(Uid::from(uid.as_str()))
+                && kind == EventKind::Modified
+                && standby.is_none()
+            {
+                // A change the early watch brought (see `early`) before the listing did: the
+                // object is one of the listing's (its resume handlers are due), though its
+                // change goes ahead of the listing in the changed objects' lane.
+                Self::mark_listed(&shared, &mut workers, &uid);
             }
             let body = obj.into_body(self.settings.keep_managed_fields);
             // Indexes see every event, in order, also while standing by.
@@ -646,6 +653,19 @@ impl Engine {
             return;
         }
         Self::start(shared, slot, tasks, uid, observed);
+    }
+
+    /// Marks an object as listed (its resume handlers due) before its first state.
+    fn mark_listed(shared: &Arc<WorkerShared>, workers: &mut HashMap<Uid, Slot>, uid: &str) {
+        let slot = workers.entry(Uid::from(uid)).or_insert_with(|| {
+            shared.tracked();
+            Slot::default()
+        });
+        if slot.live.is_none() {
+            let mut resume = slot.resume.take().map(|r| *r).unwrap_or_default();
+            resume.listed = true;
+            slot.resume = resume.boxed();
+        }
     }
 
     /// Starts a worker for an object that has none.

@@ -20,6 +20,7 @@
 mod apply;
 mod backlog;
 mod conditions;
+mod early;
 mod engine;
 mod events;
 mod lanes;

@@ -47,6 +47,11 @@ impl RawObject {
         self.meta.uid.as_deref()
     }
 
+    /// The object's resourceVersion, as a number (None when it is not one).
+    pub(crate) fn rv(&self) -> Option<u64> {
+        self.meta.resource_version.as_deref()?.parse().ok()
+    }
+
     /// The object's namespace.
     pub(crate) fn namespace(&self) -> Option<&str> {
         self.meta.namespace.as_deref()

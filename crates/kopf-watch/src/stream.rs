@@ -34,6 +34,7 @@ use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::watcher;
 use tokio::time::Instant;
 
+use crate::early::{self, EarlyWatch};
 use crate::narrowing;
 use crate::raw::RawObject;
 use crate::settings::Settings;
@@ -59,6 +60,8 @@ pub(crate) struct WatchStream {
     resource: String,
     idle: Duration,
     limit: Duration,
+    /// See [`Settings::early_changes_after`].
+    early_after: Option<Duration>,
 }
 
 impl WatchStream {
@@ -142,11 +145,31 @@ impl WatchStream {
             resource: resource.to_string(),
             idle: INITIAL_IDLE,
             limit: INITIAL_LIMIT,
+            early_after: settings.early_changes_after,
         })
     }
 
-    /// A new list+watch of `api` (a streaming list while the server has not refused one).
+    /// A new list+watch of `api` (a streaming list while the server has not refused one),
+    /// with the changes made during a long listing delivered ahead of it (see [`early`]).
     pub(crate) fn open(&self, api: &Api<RawObject>) -> EventStream {
+        let events = self.list_and_watch(api);
+        match self.early_after {
+            None => events,
+            Some(after) => early::changes_first(
+                events,
+                EarlyWatch {
+                    api: api.clone(),
+                    labels: self.config.label_selector.clone(),
+                    fields: self.config.field_selector.clone(),
+                    metadata: self.metadata.clone(),
+                    resource: self.resource.clone(),
+                },
+                after,
+            ),
+        }
+    }
+
+    fn list_and_watch(&self, api: &Api<RawObject>) -> EventStream {
         let plain = {
             let (api, config, metadata) = (api.clone(), self.config.clone(), self.metadata.clone());
             move || raw(&api, config.clone(), metadata.as_ref())
@@ -180,14 +203,8 @@ fn raw(
     let Some(ar) = metadata else {
         return watcher(api.clone(), config).boxed();
     };
-    let (api_version, kind) = (ar.api_version.clone(), ar.kind.clone());
-    let object = move |m: PartialObjectMeta<RawObject>| {
-        RawObject::from_body(serde_json::json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "metadata": m.metadata,
-        }))
-    };
+    let ar = ar.clone();
+    let object = move |m: PartialObjectMeta<RawObject>| metadata_object(m, &ar);
     // `metadata_watcher` is deprecated for `watcher` on an `Api<PartialObjectMeta<K>>`,
     // which needs a static `K`; this resource's type is only known at run time.
     #[allow(deprecated)]
@@ -203,6 +220,15 @@ fn raw(
             })
         })
         .boxed()
+}
+
+/// An object of `ar` made of an object's metadata (no spec, no status).
+pub(crate) fn metadata_object(m: PartialObjectMeta<RawObject>, ar: &ApiResource) -> RawObject {
+    RawObject::from_body(serde_json::json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "metadata": m.metadata,
+    }))
 }
 
 /// Where a streaming list is.

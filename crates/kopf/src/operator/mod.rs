@@ -245,6 +245,21 @@ impl Operator {
         self
     }
 
+    /// When a listing is still going after `after`, watch the changes made meanwhile
+    /// with a second watch and handle them ahead of the rest of the listing (default:
+    /// 250 ms; `None`: changes wait for the listing's end). It costs one list of one object
+    /// and one watch per listing that takes longer. See `docs/scale.md`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let op = kopf::Operator::new().early_changes_after(Some(Duration::from_secs(1)));
+    /// # drop(op);
+    /// ```
+    pub fn early_changes_after(mut self, after: Option<Duration>) -> Self {
+        self.settings.early_changes_after = after;
+        self
+    }
+
     /// List and watch only the objects with these labels, for every resource (`run -l`;
     /// the command line wins). Checked when the operator starts: an invalid selector stops
     /// it with an error that says what is wrong. See `docs/selectors.md`.
