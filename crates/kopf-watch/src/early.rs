@@ -38,8 +38,7 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::raw::RawObject;
-use crate::stream::EventStream;
+use crate::raw::{EventStream, RawObject};
 
 /// How to open the early watch: the listing's API, selectors and kind of objects.
 #[derive(Clone)]
@@ -267,7 +266,7 @@ fn metadata_event(
     e: WatchEvent<PartialObjectMeta<RawObject>>,
     ar: &ApiResource,
 ) -> WatchEvent<RawObject> {
-    let object = |m: PartialObjectMeta<RawObject>| crate::stream::metadata_object(m, ar);
+    let object = |m: PartialObjectMeta<RawObject>| crate::raw::metadata_object(m, ar);
     match e {
         WatchEvent::Added(m) => WatchEvent::Added(object(m)),
         WatchEvent::Modified(m) => WatchEvent::Modified(object(m)),

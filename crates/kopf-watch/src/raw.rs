@@ -120,6 +120,24 @@ impl Resource for RawObject {
     }
 }
 
+/// A stream of watch events, as the engine reads them.
+pub(crate) type EventStream = futures::stream::BoxStream<
+    'static,
+    Result<kube::runtime::watcher::Event<RawObject>, kube::runtime::watcher::Error>,
+>;
+
+/// An object of `ar` made of an object's metadata (no spec, no status).
+pub(crate) fn metadata_object(
+    m: kube::core::PartialObjectMeta<RawObject>,
+    ar: &ApiResource,
+) -> RawObject {
+    RawObject::from_body(serde_json::json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "metadata": m.metadata,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

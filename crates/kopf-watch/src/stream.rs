@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kopf_core::handler::HandlerSpec;
 use kube::api::Api;
@@ -36,12 +35,9 @@ use tokio::time::Instant;
 
 use crate::early::{self, EarlyWatch};
 use crate::narrowing;
-use crate::raw::RawObject;
+use crate::raw::{EventStream, RawObject, metadata_object};
 use crate::settings::Settings;
 use crate::{ResourceRef, WatchError};
-
-/// A stream of watch events, as the engine reads them.
-pub(crate) type EventStream = BoxStream<'static, Result<watcher::Event<RawObject>, watcher::Error>>;
 
 /// A streaming list that sends nothing for this long before its end is taken as a server
 /// that ignores `sendInitialEvents`.
@@ -220,15 +216,6 @@ fn raw(
             })
         })
         .boxed()
-}
-
-/// An object of `ar` made of an object's metadata (no spec, no status).
-pub(crate) fn metadata_object(m: PartialObjectMeta<RawObject>, ar: &ApiResource) -> RawObject {
-    RawObject::from_body(serde_json::json!({
-        "apiVersion": ar.api_version,
-        "kind": ar.kind,
-        "metadata": m.metadata,
-    }))
 }
 
 /// Where a streaming list is.
