@@ -1,7 +1,7 @@
 //! Changes seen during a long listing: a listing of many objects takes seconds (a minute
 //! at 100,000), and the watch that carries the changes made meanwhile only starts after
 //! it. When a listing is still going after [`Settings::early_changes_after`] (and has
-//! brought an object), a second watch opens, and the changes it brings go to the engine
+//! brought an object), or after [`EARLY_AFTER_OBJECTS`] objects, a second watch opens, and the changes it brings go to the engine
 //! at once, ahead of the rest of the listing; the engine gives them the changed objects'
 //! lane.
 //!
@@ -40,6 +40,10 @@ use tokio::time::Instant;
 
 use crate::raw::{EventStream, RawObject};
 
+/// A listing that has brought this many objects (a page of kube's paginated lists) and
+/// goes on is long: the early watch opens then, without waiting for the time threshold.
+pub(crate) const EARLY_AFTER_OBJECTS: usize = 500;
+
 /// How to open the early watch: the listing's API, selectors and kind of objects.
 #[derive(Clone)]
 pub(crate) struct EarlyWatch {
@@ -63,6 +67,8 @@ struct State {
     listing: bool,
     /// The highest resourceVersion among the objects listed so far (0: none yet).
     listed_max: u64,
+    /// How many objects the listing has brought so far.
+    listed: usize,
     /// uid -> the resourceVersion of the last state the early watch brought of it.
     seen: HashMap<String, u64>,
     /// The highest of those.
@@ -89,6 +95,7 @@ pub(crate) fn changes_first(main: EventStream, early: EarlyWatch, after: Duratio
         due: None,
         listing: false,
         listed_max: 0,
+        listed: 0,
         seen: HashMap::new(),
         seen_max: 0,
     };
@@ -173,6 +180,7 @@ impl State {
             Ok(watcher::Event::Init) => {
                 self.listing = true;
                 self.listed_max = 0;
+                self.listed = 0;
                 self.due = Some(Instant::now() + self.after);
                 self.running = None;
                 self.seen.clear();
@@ -180,6 +188,11 @@ impl State {
             }
             Ok(watcher::Event::InitApply(o)) => {
                 self.listed_max = self.listed_max.max(o.rv().unwrap_or_default());
+                self.listed += 1;
+                if self.listed == EARLY_AFTER_OBJECTS && self.running.is_none() {
+                    // A page's worth and more to come: a long listing, no need to wait.
+                    self.due = Some(Instant::now());
+                }
                 if self.brought_already(o) {
                     return None;
                 }
@@ -305,6 +318,7 @@ mod tests {
             due: None,
             listing: false,
             listed_max: 0,
+            listed: 0,
             seen: HashMap::new(),
             seen_max: 0,
         }
@@ -341,5 +355,24 @@ mod tests {
         // Past the highest: everything passes from then on.
         assert!(passes(&mut s, watcher::Event::Apply(object("z", 13))));
         assert!(s.seen.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_listing_is_long_after_its_time_or_a_page_of_objects() {
+        let mut s = state();
+        assert!(passes(&mut s, watcher::Event::Init));
+        let after_time = s.due.expect("due after the time threshold");
+        for i in 0..EARLY_AFTER_OBJECTS {
+            assert!(passes(
+                &mut s,
+                watcher::Event::InitApply(object(&format!("o{i}"), 1))
+            ));
+        }
+        assert!(
+            s.due.is_some_and(|due| due < after_time),
+            "due at once after a page"
+        );
+        assert!(passes(&mut s, watcher::Event::InitDone));
+        assert!(s.due.is_none());
     }
 }

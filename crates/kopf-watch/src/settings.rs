@@ -35,10 +35,10 @@ pub struct Settings {
     /// servers without them are detected and listed as before (see docs/selectors.md).
     /// Off by default: it saves one request per listing, not bytes.
     pub streaming_lists: bool,
-    /// A listing still going after this long (and past its first object) gets a second
-    /// watch, from the current resourceVersion, whose changes go ahead of the rest of the
-    /// listing: one list of one object and one watch more per long listing. `None`: the
-    /// changes made during a listing wait for its end. Default 250 ms.
+    /// A listing still going after this long (and past its first object), or past 500
+    /// objects, gets a second watch, from the current resourceVersion, whose changes go
+    /// ahead of the rest of the listing: one list of one object and one watch more per long
+    /// listing. `None`: the changes made during a listing wait for its end. Default 250 ms.
     pub early_changes_after: Option<Duration>,
     /// Only objects with these labels are listed and watched (`run -l`), for every
     /// resource; combined (AND) with a derived selector.

@@ -245,10 +245,11 @@ impl Operator {
         self
     }
 
-    /// When a listing is still going after `after`, watch the changes made meanwhile
-    /// with a second watch and handle them ahead of the rest of the listing (default:
-    /// 250 ms; `None`: changes wait for the listing's end). It costs one list of one object
-    /// and one watch per listing that takes longer. See `docs/scale.md`.
+    /// When a listing is still going after `after` (or after 500 objects), watch the
+    /// changes made meanwhile with a second watch and handle them ahead of the rest of the
+    /// listing (default: 250 ms; `None`: changes wait for the listing's end). It costs one
+    /// list of one object and one watch per listing that takes longer. See
+    /// `docs/scale.md`.
     ///
     /// ```
     /// # use std::time::Duration;
