@@ -24,6 +24,11 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::cli::{LogFormat, RunArgs};
 
+mod output;
+
+pub(crate) use output::FlushOnDrop;
+pub use output::flush;
+
 /// Log directives that quieten kube's own reports of failed requests, watches and
 /// undecodable answers (kube-client logs whole response bodies, megabytes for a list): the
 /// operator reports these failures itself, with a bounded excerpt. They show with `--debug`.
@@ -31,7 +36,8 @@ pub const KUBE_QUIET: &str =
     "kube_client::client::builder=off,kube_client::client=error,kube_runtime::watcher=error";
 
 /// Installs the log subscriber for the chosen verbosity and format (a second call keeps the
-/// first subscriber, e.g. in tests). `RUST_LOG` overrides the verbosity.
+/// first subscriber, e.g. in tests). `RUST_LOG` overrides the verbosity. Lines go to stderr
+/// from a thread of their own (see [`flush`]).
 pub fn init(args: &RunArgs) {
     let default = if args.debug {
         "debug".to_string()
@@ -54,7 +60,7 @@ pub fn init(args: &RunArgs) {
         .with(
             tracing_subscriber::fmt::layer()
                 .event_format(format)
-                .with_writer(std::io::stderr),
+                .with_writer(output::Stderr),
         )
         .try_init();
 }

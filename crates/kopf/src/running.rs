@@ -63,6 +63,8 @@ impl Operator {
         let given = args.apply.clone();
         let args = args.with_default_manifests(&self.fake_manifests);
         logging::init(&args);
+        // Every line logged is written before this returns (or unwinds).
+        let _flush = logging::FlushOnDrop;
         let namespaces = args.namespace_patterns();
         if !args.all_namespaces && !namespaces.is_empty() {
             self = self.namespace_patterns(&namespaces);

@@ -18,11 +18,13 @@ pub(crate) async fn stop_signal_then_deadline(grace: Duration, hard_timeout: Dur
             "Still running {}s after the stop signal: exiting now.",
             hard_timeout.as_secs_f64()
         );
+        crate::logging::flush();
         std::process::exit(1);
     });
     tokio::spawn(async {
         stop_signal().await;
         tracing::warn!("A second stop signal: exiting at once.");
+        crate::logging::flush();
         std::process::exit(1);
     });
 }
