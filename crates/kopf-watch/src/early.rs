@@ -87,19 +87,7 @@ impl Drop for Abort {
 /// `main` (kube's list+watch), with the changes made during its long listings delivered
 /// ahead of the listing (see the module's docs).
 pub(crate) fn changes_first(main: EventStream, early: EarlyWatch, after: Duration) -> EventStream {
-    let state = State {
-        main,
-        early,
-        after,
-        running: None,
-        due: None,
-        listing: false,
-        listed_max: 0,
-        listed: 0,
-        seen: HashMap::new(),
-        seen_max: 0,
-    };
-    futures::stream::unfold(state, |mut s| async move {
+    futures::stream::unfold(State::new(main, early, after), |mut s| async move {
         loop {
             let due = s.due.filter(|_| s.listed_max > 0 && s.running.is_none());
             let item = tokio::select! {
@@ -150,6 +138,21 @@ async fn recv(
 type Item = Result<watcher::Event<RawObject>, watcher::Error>;
 
 impl State {
+    fn new(main: EventStream, early: EarlyWatch, after: Duration) -> Self {
+        State {
+            main,
+            early,
+            after,
+            running: None,
+            due: None,
+            listing: false,
+            listed_max: 0,
+            listed: 0,
+            seen: HashMap::new(),
+            seen_max: 0,
+        }
+    }
+
     /// Whether a state the early watch brought is to be passed on (newer than what the
     /// listing has); notes it if so.
     fn brought(&mut self, event: &watcher::Event<RawObject>) -> bool {
@@ -304,24 +307,17 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
         let client = kube::Client::try_from(config).expect("client");
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        State {
-            main: futures::stream::pending().boxed(),
-            early: EarlyWatch {
+        State::new(
+            futures::stream::pending().boxed(),
+            EarlyWatch {
                 api: Api::all_with(client, &ar),
                 labels: None,
                 fields: None,
                 metadata: None,
                 resource: "configmaps".into(),
             },
-            after: Duration::from_millis(250),
-            running: None,
-            due: None,
-            listing: false,
-            listed_max: 0,
-            listed: 0,
-            seen: HashMap::new(),
-            seen_max: 0,
-        }
+            Duration::from_millis(250),
+        )
     }
 
     fn passes(s: &mut State, event: watcher::Event<RawObject>) -> bool {

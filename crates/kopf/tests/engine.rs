@@ -19,7 +19,8 @@ use tower::ServiceExt;
 mod common;
 
 use common::{
-    Running, count, crd, eventually, kex_api, obj, operator_requests, server, until_object, writes,
+    Running, count, crd, create_new, eventually, handled, kex_api, obj, operator_requests, server,
+    until_object, writes,
 };
 
 type Attempt = std::pin::Pin<
@@ -679,25 +680,13 @@ async fn a_change_during_a_listing_flood_goes_ahead_of_it() {
     let server = server().await;
     let api = kex_api(&server);
     // Handled before: its start is a resume (no create handler), then a change.
-    let mut handled = obj("changed", json!({"field": "a"}));
-    handled.metadata.annotations = Some(
-        [(
-            "kopf.zalando.org/last-handled-configuration".to_string(),
-            "{\"spec\":{\"field\":\"a\"}}\n".to_string(),
-        )]
-        .into(),
-    );
-    api.create(&PostParams::default(), &handled)
-        .await
-        .expect("create");
-    for i in 0..LISTED {
-        api.create(
-            &PostParams::default(),
-            &obj(&format!("new-{i}"), json!({"field": "x"})),
-        )
-        .await
-        .expect("create");
-    }
+    api.create(
+        &PostParams::default(),
+        &handled("changed", json!({"field": "a"})),
+    )
+    .await
+    .expect("create");
+    create_new(&api, LISTED).await;
     let created = Arc::new(AtomicU32::new(0));
     let at_update: Arc<Mutex<Option<u32>>> = Arc::default();
     let op = {

@@ -12,7 +12,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{Running, eventually, kex_api, obj, operator_requests, server};
+use common::{Running, create_new, eventually, handled, kex_api, operator_requests, server};
 
 const LISTED: u32 = 300;
 
@@ -32,19 +32,6 @@ fn record(calls: &Calls, created: &Arc<AtomicU32>, id: &str, cause: &Cause) {
         .push(created.load(Ordering::SeqCst));
 }
 
-/// Objects handled before this operator started: a resume and no creation for them.
-fn handled(name: &str) -> kube::api::DynamicObject {
-    let mut o = obj(name, json!({"field": "a"}));
-    o.metadata.annotations = Some(
-        [(
-            "kopf.zalando.org/last-handled-configuration".to_string(),
-            "{\"spec\":{\"field\":\"a\"}}\n".to_string(),
-        )]
-        .into(),
-    );
-    o
-}
-
 /// The listing of 302 objects is slowed to 10 ms per object (a streaming list, whose
 /// initial events the fake server delays): about 3 s. Once the early watch has opened
 /// (after 250 ms), two objects handled before change: `a-first` after it was listed,
@@ -57,18 +44,14 @@ async fn changes_during_a_long_listing_are_handled_before_it_ends_and_once() {
     let server = server().await;
     let api = kex_api(&server);
     for name in ["a-first", "z-last"] {
-        api.create(&PostParams::default(), &handled(name))
-            .await
-            .expect("create");
-    }
-    for i in 0..LISTED {
         api.create(
             &PostParams::default(),
-            &obj(&format!("new-{i:03}"), json!({"field": "x"})),
+            &handled(name, json!({"field": "a"})),
         )
         .await
         .expect("create");
     }
+    create_new(&api, LISTED).await;
     server.set_watch_event_delay(Duration::from_millis(10));
     let created = Arc::new(AtomicU32::new(0));
     let calls: Calls = Arc::default();

@@ -35,6 +35,34 @@ pub fn obj(name: &str, spec: Value) -> DynamicObject {
 }
 
 /// A fake API server with the example CRD.
+/// An object handled before the operator started (its diff-base says `spec`): its first
+/// state is a resume, with no creation.
+#[allow(dead_code)]
+pub fn handled(name: &str, spec: Value) -> DynamicObject {
+    let mut o = obj(name, spec.clone());
+    o.metadata.annotations = Some(
+        [(
+            "kopf.zalando.org/last-handled-configuration".to_string(),
+            format!("{}\n", json!({"spec": spec})),
+        )]
+        .into(),
+    );
+    o
+}
+
+/// Creates `count` new objects, `new-000`, `new-001`... (listed in that order).
+#[allow(dead_code)]
+pub async fn create_new(api: &Api<DynamicObject>, count: u32) {
+    for i in 0..count {
+        api.create(
+            &kube::api::PostParams::default(),
+            &obj(&format!("new-{i:03}"), json!({"field": "x"})),
+        )
+        .await
+        .expect("create");
+    }
+}
+
 pub async fn server() -> FakeApiServer {
     let s = FakeApiServer::start().await.expect("start");
     s.apply_object(crd()).expect("crd");
