@@ -599,16 +599,11 @@ impl Engine {
         // Raw-event handlers see every event, in order.
         shared.on_event(&uid, &body, kind, known).await;
         let observed = Observed { body, event: kind };
-        let slot = workers.entry(Uid::from(uid.as_str())).or_insert_with(|| {
-            shared.tracked();
-            Slot::default()
-        });
+        let slot = Self::slot(shared, workers, &uid);
         if backlog.forget(&uid) {
             // A newer state replaces a waiting listed one, which stays listed (its resume
             // handlers are still due).
-            let mut resume = slot.resume.take().map(|r| *r).unwrap_or_default();
-            resume.listed = true;
-            slot.resume = resume.boxed();
+            slot.listed();
         }
         if slot.live.as_ref().is_some_and(|l| l.tx.is_closed()) {
             // Its worker is gone without retiring (ended for good, or its task failed):
@@ -657,15 +652,22 @@ impl Engine {
 
     /// Marks an object as listed (its resume handlers due) before its first state.
     fn mark_listed(shared: &Arc<WorkerShared>, workers: &mut HashMap<Uid, Slot>, uid: &str) {
-        let slot = workers.entry(Uid::from(uid)).or_insert_with(|| {
+        let slot = Self::slot(shared, workers, uid);
+        if slot.live.is_none() {
+            slot.listed();
+        }
+    }
+
+    /// The slot of an object, new (and counted as tracked) if it has none.
+    fn slot<'w>(
+        shared: &Arc<WorkerShared>,
+        workers: &'w mut HashMap<Uid, Slot>,
+        uid: &str,
+    ) -> &'w mut Slot {
+        workers.entry(Uid::from(uid)).or_insert_with(|| {
             shared.tracked();
             Slot::default()
-        });
-        if slot.live.is_none() {
-            let mut resume = slot.resume.take().map(|r| *r).unwrap_or_default();
-            resume.listed = true;
-            slot.resume = resume.boxed();
-        }
+        })
     }
 
     /// Starts a worker for an object that has none.

@@ -243,6 +243,13 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// Marks the object as listed for its next worker: its resume handlers are due.
+    pub(crate) fn listed(&mut self) {
+        let mut resume = self.resume.take().map(|r| *r).unwrap_or_default();
+        resume.listed = true;
+        self.resume = resume.boxed();
+    }
+
     /// Whether `pending` is the flag of this slot's running worker.
     pub(crate) fn runs(&self, pending: &Arc<std::sync::atomic::AtomicBool>) -> bool {
         self.live
