@@ -240,17 +240,10 @@ impl Store {
 
     /// All objects of a resource, in key order, optionally within one namespace.
     pub fn list(&self, res: &ResKey, namespace: Option<&str>) -> Vec<(ObjKey, Arc<Value>)> {
-        let Some(map) = self.objects.get(res) else {
-            return Vec::new();
-        };
-        match namespace {
-            None => map.iter().map(|(k, e)| (k.clone(), e.value())).collect(),
-            Some(ns) => map
-                .range((ns.to_string(), String::new())..)
-                .take_while(|(k, _)| k.0 == ns)
-                .map(|(k, e)| (k.clone(), e.value()))
-                .collect(),
-        }
+        // Now (no resourceVersion to go back to): always a page.
+        self.list_page(res, namespace, None, None, None, false, |_| true)
+            .map(|page| page.items)
+            .unwrap_or_default()
     }
 
     /// Number of objects of one resource.

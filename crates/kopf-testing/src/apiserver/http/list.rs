@@ -74,15 +74,17 @@ pub(super) async fn list(
             sel.is_empty(),
             |obj| sel.matches(obj),
         );
+        // No page: the history no longer reaches the resourceVersion asked for, or the
+        // continue token's.
         let Some(page) = page else {
-            return Err(match (cont, at_rv) {
-                (Some(_), _) | (None, None) => ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.",
-                ),
-                (None, Some(rv)) => ApiError::expired(format!(
+            return Err(match at_rv.filter(|_| cont.is_none()) {
+                Some(rv) => ApiError::expired(format!(
                     "too old resource version: {rv} ({})",
                     state.store.compacted()
                 )),
+                None => ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.",
+                ),
             });
         };
         let conv = if def.is_custom() {
