@@ -170,7 +170,13 @@ async fn without_derivation_every_object_reaches_the_operator() {
         tracked(&metrics) == Some(5)
     })
     .await;
-    assert_eq!(count(&calls, "create:"), 2);
+    // Tracked on arrival; their creation handlers run after: the two web objects only.
+    eventually("the web objects created", async || {
+        count(&calls, "create:") >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(count(&calls, "create:"), 2, "{:?}", calls.lock());
     assert!(server.watches().iter().all(|w| w.label_selector.is_empty()));
     running.stop().await;
 }
