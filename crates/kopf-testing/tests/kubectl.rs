@@ -606,3 +606,51 @@ async fn kubectl_gets_objects_converted_to_another_version() {
         .await;
     assert_eq!(v1["spec"], serde_json::json!({"field": "two"}));
 }
+
+/// `kubectl auth can-i --as`: answered from the Roles and bindings applied, not "yes" to
+/// everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_follows_the_rbac_objects() {
+    let server = FakeApiServer::start().await.expect("start");
+    server
+        .apply_yaml(
+            "rbac.yaml",
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: cm-reader, namespace: default}\n\
+             rules: [{apiGroups: [''], resources: [configmaps], verbs: [get, list]}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: robot-reads, namespace: default}\n\
+             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cm-reader}\n\
+             subjects: [{kind: ServiceAccount, name: robot, namespace: default}]\n",
+        )
+        .expect("applied");
+    let k = kubectl_for(&server, Some("1.31"));
+    let robot = "--as=system:serviceaccount:default:robot";
+    let can = |out: std::process::Output| String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(
+        can(k
+            .try_run(&["auth", "can-i", "list", "configmaps", robot], None)
+            .await),
+        "yes"
+    );
+    for denied in [
+        vec!["auth", "can-i", "delete", "configmaps", robot],
+        vec![
+            "auth",
+            "can-i",
+            "list",
+            "configmaps",
+            "-n",
+            "kube-system",
+            robot,
+        ],
+        vec!["auth", "can-i", "list", "secrets", robot],
+    ] {
+        let out = k.try_run(&denied, None).await;
+        assert_eq!(can(out.clone()), "no", "{denied:?}");
+        assert!(!out.status.success(), "kubectl says no with a failure");
+    }
+    // Without --as: the server's own user, an administrator.
+    assert_eq!(
+        k.run(&["auth", "can-i", "delete", "nodes"]).await.trim(),
+        "yes"
+    );
+}

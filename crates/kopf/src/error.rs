@@ -64,6 +64,27 @@ pub enum Error {
     #[cfg(feature = "admission")]
     #[error(transparent)]
     Webhooks(#[from] kopf_admission::SetupError),
+    /// `rbac --verify` found permissions missing (printed with the rules to add).
+    #[error(
+        "{missing} of the {total} permissions the operator needs are missing for {subject}: add the rules printed above"
+    )]
+    RbacMissing {
+        /// Whose permissions.
+        subject: String,
+        /// How many checks failed.
+        missing: usize,
+        /// How many were checked.
+        total: usize,
+    },
+    /// `rbac --verify` could not ask the cluster (e.g. `--as` without the permission to
+    /// create SubjectAccessReviews).
+    #[error("cannot check the RBAC of {subject}: {cause}")]
+    RbacReview {
+        /// Whose permissions.
+        subject: String,
+        /// What failed, in words.
+        cause: String,
+    },
     /// The output of a command (rbac, fake-apiserver) cannot be written.
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),

@@ -138,6 +138,7 @@ pub use config::{USER_AGENT, client_config};
 pub use error::Error;
 pub use fake::fake_apiserver;
 pub use operator::{Operator, Reconciler};
+pub use rbac::{RbacCheck, RbacReport};
 pub use running::run;
 
 /// Attribute macros that register handlers for [`run()`](fn@run) (and

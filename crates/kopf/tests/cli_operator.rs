@@ -334,3 +334,92 @@ async fn a_stop_signal_right_after_the_banner_stops_gracefully_and_cleans_up() {
         assert!(!path.exists(), "{} is removed", path.display());
     }
 }
+
+/// `rbac --verify --as` a ServiceAccount: ❌ for exactly what its ClusterRole lacks and a
+/// failing exit status, then, with the generated RBAC applied, all ✅ and success.
+#[tokio::test]
+async fn rbac_verify_shows_the_missing_permissions_until_they_are_granted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = FakeApiServer::start().await.expect("start");
+    for manifest in kopf::cli::example_manifests() {
+        server.apply_file(manifest).expect("the example's CRDs");
+    }
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let generated = tokio::task::spawn_blocking(|| minimal(&["rbac"], &[]))
+        .await
+        .expect("joined");
+    assert!(generated.status.success(), "{}", text(&generated.stderr));
+    let generated = text(&generated.stdout);
+    server.apply_yaml("rbac.yaml", &generated).expect("applied");
+    // The same ClusterRole without `patch` on kopfexamples and without Events.
+    server
+        .apply_object(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "kopf-operator"},
+            "rules": [
+                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples/status"], "verbs": ["patch"]},
+                {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings", "kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
+            ],
+        }))
+        .expect("the incomplete role");
+    let verify = move || {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                minimal(
+                    &[
+                        "rbac",
+                        "--verify",
+                        "--as",
+                        "system:serviceaccount:default:kopf-operator",
+                    ],
+                    &[("KUBECONFIG", &kubeconfig)],
+                )
+            })
+            .await
+            .expect("joined")
+        }
+    };
+    let refused = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|l| l.ends_with('❌'))
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+
+    let out = verify().await;
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        refused(&stdout),
+        ["events create", "kopfexamples.kopf.dev patch"],
+        "{stdout}"
+    );
+    let granted = stdout.lines().filter(|l| l.ends_with('✅')).count();
+    assert_eq!(granted, 13, "{stdout}");
+    assert!(
+        stdout.contains("# Missing: 2 of 15.")
+            && stdout.contains(
+                "- apiGroups:\n  - kopf.dev\n  resources:\n  - kopfexamples\n  verbs:\n  - patch\n"
+            ),
+        "the rules to add: {stdout}"
+    );
+    assert!(
+        error_line(&out).contains(
+            "2 of the 15 permissions the operator needs are missing for system:serviceaccount:default:kopf-operator"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+
+    server.apply_yaml("rbac.yaml", &generated).expect("applied");
+    let out = verify().await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(refused(&stdout).is_empty(), "{stdout}");
+    assert!(stdout.contains("# All 15 present."), "{stdout}");
+}

@@ -1,5 +1,5 @@
 //! The endpoints that are not resources: `/version`, the health checks, discovery (legacy
-//! and aggregated, with ETags), OpenAPI v3 and SelfSubjectAccessReview.
+//! and aggregated, with ETags), OpenAPI v3 and the access reviews (in `access`).
 
 use std::sync::Arc;
 
@@ -13,13 +13,14 @@ use crate::apiserver::error::ApiError;
 use crate::apiserver::openapi;
 use crate::apiserver::sync::lock;
 
+use super::access;
 use super::negotiation::{AGGREGATED_ACCEPT, decode_body, header_str};
 use super::response::{error_response, json_response, text_response};
 use super::routing::Route;
 use super::shared::Shared;
 
 /// Serves the endpoints that are not resources: `/version`, the health checks, discovery,
-/// OpenAPI and SelfSubjectAccessReview.
+/// OpenAPI and the access reviews.
 pub(super) fn serve(
     shared: &Arc<Shared>,
     r: Route,
@@ -104,15 +105,20 @@ pub(super) fn serve(
             )
         }),
         Route::OpenApiV2 => error_response(&ApiError::path_not_found()),
-        Route::SelfSubjectAccessReview => {
+        Route::AccessReview(kind, namespace) => {
+            if method != Method::POST {
+                return error_response(&ApiError::method_not_allowed(
+                    method.as_str(),
+                    kind.plural(),
+                ));
+            }
             let ct = header_str(headers, header::CONTENT_TYPE);
-            let mut review = match decode_body(&ct, body, false) {
-                Ok(v) => v,
-                Err(e) => return error_response(&e),
-            };
-            review["status"] =
-                json!({"allowed": true, "reason": "the fake API server allows everything"});
-            json_response(201, &review, &[])
+            match decode_body(&ct, body, false).and_then(|review| {
+                access::review(shared, kind, namespace.as_deref(), headers, review)
+            }) {
+                Ok(answer) => json_response(201, &answer, &[]),
+                Err(e) => error_response(&e),
+            }
         }
         Route::Resource(_) | Route::Control(_) | Route::NotFound => {
             error_response(&ApiError::path_not_found())

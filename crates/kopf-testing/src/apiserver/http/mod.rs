@@ -3,6 +3,7 @@
 //! subresources, discovery, control — which go down to the webhooks, the semantics and the
 //! storage; responses and content negotiation are shared helpers.
 
+mod access;
 mod control;
 mod discovery;
 mod handler;

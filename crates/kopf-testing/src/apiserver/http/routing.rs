@@ -32,8 +32,35 @@ pub(super) enum Route {
     Health,
     Resource(ResourceRequest),
     Control(String),
-    SelfSubjectAccessReview,
+    /// An access review: its kind, and the namespace of a LocalSubjectAccessReview.
+    AccessReview(ReviewKind, Option<String>),
     NotFound,
+}
+
+/// The kinds of access review (`authorization.k8s.io/v1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReviewKind {
+    SelfSubject,
+    Subject,
+    LocalSubject,
+}
+
+impl ReviewKind {
+    pub(super) fn kind(self) -> &'static str {
+        match self {
+            Self::SelfSubject => "SelfSubjectAccessReview",
+            Self::Subject => "SubjectAccessReview",
+            Self::LocalSubject => "LocalSubjectAccessReview",
+        }
+    }
+
+    pub(super) fn plural(self) -> &'static str {
+        match self {
+            Self::SelfSubject => "selfsubjectaccessreviews",
+            Self::Subject => "subjectaccessreviews",
+            Self::LocalSubject => "localsubjectaccessreviews",
+        }
+    }
 }
 
 pub(super) fn route(path: &str) -> Route {
@@ -61,7 +88,18 @@ pub(super) fn route(path: &str) -> Route {
             "authorization.k8s.io",
             "v1",
             "selfsubjectaccessreviews",
-        ] => Route::SelfSubjectAccessReview,
+        ] => Route::AccessReview(ReviewKind::SelfSubject, None),
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => {
+            Route::AccessReview(ReviewKind::Subject, None)
+        }
+        [
+            "apis",
+            "authorization.k8s.io",
+            "v1",
+            "namespaces",
+            ns,
+            "localsubjectaccessreviews",
+        ] => Route::AccessReview(ReviewKind::LocalSubject, Some(ns.to_string())),
         ["apis", g] => Route::Group(g.to_string()),
         ["api", v] => Route::GroupVersion(String::new(), v.to_string()),
         ["apis", g, v] => Route::GroupVersion(g.to_string(), v.to_string()),
@@ -159,11 +197,12 @@ pub(super) fn target_of(r: &Route, method: &Method, query: &Query) -> RequestTar
         Route::Health => simple("health"),
         Route::Api | Route::Apis | Route::Group(_) | Route::GroupVersion(..) => simple("discovery"),
         Route::OpenApiIndex | Route::OpenApiDoc(..) | Route::OpenApiV2 => simple("openapi"),
-        Route::SelfSubjectAccessReview => RequestTarget {
+        Route::AccessReview(kind, ns) => RequestTarget {
             verb: "create".into(),
             group: "authorization.k8s.io".into(),
             version: "v1".into(),
-            resource: "selfsubjectaccessreviews".into(),
+            resource: kind.plural().into(),
+            namespace: ns.clone().unwrap_or_default(),
             ..Default::default()
         },
         Route::Resource(rr) => RequestTarget {

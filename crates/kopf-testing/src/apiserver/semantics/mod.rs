@@ -6,6 +6,7 @@
 //! adds its methods to it from its own module (`create`, `update`, `patching`, `delete`),
 //! next to the rules they share (`validation`, `namespaces`, `crd`, `gc`).
 
+mod access;
 mod crd;
 mod create;
 mod delete;
@@ -20,6 +21,7 @@ mod update;
 mod validation;
 pub(crate) mod webhook_configs;
 
+pub use access::{AccessRequest, Decision, ResourceAttributes, SUPERUSER_GROUP, answered};
 pub use crd::CRD_CLEANUP_FINALIZER;
 pub use meta::{now, rv_of};
 pub(crate) use options::PatchTarget;

@@ -10,6 +10,10 @@ use crate::error::Error;
 use crate::operator::Operator;
 use crate::{cli, embedded};
 
+mod verify;
+
+pub use verify::{Check as RbacCheck, RbacReport};
+
 /// One resource with what the operator does to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Access {
@@ -66,14 +70,10 @@ fn rules(
 
 /// The manifests as one multi-document YAML text.
 pub(crate) fn manifests(
-    registrations: &[(Selector, HandlerSpec)],
-    extra: &[Value],
-    all: &[Discovered],
+    all_rules: Vec<Value>,
     name: &str,
     namespace: &str,
 ) -> Result<String, Error> {
-    let mut all_rules = rules(registrations, all)?;
-    all_rules.extend(extra.iter().cloned());
     let docs = [
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}}),
         json!({
@@ -105,10 +105,19 @@ pub(crate) fn manifests(
 }
 
 impl Operator {
-    /// `rbac`: prints the RBAC manifests the handlers need.
+    /// `rbac`: prints the RBAC manifests the handlers need; with `--verify`, checks them
+    /// on the cluster (see [`verify_rbac`](Self::verify_rbac)).
     pub(crate) async fn print_rbac(&self, args: cli::RbacArgs) -> Result<(), Error> {
         use std::io::Write;
-        let text = self.rbac(&args).await?;
+        let text = if args.verify {
+            let report = self.verify_rbac(&args).await?;
+            std::io::stdout()
+                .write_all(report.to_string().as_bytes())
+                .map_err(Error::Output)?;
+            return report.result();
+        } else {
+            self.rbac(&args).await?
+        };
         std::io::stdout()
             .write_all(text.as_bytes())
             .map_err(Error::Output)
@@ -125,7 +134,18 @@ impl Operator {
     /// (`--apply`, `--cluster`); on the cluster, the [`WatchError`](kopf_watch::WatchError)
     /// itself.
     pub async fn rbac(&self, args: &cli::RbacArgs) -> Result<String, Error> {
-        let all = if args.cluster {
+        let (rules, _) = self.needed_rules(args).await?;
+        manifests(rules, &args.name, &args.account_namespace)
+    }
+
+    /// The rules the operator needs (see [`rbac`](Self::rbac)), with the served resources
+    /// they were resolved against.
+    pub(crate) async fn needed_rules(
+        &self,
+        args: &cli::RbacArgs,
+    ) -> Result<(Vec<Value>, Vec<Discovered>), Error> {
+        let on_cluster = args.cluster || args.verify;
+        let all = if on_cluster {
             kopf_watch::discover(&self.connect().await?).await?
         } else {
             #[cfg(feature = "testing")]
@@ -193,22 +213,17 @@ impl Operator {
                 "verbs": ["list", "create", "update"],
             }));
         }
-        manifests(
-            &self.registrations,
-            &extra,
-            &all,
-            &args.name,
-            &args.account_namespace,
-        )
-        .map_err(|e| {
-            if args.cluster {
+        let mut needed = rules(&self.registrations, &all).map_err(|e| {
+            if on_cluster {
                 e
             } else {
                 embedded::missing_crd(e, || {
                     embedded::crd_fix(embedded::Embedded::Rbac, &args.apply, &self.fake_manifests)
                 })
             }
-        })
+        })?;
+        needed.extend(extra);
+        Ok((needed, all))
     }
 }
 
