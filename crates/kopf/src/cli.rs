@@ -1032,6 +1032,8 @@ mod tests {
             "label-selector",
             "field-selector",
             "progress-storage",
+            "as",
+            "as-group",
         ];
         for sub in Cli::command().get_subcommands() {
             let known = NUMERIC
