@@ -31,6 +31,7 @@ use crate::daemons::stopped::Stopped;
 use crate::handler::context::{EventsHandle, PatchHandle};
 use crate::handler::error::{HandlerError, HandlerResult};
 use crate::handler::options::Options;
+use crate::handler::owners::OwnerRef;
 use crate::handler::spec::{BoxFuture, Cause, Handler, HandlerSpec, SubHandlers};
 use crate::index::{Index, Indexes};
 use crate::memo::Memo;
@@ -42,7 +43,7 @@ pub use crate::handler::error::{PermanentError, TemporaryError};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a handler argument",
     label = "not an extractor",
-    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, Index<K, V>, Indexes, Stopped, EventType, SubHandlers, Conditions, or the whole Cause"
+    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Owner, Owners, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, Index<K, V>, Indexes, Stopped, EventType, SubHandlers, Conditions, or the whole Cause"
 )]
 pub trait FromCause: Sized + Send + 'static {
     /// Extracts the value.
@@ -148,6 +149,39 @@ impl FromCause for Uid {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string()))
+    }
+}
+
+/// The object's owner: its controller (the owner reference marked `controller: true`),
+/// else its first owner reference. An object without owners fails the handler for good
+/// (register it with an owner filter, `Options::owner`, so that it only runs for owned
+/// objects). Use [`Owners`] to see them all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner(pub OwnerRef);
+impl FromCause for Owner {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        let owners = OwnerRef::all(&c.body);
+        owners
+            .iter()
+            .find(|o| o.controller)
+            .or(owners.first())
+            .cloned()
+            .map(Owner)
+            .ok_or_else(|| {
+                HandlerError::permanent(format!(
+                    "{:?} has no owner references (an `Owner` argument needs one: filter the handler with an owner filter)",
+                    c.name()
+                ))
+            })
+    }
+}
+
+/// All of the object's owner references, in their order (empty when it has none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owners(pub Vec<OwnerRef>);
+impl FromCause for Owners {
+    fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
+        Ok(Owners(OwnerRef::all(&c.body)))
     }
 }
 

@@ -478,6 +478,17 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
         out.done = true;
         return out;
     }
+    if !inner
+        .handlers
+        .iter()
+        .any(|h| matches!(h.kind, HandlerKind::Changing) && h.matches(body))
+    {
+        // Kopf's prematch: the resource has handlers, but their filters (labels,
+        // annotations, owners, `when`) leave this object out: be blind to it, store nothing.
+        let mut out = CycleOutcome::new(cause.reason);
+        out.done = true;
+        return out;
+    }
     let base = Base::of(&cause);
     let top = select(inner.handlers.iter().cloned(), body, &base, |h| {
         for_reason(h, &cause)
@@ -1175,6 +1186,32 @@ mod tests {
         assert_eq!(
             out.finalizer, None,
             "the delete handler does not match, so no finalizer"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_object_no_handler_matches_gets_no_state() {
+        use crate::handler::{MetaFilter, Options};
+        let labelled = HandlerSpec::new("labelled", Some(Reason::Create), |_c: Cause| async {
+            Ok(Some(json!(1)))
+        })
+        .with_options(Options::new().label("a", MetaFilter::Value("other".into())));
+        let owned = HandlerSpec::new("owned", None, |_c: Cause| async { Ok(Some(json!(2))) })
+            .with_options(Options::new().owner("KopfExample"));
+        let out = process(
+            EventKind::Added,
+            &kex(),
+            false,
+            &[labelled, owned],
+            &Persistence::default(),
+        )
+        .await;
+        assert!(out.ran.is_empty());
+        assert!(out.done);
+        assert!(
+            out.plan.is_empty(),
+            "no diff-base, no progress (Kopf's prematch): {:?}",
+            out.plan.merge_patch()
         );
     }
 

@@ -237,6 +237,17 @@ pub(crate) fn parse_args(attr: TokenStream, kind: Kind) -> syn::Result<Args> {
                     .push(quote!(.errors(::kopf::ErrorsMode::#variant)));
             }
             "when" => args.options.push(quote!(.when(#value))),
+            "owner_when" => args.options.push(quote!(.owner_when(#value))),
+            "owner" | "controller_owner" => {
+                let owner_kind = string(&key, &value)?;
+                if owner_kind.value().is_empty() {
+                    return Err(syn::Error::new_spanned(
+                        &owner_kind,
+                        "the owner's kind, e.g. \"KopfExample\" or \"kopf.dev/KopfExample\"",
+                    ));
+                }
+                args.options.push(quote!(.#method(#owner_kind)));
+            }
             "subresource" => {
                 let sub = string(&key, &value)?;
                 args.options.push(quote!(.subresource(#sub)));

@@ -57,6 +57,9 @@ pub(crate) const ALL: &[Kind] = &[
 
 /// The filters of handlers of objects.
 pub(crate) const FILTERS: &[&str] = &["id", "field", "labels", "annotations", "when", "value"];
+/// The owner filters of handlers of objects (not of webhooks: an admission request's
+/// object may not be stored yet).
+pub(crate) const OWNERS: &[&str] = &["owner", "controller_owner", "owner_when"];
 /// Retrying and timing of handlers with retries.
 pub(crate) const RETRYING: &[&str] = &["retries", "timeout", "backoff", "errors"];
 
@@ -66,6 +69,7 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
     match kind {
         Kind::Create | Kind::Update | Kind::Delete | Kind::Resume | Kind::Field => {
             v.extend(FILTERS);
+            v.extend(OWNERS);
             v.extend(RETRYING);
             match kind {
                 Kind::Update | Kind::Field => v.extend(["old", "new"]),
@@ -76,6 +80,7 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
         }
         Kind::Timer => {
             v.extend(FILTERS);
+            v.extend(OWNERS);
             v.extend(RETRYING);
             v.extend([
                 "interval",
@@ -87,6 +92,7 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
         }
         Kind::Daemon => {
             v.extend(FILTERS);
+            v.extend(OWNERS);
             v.extend(RETRYING);
             v.extend([
                 "initial_delay",
@@ -97,9 +103,13 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
         }
         Kind::Index => {
             v.extend(FILTERS);
+            v.extend(OWNERS);
             v.push("errors");
         }
-        Kind::Event => v.extend(FILTERS),
+        Kind::Event => {
+            v.extend(FILTERS);
+            v.extend(OWNERS);
+        }
         Kind::Startup => {
             v.push("id");
             v.extend(RETRYING);
@@ -151,7 +161,9 @@ pub(crate) fn why_not(kind: Kind, key: &str) -> Option<&'static str> {
         Kind::Probe if retrying => {
             Some("probe handlers run once per probe (an error is reported as the probe's result)")
         }
-        Kind::Startup | Kind::Cleanup | Kind::Probe if FILTERS.contains(&key) => {
+        Kind::Startup | Kind::Cleanup | Kind::Probe
+            if FILTERS.contains(&key) || OWNERS.contains(&key) =>
+        {
             Some("activities are about the operator, not objects")
         }
         Kind::Daemon if matches!(key, "interval" | "idle" | "sharp") => Some(
@@ -166,9 +178,13 @@ pub(crate) fn why_not(kind: Kind, key: &str) -> Option<&'static str> {
         Kind::Reconcile if matches!(key, "retries" | "errors") => Some(
             "a failed reconcile is retried after its `backoff` until it succeeds (a HandlerError::Permanent waits for the next change)",
         ),
-        Kind::Reconcile if FILTERS.contains(&key) || matches!(key, "old" | "new") => Some(
-            "a reconcile runs for every object of its resource, whatever changed: look at the object in the function",
-        ),
+        Kind::Reconcile
+            if FILTERS.contains(&key) || OWNERS.contains(&key) || matches!(key, "old" | "new") =>
+        {
+            Some(
+                "a reconcile runs for every object of its resource, whatever changed: look at the object in the function",
+            )
+        }
         Kind::Reconcile if matches!(key, "interval" | "idle" | "initial_delay") => {
             Some("to be called again later, return `Action::requeue(duration)`")
         }

@@ -404,13 +404,13 @@ pub use kopf_core::conditions::{
 pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
 pub use kopf_core::extract::{
     Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,
-    Labels, Logger, Meta, Name, Namespace, New, Old, PermanentError, Retry, Runtime, Spec, Started,
-    Status, TemporaryError, Uid,
+    Labels, Logger, Meta, Name, Namespace, New, Old, Owner, Owners, PermanentError, Retry, Runtime,
+    Spec, Started, Status, TemporaryError, Uid,
 };
 pub use kopf_core::gate::{Gate, GateControl, GateState};
 pub use kopf_core::handler::{
     Cause, ErrorsMode, FieldFilter, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter,
-    Options, SubHandlers, WhenFilter,
+    Options, OwnerFilter, OwnerRef, SubHandlers, WhenFilter,
 };
 pub use kopf_core::handler::{
     EventsHandle, EventsHandle as Events, PatchHandle, PatchHandle as Patch,

@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use kopf::{
-    EventType, HandlerError, Index, Memo, Name, New, Old, Operator, Spec, StopReason, Stopped,
+    EventType, HandlerError, Index, Memo, Name, New, Old, Operator, Owner, Spec, StopReason,
+    Stopped,
 };
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -139,6 +140,17 @@ fn alive() -> Result<&'static str, HandlerError> {
 #[kopf::on::event("kopfexamples", labels(test = "events"))]
 async fn seen(Name(name): Name, EventType(event): EventType) -> Result<(), HandlerError> {
     record(&name, event.unwrap_or_else(|| "LISTED".into()));
+    Ok(())
+}
+
+/// Children of other KopfExamples (their controller), among the same objects.
+#[kopf::on::event(
+    "kopfexamples",
+    labels(test = "events"),
+    controller_owner = "kopf.dev/KopfExample"
+)]
+async fn child_seen(Name(name): Name, Owner(owner): Owner) -> Result<(), HandlerError> {
+    record(&name, format!("owner:{}", owner.name));
     Ok(())
 }
 
@@ -402,12 +414,26 @@ async fn raw_events_are_seen() {
     .await
     .expect("create");
     let running = Running::start(&server, operator("events")).await;
-    api.create(
-        &PostParams::default(),
-        &labelled("ev-1", "events", json!({})),
-    )
-    .await
-    .expect("create");
+    let ev1 = api
+        .create(
+            &PostParams::default(),
+            &labelled("ev-1", "events", json!({})),
+        )
+        .await
+        .expect("create");
+    let mut child = labelled("ev-child", "events", json!({}));
+    child.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "name": "ev-1", "uid": ev1.metadata.uid, "controller": true}))
+        .expect("an owner reference"),
+    ]);
+    api.create(&PostParams::default(), &child)
+        .await
+        .expect("create");
+    eventually("the child's owner handler", async || {
+        records("ev-child").contains(&"owner:ev-1".to_string())
+    })
+    .await;
     eventually("the ADDED event", async || {
         records("ev-1").contains(&"ADDED".to_string())
     })
@@ -429,6 +455,12 @@ async fn raw_events_are_seen() {
     let ev1 = records("ev-1");
     assert!(ev1.contains(&"MODIFIED".to_string()), "{ev1:?}");
     assert_eq!(records("ev-0").first().map(String::as_str), Some("LISTED"));
+    assert!(
+        !ev1.iter()
+            .chain(&records("ev-0"))
+            .any(|r| r.starts_with("owner:")),
+        "objects without an owner are not children: {ev1:?}"
+    );
     running.stop().await;
 }
 

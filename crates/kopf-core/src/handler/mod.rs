@@ -9,12 +9,14 @@
 //! * `context`: the handles a call carries ([`PatchHandle`], [`EventsHandle`],
 //!   [`Extensions`]);
 //! * `options`: the registration [`Options`] and the filters;
+//! * `owners`: the owner filters ([`OwnerFilter`]) and owner references ([`OwnerRef`]);
 //! * `spec`: the [`Handler`] function, the [`Cause`] it is called with, the [`SubHandlers`]
 //!   it registers, and the [`HandlerSpec`] that says when it runs.
 
 pub(crate) mod context;
 pub(crate) mod error;
 pub(crate) mod options;
+pub(crate) mod owners;
 pub(crate) mod spec;
 
 pub use context::{EventsHandle, Extensions, PatchHandle};
@@ -22,4 +24,5 @@ pub use error::{ErrorsMode, HandlerError, HandlerResult, PermanentError, Tempora
 pub use options::{
     FieldFilter, FieldPredicate, MetaFilter, Options, ValuePredicate, WhenFilter, split_field,
 };
+pub use owners::{OwnerFilter, OwnerPredicate, OwnerRef};
 pub use spec::{BoxFuture, Cause, Declaration, Handler, HandlerKind, HandlerSpec, SubHandlers};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::ErrorsMode;
+use super::owners::{OwnerFilter, OwnerRef};
 
 /// A predicate on a label's or annotation's value (None when absent).
 pub type ValuePredicate = Arc<dyn Fn(Option<&str>) -> bool + Send + Sync>;
@@ -134,6 +135,8 @@ pub struct Options {
     pub annotations: Vec<(String, MetaFilter)>,
     /// A filter on the whole object, evaluated last.
     pub when: Option<WhenFilter>,
+    /// Owner filters: each needs some owner reference that matches it.
+    pub owners: Vec<OwnerFilter>,
     /// A dotted field: the handler sees the diff, old and new values relative to it, and an
     /// update handler runs only when it changes. Also tracked in the diff-base.
     pub field: Option<String>,
@@ -162,6 +165,7 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("labels", &self.labels)
             .field("annotations", &self.annotations)
+            .field("owners", &self.owners)
             .field("field", &self.field)
             .field("retries", &self.retries)
             .field("timeout", &self.timeout)
@@ -191,6 +195,44 @@ impl Options {
     /// A filter on the whole object, evaluated after all others.
     pub fn when(mut self, f: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
         self.when = Some(Arc::new(f));
+        self
+    }
+
+    /// Only objects owned by an object of `kind` (any of their owner references):
+    /// `"KopfExample"`, or with its group `"kopf.dev/KopfExample"` (`"/Pod"` for the core
+    /// group).
+    ///
+    /// ```
+    /// use kopf_core::handler::Options;
+    /// let children_of_examples = Options::new().owner("kopf.dev/KopfExample");
+    /// # let _ = children_of_examples;
+    /// ```
+    pub fn owner(mut self, kind: &str) -> Self {
+        self.owners.push(OwnerFilter::kind(kind, false));
+        self
+    }
+
+    /// Only objects whose controller (the owner reference marked `controller: true`) is of
+    /// `kind` (forms as in [`owner`](Self::owner)).
+    pub fn controller_owner(mut self, kind: &str) -> Self {
+        self.owners.push(OwnerFilter::kind(kind, true));
+        self
+    }
+
+    /// Only objects with an owner reference that passes `f` (its kind, name, uid,
+    /// controller flag...).
+    ///
+    /// ```
+    /// use kopf_core::handler::{OwnerRef, Options};
+    /// let options = Options::new().owner_when(|o: &OwnerRef| o.kind == "Job" && o.controller);
+    /// # let _ = options;
+    /// ```
+    pub fn owner_when(mut self, f: impl Fn(&OwnerRef) -> bool + Send + Sync + 'static) -> Self {
+        self.owners.push(OwnerFilter {
+            kind: None,
+            controller_only: false,
+            predicate: Some(Arc::new(f)),
+        });
         self
     }
 

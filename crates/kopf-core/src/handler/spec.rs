@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::context::{EventsHandle, Extensions, PatchHandle};
 use super::error::{ErrorsMode, HandlerResult};
 use super::options::{FieldFilter, MetaFilter, Options, WhenFilter, split_field};
+use super::owners::OwnerFilter;
 use crate::causes::Reason;
 use crate::conditions::ConditionsHandle;
 use crate::daemons::options::{DaemonOptions, TimerOptions};
@@ -220,6 +221,8 @@ pub struct HandlerSpec {
     pub annotations: Vec<(String, MetaFilter)>,
     /// A filter on the whole object, evaluated last.
     pub when: Option<WhenFilter>,
+    /// Owner filters (all must hold).
+    pub owners: Vec<OwnerFilter>,
     /// The function.
     pub handler: Arc<dyn Handler>,
 }
@@ -267,6 +270,7 @@ impl HandlerSpec {
             labels: Vec::new(),
             annotations: Vec::new(),
             when: None,
+            owners: Vec::new(),
             handler,
         }
     }
@@ -374,6 +378,7 @@ impl HandlerSpec {
         if options.when.is_some() {
             self.when = options.when;
         }
+        self.owners.extend(options.owners);
         if let Some(field) = options.field
             && self.field.is_none()
         {
@@ -387,7 +392,7 @@ impl HandlerSpec {
     }
 
     /// Whether the object passes the handler's filters on the body (labels, annotations,
-    /// `when`): the "prematch" that also decides whether the finalizer is needed.
+    /// owners, `when`): the "prematch" that also decides whether the finalizer is needed.
     pub fn matches(&self, body: &Value) -> bool {
         let get = |field: &str, key: &str| {
             body.pointer(&format!("/metadata/{field}"))
@@ -399,6 +404,7 @@ impl HandlerSpec {
                 .annotations
                 .iter()
                 .all(|(k, f)| f.check(get("annotations", k)))
+            && self.owners.iter().all(|o| o.matches(body))
             && self.when.as_ref().is_none_or(|w| w(body))
     }
 

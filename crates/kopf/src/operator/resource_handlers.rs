@@ -158,8 +158,37 @@ impl Operator {
         id: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
+        self.on_event_with(resource, id, handler, Options::default())
+    }
+
+    /// A raw event handler with filters: labels, annotations, `when`, and owners. With an
+    /// owner filter it is a children handler: it runs for the events of objects owned by the
+    /// given kind, and the [`Owner`](crate::Owner) argument names the owner to act on.
+    ///
+    /// ```
+    /// use kopf::{HandlerError, Operator, Options, Owner};
+    ///
+    /// // Every change of a Pod whose controller is a TrainingJob, with the job's name.
+    /// let operator = Operator::new().on_event_with(
+    ///     "pods",
+    ///     "pod_of_job",
+    ///     |Owner(job): Owner| async move {
+    ///         tracing::info!("a pod of {} changed", job.name);
+    ///         Ok::<_, HandlerError>(())
+    ///     },
+    ///     Options::new().controller_owner("example.com/TrainingJob"),
+    /// );
+    /// # let _ = operator;
+    /// ```
+    pub fn on_event_with<Args>(
+        self,
+        resource: impl Into<Selector>,
+        id: &str,
+        handler: impl IntoHandler<Args>,
+        options: Options,
+    ) -> Self {
         let spec = HandlerSpec::event(id, handler.into_handler());
-        self.register(resource, spec, Options::default())
+        self.register(resource, spec, options)
     }
 
     /// An index: the handler returns key/value pairs for each object (a map, a vector of
