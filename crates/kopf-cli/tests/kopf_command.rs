@@ -205,13 +205,14 @@ async fn an_operator_runs_in_place_of_kopf() {
 
 #[test]
 fn a_cargo_package_or_project_is_built_then_run() {
-    // A package of the workspace, by name: built, checked, run (no CRD given: refused with
-    // what to do, by the operator itself).
+    // A package of the workspace, by name: built, checked, run. Its CRD comes from its
+    // type (`Operator::crd::<Greeting>()`): `rbac` resolves it with no `--apply`.
     let out = kopf().args(["rbac", "my-operator"]).output().expect("runs");
-    let line = refusal(&out);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rbac = text(&out.stdout);
     assert!(
-        line.contains("the embedded API server of `rbac`") && line.contains("--apply"),
-        "{line}"
+        rbac.contains("- greetings") && rbac.contains("- greetings/status"),
+        "{rbac}"
     );
     let stderr = text(&out.stderr);
     let running = stderr
@@ -223,23 +224,25 @@ fn a_cargo_package_or_project_is_built_then_run() {
 
     // Its CRD, from the binary that was built.
     let crd = Command::new(&binary).arg("crd").output().expect("runs");
-    assert!(crd.status.success());
+    assert!(crd.status.success(), "{}", text(&crd.stderr));
+    assert!(
+        text(&crd.stdout).contains("name: greetings.example.com"),
+        "{}",
+        text(&crd.stdout)
+    );
     let dir = tempfile::tempdir().expect("tempdir");
-    let crd_path = dir.path().join("crd.json");
+    let crd_path = dir.path().join("crd.yaml");
     std::fs::write(&crd_path, &crd.stdout).expect("write");
 
-    // The project's directory.
+    // The project's directory, with the CRD given as a file (as for an operator that
+    // declares none).
     let out = kopf()
         .args(["rbac", "examples/my-operator", "--apply"])
         .arg(&crd_path)
         .output()
         .expect("runs");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let rbac = text(&out.stdout);
-    assert!(
-        rbac.contains("- greetings") && rbac.contains("- greetings/status"),
-        "{rbac}"
-    );
+    assert_eq!(text(&out.stdout), rbac, "the same rules");
     assert!(
         text(&out.stderr).contains("kopf: running my-operator "),
         "{}",

@@ -471,19 +471,10 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
     if !inner
         .handlers
         .iter()
-        .any(|h| matches!(h.kind, HandlerKind::Changing))
-    {
-        // Only timers, daemons, indexes or raw events: no diff-base to keep.
-        let mut out = CycleOutcome::new(cause.reason);
-        out.done = true;
-        return out;
-    }
-    if !inner
-        .handlers
-        .iter()
         .any(|h| matches!(h.kind, HandlerKind::Changing) && h.matches(body))
     {
-        // Kopf's prematch: the resource has handlers, but their filters (labels,
+        // Only timers, daemons, indexes or raw events: no diff-base to keep. Or Kopf's
+        // prematch: the resource has changing handlers, but their filters (labels,
         // annotations, owners, `when`) leave this object out: be blind to it, store nothing.
         let mut out = CycleOutcome::new(cause.reason);
         out.done = true;

@@ -4,6 +4,7 @@
 //! <operator> run [-n NS]... [-A] [--fake [--apply FILE]...] [--liveness URL] [--metrics ADDR] ...
 //! <operator> rbac [--apply FILE]... [--cluster]     # the RBAC manifests it needs
 //! <operator> rbac --verify [--as USER] [-n NS]...    # are they granted on the cluster?
+//! <operator> crd [-o yaml|json]                      # the CRDs of its own resources
 //! <operator> fake-apiserver [--port N] [--kubeconfig PATH] [--apply FILE]...
 //! <operator> --version                               # my-operator 1.2.0 (kopf-rs 0.1.0)
 //! ```
@@ -307,6 +308,9 @@ pub enum Command {
     /// Print the RBAC manifests (ServiceAccount, ClusterRole, ClusterRoleBinding) that the
     /// operator's handlers need.
     Rbac(RbacArgs),
+    /// Print the CustomResourceDefinitions of the operator's own resources (declared with
+    /// `Operator::crd::<T>()`).
+    Crd(CrdArgs),
     /// Run the in-memory Kubernetes API server until SIGINT/SIGTERM.
     FakeApiserver(FakeApiserverArgs),
     /// Print [`About::probe_answer`] and exit: how `kopf run` and `kopf rbac` tell a kopf-rs
@@ -627,6 +631,29 @@ pub struct RbacArgs {
         requires = "verify"
     )]
     pub namespaces: Vec<String>,
+}
+
+/// Options of `crd`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CrdArgs {
+    /// The output format: YAML documents (`---` between them) or a JSON `List`.
+    #[arg(
+        long,
+        short = 'o',
+        env = "KOPF_CRD_OUTPUT",
+        value_enum,
+        default_value = "yaml"
+    )]
+    pub output: CrdOutput,
+}
+
+/// Output formats of `crd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CrdOutput {
+    /// YAML documents.
+    Yaml,
+    /// One JSON `List`.
+    Json,
 }
 
 /// Options of `fake-apiserver`.
@@ -1094,7 +1121,7 @@ mod tests {
                 later(Duration::from_secs(a.bookmark_interval));
                 later(Duration::from_millis(a.crd_establish_delay_ms));
             }
-            Command::Rbac(_) | Command::Probe => {}
+            Command::Rbac(_) | Command::Crd(_) | Command::Probe => {}
         }
     }
 

@@ -111,6 +111,7 @@ pub mod testing;
 
 mod client;
 mod config;
+mod crds;
 mod embedded;
 mod error;
 mod fake;

@@ -41,6 +41,7 @@ impl Operator {
         match cli.command {
             cli::Command::Run(args) => self.run_with_args(args).await,
             cli::Command::Rbac(args) => self.print_rbac(args).await,
+            cli::Command::Crd(args) => self.print_crds(&args),
             cli::Command::FakeApiserver(args) => fake_apiserver(args).await,
             cli::Command::Probe => {
                 use std::io::Write;
@@ -153,6 +154,7 @@ impl Operator {
         #[cfg(feature = "testing")]
         {
             let server = kopf_testing::FakeApiServer::start().await?;
+            self.apply_crds(&server)?;
             for m in &args.apply {
                 let n = server.apply_file(m)?;
                 tracing::info!("applied {n} object(s) from {}", m.display());

@@ -85,6 +85,9 @@ pub enum TestError {
     /// The operator's client could not be made.
     #[error("cannot make the operator's client: {0}")]
     Client(#[source] Error),
+    /// The fake API server refused one of the operator's declared CRDs.
+    #[error("cannot apply the operator's CRDs: {0}")]
+    Crds(#[source] Error),
     /// The operator stopped by itself before it watched anything.
     #[error("the operator stopped before it watched anything: {0}")]
     Stopped(String),
@@ -196,8 +199,10 @@ impl OperatorTest {
     }
 
     /// Starts the operator against `server` on a runtime of its own, and waits until it
-    /// watches (unless told not to).
+    /// watches (unless told not to). The CRDs the operator declares
+    /// ([`Operator::crd`]) are applied to the server first.
     pub async fn start(self, server: &FakeApiServer) -> Result<Running, TestError> {
+        self.operator.apply_crds(server).map_err(TestError::Crds)?;
         let logs = Captured::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()

@@ -2,8 +2,10 @@
 //!
 //! The resource is a Rust type (`#[derive(CustomResource)]`): the handlers are registered on
 //! it with `Selector::of::<Greeting>()`, read its spec typed (`Spec<GreetingSpec>`), and the
-//! binary prints its CRD (`my-operator crd`), whose status schema declares what the handlers
-//! return (`status.greet_fn.message`): the API server stores only what the schema declares.
+//! operator declares its CRD (`Operator::crd::<Greeting>()`): the binary prints it
+//! (`my-operator crd`) and `run --fake` applies it. Its status schema declares what the
+//! handlers return (`status.greet_fn.message`): the API server stores only what the schema
+//! declares.
 
 use kopf::{HandlerError, Name, Operator, Selector, Spec};
 use kube::CustomResource;
@@ -64,6 +66,7 @@ async fn greet_fn(
 /// The operator: `greet_fn` on creation and on updates of `Greeting`s.
 pub fn operator() -> Operator {
     Operator::new()
+        .crd::<Greeting>()
         .on_create(Selector::of::<Greeting>(), "greet_fn", greet_fn)
         .on_update(Selector::of::<Greeting>(), "greet_fn", greet_fn)
 }

@@ -60,7 +60,7 @@ async fn a_greeting_gets_its_message_and_follows_its_spec() -> TestResult {
 #[tokio::test]
 async fn nobody_to_greet_is_a_permanent_failure() -> TestResult {
     let server = FakeApiServer::start().await?;
-    server.apply_object(serde_json::to_value(Greeting::crd())?)?;
+    // (The operator's CRD is applied by the runner: it declares it.)
     let running = OperatorTest::new(operator()).start(&server).await?;
     let api: Api<Greeting> = Api::namespaced(server.client(), "default");
     let spec = GreetingSpec {
@@ -100,5 +100,106 @@ fn the_guide_shows_this_crates_dependencies() -> TestResult {
             "the guide's {line:?} is not in Cargo.toml"
         );
     }
+    Ok(())
+}
+
+/// `my-operator crd`: the CRD of the type, which an API server accepts and establishes.
+#[tokio::test]
+async fn the_printed_crd_is_established() -> TestResult {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_my-operator"))
+        .arg("crd")
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = FakeApiServer::start().await?;
+    assert_eq!(
+        server.apply_yaml("crd", &String::from_utf8(out.stdout)?)?,
+        1
+    );
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(server.client());
+    let established = wait_for_object(
+        &crds,
+        Greeting::crd_name(),
+        "the CRD established",
+        Duration::from_secs(10),
+        |crd| {
+            crd.and_then(|c| c.status.as_ref())
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                })
+        },
+    )
+    .await?;
+    assert!(established.is_some());
+    Ok(())
+}
+
+/// `my-operator run --fake` with no `--apply`: its embedded API server serves `Greeting`
+/// (the declared CRD), and the operator handles one.
+#[tokio::test]
+async fn run_fake_serves_the_declared_crd() -> TestResult {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("my-operator-test-{}", std::process::id()));
+    let kubeconfig = dir.join("kubeconfig");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_my-operator"))
+        .args(["run", "--fake", "--fake-kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    // The banner comes once the server serves and the kubeconfig is written.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("Point kubectl at it"))
+    {
+        let line = rx.recv_timeout(Duration::from_secs(60))?;
+        seen.push(line);
+    }
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let api: Api<Greeting> = Api::namespaced(kube::Client::try_from(config)?, "default");
+    let spec = GreetingSpec {
+        name: "fake".into(),
+        shout: false,
+    };
+    api.create(&PostParams::default(), &Greeting::new("served", spec))
+        .await?;
+    let done = wait_for_object(
+        &api,
+        "served",
+        "the greeting",
+        Duration::from_secs(20),
+        |g| greeted(g).is_some(),
+    )
+    .await;
+    child.kill()?;
+    child.wait()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let done = done?;
+    assert_eq!(
+        greeted(done.as_ref()).map(|g| g.message.as_str()),
+        Some("Hello, fake!"),
+        "{seen:#?}"
+    );
     Ok(())
 }

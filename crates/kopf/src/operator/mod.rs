@@ -77,6 +77,8 @@ pub struct Operator {
     pub(crate) sharding: Option<kopf_peering::Sharding>,
     pub(crate) inactivity_timeout: Duration,
     pub(crate) fake_manifests: Vec<std::path::PathBuf>,
+    /// The CRDs the operator owns (`crd`, `run --fake`, `rbac`).
+    pub(crate) crds: Vec<serde_json::Value>,
     pub(crate) startup: Vec<HandlerSpec>,
     pub(crate) cleanup: Vec<HandlerSpec>,
     pub(crate) probes: Vec<HandlerSpec>,
@@ -112,6 +114,7 @@ impl Default for Operator {
             sharding: None,
             inactivity_timeout: Duration::from_secs(70),
             fake_manifests: Vec::new(),
+            crds: Vec::new(),
             startup: Vec::new(),
             cleanup: Vec::new(),
             probes: Vec::new(),

@@ -151,6 +151,7 @@ impl Operator {
             #[cfg(feature = "testing")]
             {
                 let server = kopf_testing::FakeApiServer::start().await?;
+                self.apply_crds(&server)?;
                 let manifests = if args.apply.is_empty() {
                     &self.fake_manifests
                 } else {
