@@ -580,6 +580,87 @@ impl FakeApiServer {
         let _ = self.shared.close_tx.send(resource.map(str::to_string));
     }
 
+    /// Appends lines to a container's log, as the simulated kubelet would have them from the
+    /// container: `GET .../pods/{pod}/log?container=...` serves them (stamped with the
+    /// time they were appended), and follow streams get them at once.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), kopf_testing::FakeError> {
+    /// let server = kopf_testing::FakeApiServer::start().await?;
+    /// server.append_log("default", "trainer-0", "main", &["epoch 1", "accuracy=0.93"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn append_log(&self, namespace: &str, pod: &str, container: &str, lines: &[&str]) {
+        let key = (
+            namespace.to_string(),
+            pod.to_string(),
+            container.to_string(),
+        );
+        self.shared.kubelet.append(&key, lines);
+    }
+
+    /// Restarts a container of a Pod: a new instance with an empty log (the old one is
+    /// served with `previous=true`), the Pod's `status.containerStatuses` with the new
+    /// `restartCount` (a watch event), and the follow streams of the old instance end.
+    /// Returns the new restart count.
+    pub fn restart_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<u32, String> {
+        let key = (
+            namespace.to_string(),
+            pod.to_string(),
+            container.to_string(),
+        );
+        let restart = self.shared.kubelet.restart(&key);
+        let mut state = lock(&self.shared.state);
+        let def = state.find("", "v1", "pods").ok_or("pods are not served")?;
+        let current = state
+            .get(&def, Some(namespace), pod)
+            .map_err(|e| e.message)?;
+        let now = jiff::Timestamp::now().to_string();
+        let statuses: Vec<Value> = current
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+                let key = (namespace.to_string(), pod.to_string(), name.to_string());
+                serde_json::json!({
+                    "name": name,
+                    "image": c.get("image").cloned().unwrap_or(Value::Null),
+                    "ready": true,
+                    "restartCount": self.shared.kubelet.restart_count(&key),
+                    "state": {"running": {"startedAt": now}},
+                })
+            })
+            .collect();
+        let patch =
+            serde_json::json!({"status": {"phase": "Running", "containerStatuses": statuses}});
+        state
+            .patch(
+                &def,
+                Some(namespace),
+                pod,
+                Some("status"),
+                PatchType::Merge,
+                patch.to_string().as_bytes(),
+                &WriteOptions::default(),
+            )
+            .map_err(|e| e.message)?;
+        Ok(restart)
+    }
+
+    /// Ends every open follow stream of container logs cleanly, while the containers keep
+    /// running (as a kubelet's log rotation or a proxy's timeout does): clients must
+    /// reconnect, and not see lines twice.
+    pub fn drop_log_streams(&self) {
+        self.shared.kubelet.drop_streams();
+    }
+
     /// Removes every fault, delay and pending expiry.
     pub fn clear_faults(&self) {
         *lock(&self.shared.faults) = apiserver::control::Faults::default();

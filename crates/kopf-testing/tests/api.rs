@@ -1089,3 +1089,86 @@ async fn kube_runtime_event_recorder_and_event_validation() {
         .await;
     assert_eq!(bad.status, 422);
 }
+
+/// Container logs from the simulated kubelet: the container resolution errors, timestamps,
+/// `previous`, and a follow stream that gets new lines and ends at a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_logs_are_served_and_followed() {
+    use futures::{AsyncBufReadExt, StreamExt};
+    let server = FakeApiServer::start().await.expect("start");
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "main", "image": "busybox"}, {"name": "side", "image": "busybox"}]}}))
+        .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    server.append_log("default", "p", "main", &["one", "two"]);
+    let params = |container: Option<&str>| kube::api::LogParams {
+        container: container.map(String::from),
+        timestamps: true,
+        ..Default::default()
+    };
+    let (code, message) = err_code(pods.logs("p", &params(None)).await.expect_err("which one?"));
+    assert_eq!(code, 400);
+    assert_eq!(
+        message,
+        "a container name must be specified for pod p, choose one of: [main side]"
+    );
+    let (_, message) = err_code(pods.logs("p", &params(Some("x"))).await.expect_err("no x"));
+    assert_eq!(message, "container x is not valid for pod p");
+    let text = pods.logs("p", &params(Some("main"))).await.expect("logs");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let (stamp, line) = lines[1].split_once(' ').expect("a timestamp first");
+    assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{stamp}");
+    assert_eq!(line, "two");
+
+    let follow = kube::api::LogParams {
+        container: Some("main".into()),
+        follow: true,
+        ..Default::default()
+    };
+    let mut stream = pods.log_stream("p", &follow).await.expect("follow").lines();
+    assert_eq!(
+        stream.next().await.map(Result::ok),
+        Some(Some("one".into()))
+    );
+    assert_eq!(
+        stream.next().await.map(Result::ok),
+        Some(Some("two".into()))
+    );
+    server.append_log("default", "p", "main", &["three"]);
+    assert_eq!(
+        stream.next().await.map(Result::ok),
+        Some(Some("three".into()))
+    );
+    assert_eq!(server.restart_container("default", "p", "main"), Ok(1));
+    assert!(
+        stream.next().await.is_none(),
+        "the old instance's stream ends"
+    );
+    let restarted = pods.get("p").await.expect("get");
+    let statuses = restarted
+        .status
+        .and_then(|s| s.container_statuses)
+        .expect("statuses");
+    assert_eq!(
+        statuses.iter().map(|s| s.restart_count).collect::<Vec<_>>(),
+        [1, 0]
+    );
+    let previous = kube::api::LogParams {
+        container: Some("main".into()),
+        previous: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        pods.logs("p", &previous).await.expect("previous"),
+        "one\ntwo\nthree\n"
+    );
+    assert_eq!(
+        pods.logs("p", &params(Some("main"))).await.expect("new"),
+        ""
+    );
+}

@@ -17,6 +17,7 @@ pub mod control;
 pub mod discovery;
 pub mod error;
 pub mod http;
+pub mod kubelet;
 pub mod managed_fields;
 pub mod openapi;
 pub mod patch;

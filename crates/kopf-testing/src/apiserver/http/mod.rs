@@ -8,6 +8,7 @@ mod control;
 mod discovery;
 mod handler;
 mod list;
+mod logs;
 mod negotiation;
 mod objects;
 mod options;

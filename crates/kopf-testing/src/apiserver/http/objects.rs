@@ -16,6 +16,7 @@ use crate::apiserver::webhooks::admission::{self, Edit};
 use crate::apiserver::webhooks::conversion::{self, CrdConversion};
 
 use super::list::list;
+use super::logs::serve_log;
 use super::negotiation::{decode_body, header_str, table_request};
 use super::options::{delete_options, write_options};
 use super::query::{Query, Selectors};
@@ -47,6 +48,7 @@ pub(super) async fn serve_resource(
         Some("status") if def.status => {}
         Some("scale") if def.scale.is_some() => {}
         Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
+        Some("log") if def.group.is_empty() && def.plural == "pods" => {}
         Some(_) => return Err(ApiError::path_not_found()),
     }
     let verb = resolve_verb(method, &rr, query);
@@ -56,6 +58,9 @@ pub(super) async fn serve_resource(
     let name = rr.name.clone().unwrap_or_default();
     if sub == Some("scale") {
         return serve_scale(shared, &def, ns, &name, &verb, &content_type, body);
+    }
+    if sub == Some("log") {
+        return serve_log(shared, ns, &name, &verb, query);
     }
     let sub = if sub == Some("finalize") { None } else { sub };
     match verb.as_str() {

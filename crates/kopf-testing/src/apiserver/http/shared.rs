@@ -91,6 +91,8 @@ pub(crate) struct Shared {
     pub address: Mutex<String>,
     /// The webhook client: TLS configurations and the call log.
     pub webhooks: WebhookRuntime,
+    /// The simulated kubelet's container logs.
+    pub kubelet: crate::apiserver::kubelet::Kubelet,
 }
 
 impl Shared {
@@ -112,6 +114,7 @@ impl Shared {
             started: Instant::now(),
             address: Mutex::new(String::new()),
             webhooks: WebhookRuntime::default(),
+            kubelet: crate::apiserver::kubelet::Kubelet::default(),
         })
     }
 
