@@ -614,7 +614,9 @@ impl FakeApiServer {
             pod.to_string(),
             container.to_string(),
         );
-        let restart = self.shared.kubelet.restart(&key);
+        // The status first, then the old instance's streams end (a client that reads the
+        // Pod when its stream ends sees the new container).
+        let restart = self.shared.kubelet.restart_count(&key) + 1;
         let mut state = lock(&self.shared.state);
         let def = state.find("", "v1", "pods").ok_or("pods are not served")?;
         let current = state
@@ -629,11 +631,16 @@ impl FakeApiServer {
             .map(|c| {
                 let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
                 let key = (namespace.to_string(), pod.to_string(), name.to_string());
+                let count = if name == container {
+                    restart
+                } else {
+                    self.shared.kubelet.restart_count(&key)
+                };
                 serde_json::json!({
                     "name": name,
                     "image": c.get("image").cloned().unwrap_or(Value::Null),
                     "ready": true,
-                    "restartCount": self.shared.kubelet.restart_count(&key),
+                    "restartCount": count,
                     "state": {"running": {"startedAt": now}},
                 })
             })
@@ -651,7 +658,8 @@ impl FakeApiServer {
                 &WriteOptions::default(),
             )
             .map_err(|e| e.message)?;
-        Ok(restart)
+        drop(state);
+        Ok(self.shared.kubelet.restart(&key))
     }
 
     /// Ends every open follow stream of container logs cleanly, while the containers keep

@@ -24,6 +24,7 @@ mod early;
 mod engine;
 mod events;
 mod lanes;
+mod logs;
 mod namespaces;
 mod narrowing;
 mod observe;
@@ -43,6 +44,7 @@ mod worker;
 mod write;
 
 pub use engine::Engine;
+pub use logs::{Captures, LogLine, LogSpec, follower as log_follower};
 pub use namespaces::{NamespacePattern, NamespaceSelector};
 pub use narrowing::{
     MetadataOnly, NotDerived, check_field_selector, check_label_selector,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use kopf_core::causes::EventKind;
 use kopf_core::daemons::{Deliver, Delivered, Delivery, ObjectDaemons, SpawnContext, StopReason};
+use kopf_core::handler::HandlerSpec;
 use kopf_core::memo::Memos;
 use serde_json::Value;
 
@@ -50,10 +51,26 @@ impl WorkerShared {
                 // The deletion is handled (and the finalizer released) once they are gone.
                 s.daemons.stop_all(StopReason::Deleted).await;
             }
-        } else if kopf_core::finalizers::has(body, &self.processor.persistence().finalizer)
-            && let Some(stops) = s.daemons.spawn_matching(&self.spawners, body)
-        {
-            tokio::spawn(stops);
+        } else {
+            // Daemons that need the finalizer start once it is there; those that do not (the
+            // followers of pod-log handlers) start at once.
+            let stops = if kopf_core::finalizers::has(body, &self.processor.persistence().finalizer)
+            {
+                s.daemons.spawn_matching(&self.spawners, body)
+            } else if self.spawners.iter().any(|h| !h.requires_finalizer) {
+                let free: Vec<HandlerSpec> = self
+                    .spawners
+                    .iter()
+                    .filter(|h| !h.requires_finalizer)
+                    .cloned()
+                    .collect();
+                s.daemons.spawn_matching(&free, body)
+            } else {
+                None
+            };
+            if let Some(stops) = stops {
+                tokio::spawn(stops);
+            }
         }
     }
 

@@ -432,6 +432,7 @@ pub use kopf_peering as peering;
 pub use kopf_peering::{
     LeaderElection, Leadership, PeeringMode, PeeringSettings, SamePriority, Sharding,
 };
+pub use kopf_watch::{Captures, LogLine, LogSpec};
 pub use kopf_watch::{Discovered, Selector};
 
 #[cfg(feature = "admission")]

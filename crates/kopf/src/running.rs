@@ -253,6 +253,9 @@ impl Operator {
         client: kube::Client,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
+        if !self.invalid.is_empty() {
+            return Err(Error::Config(self.invalid.join("; ")));
+        }
         let activities = self.activity_context(Some(&client));
         let (end_grace, grace) = kopf_core::layers::GraceOver::new();
         self.settings.extensions.insert(grace);

@@ -165,7 +165,8 @@ impl Kubelet {
             return Next::End;
         }
         let Some(instance) = logs.current.get(key) else {
-            return Next::End;
+            // Nothing written yet: the container runs, silent.
+            return Next::Wait;
         };
         if instance.restart != cursor.restart {
             return Next::End;

@@ -77,6 +77,8 @@ pub struct Operator {
     pub(crate) sharding: Option<kopf_peering::Sharding>,
     pub(crate) inactivity_timeout: Duration,
     pub(crate) fake_manifests: Vec<std::path::PathBuf>,
+    /// Registrations that cannot work (an invalid regex...): the operator refuses to start.
+    pub(crate) invalid: Vec<String>,
     /// The CRDs the operator owns (`crd`, `run --fake`, `rbac`).
     pub(crate) crds: Vec<serde_json::Value>,
     pub(crate) startup: Vec<HandlerSpec>,
@@ -115,6 +117,7 @@ impl Default for Operator {
             inactivity_timeout: Duration::from_secs(70),
             fake_manifests: Vec::new(),
             crds: Vec::new(),
+            invalid: Vec::new(),
             startup: Vec::new(),
             cleanup: Vec::new(),
             probes: Vec::new(),

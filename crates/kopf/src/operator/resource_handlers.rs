@@ -191,6 +191,69 @@ impl Operator {
         self.register(resource, spec, options)
     }
 
+    /// A pod-log handler: called for each line of the logs of matching Pods' containers in
+    /// which `regex` finds a match, with the line ([`LogLine`](crate::LogLine)) and the
+    /// regex's groups ([`Captures`](crate::Captures)), besides the usual arguments (the Pod's
+    /// `Body`, `Owner`, `Client`...). Each container's lines come in order, each once, across
+    /// dropped streams and container restarts (see [`LogSpec`](crate::LogSpec)). An invalid
+    /// regex stops the operator at its start, with the handler's id.
+    ///
+    /// ```
+    /// use kopf::{Captures, HandlerError, LogLine, Operator};
+    ///
+    /// let operator = Operator::new().on_log(
+    ///     "pods",
+    ///     "accuracy",
+    ///     r"accuracy=(?P<acc>\d+\.\d+)",
+    ///     |line: LogLine, caps: Captures| async move {
+    ///         tracing::info!("{} says {:?}", line.pod, caps.name("acc"));
+    ///         Ok::<_, HandlerError>(())
+    ///     },
+    /// );
+    /// # let _ = operator;
+    /// ```
+    pub fn on_log<Args>(
+        mut self,
+        resource: impl Into<Selector>,
+        id: &str,
+        regex: &str,
+        handler: impl IntoHandler<Args>,
+    ) -> Self {
+        match kopf_watch::LogSpec::new(regex) {
+            Ok(spec) => self.on_log_with(resource, id, spec, handler, Options::default()),
+            Err(e) => {
+                self.invalid.push(format!(
+                    "the regex of the log handler '{id}' is invalid: {e}"
+                ));
+                self
+            }
+        }
+    }
+
+    /// A pod-log handler with its [`LogSpec`](crate::LogSpec) (containers, where to start,
+    /// idle timeout) and filters (labels, annotations, owners, `when`: which Pods).
+    pub fn on_log_with<Args>(
+        mut self,
+        resource: impl Into<Selector>,
+        id: &str,
+        spec: kopf_watch::LogSpec,
+        handler: impl IntoHandler<Args>,
+        options: Options,
+    ) -> Self {
+        let follower = kopf_watch::log_follower(
+            std::sync::Arc::new(spec),
+            id.to_string(),
+            handler.into_handler(),
+        );
+        // The followers read the Pod (a restart) and its log.
+        self.rbac_rules.push(serde_json::json!({
+            "apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get"],
+        }));
+        // No finalizer: a follower stops when its Pod goes.
+        let spec = HandlerSpec::daemon(id, DaemonOptions::new(), follower);
+        self.register(resource, spec, options.optional())
+    }
+
     /// An index: the handler returns key/value pairs for each object (a map, a vector of
     /// pairs, a pair, or an `Option` of one: `None` keeps the previous entries); every
     /// handler reads them with the [`Index<K, V>`](crate::Index) argument. Entries go when the object is
