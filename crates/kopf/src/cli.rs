@@ -5,6 +5,7 @@
 //! <operator> rbac [--apply FILE]... [--cluster]     # the RBAC manifests it needs
 //! <operator> rbac --verify [--as USER] [-n NS]...    # are they granted on the cluster?
 //! <operator> crd [-o yaml|json]                      # the CRDs of its own resources
+//! <operator> olm --image IMAGE [--dir bundle]         # an OLM bundle
 //! <operator> fake-apiserver [--port N] [--kubeconfig PATH] [--apply FILE]...
 //! <operator> --version                               # my-operator 1.2.0 (kopf-rs 0.1.0)
 //! ```
@@ -66,9 +67,11 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 mod parse;
 mod replicas;
 mod storage;
+mod tools;
 
 use parse::*;
 pub use storage::Storage;
+pub use tools::{CrdArgs, CrdOutput, OlmArgs, RbacArgs};
 
 /// The version of kopf-rs the operator is built with.
 pub const KOPF_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -311,6 +314,9 @@ pub enum Command {
     /// Print the CustomResourceDefinitions of the operator's own resources (declared with
     /// `Operator::crd::<T>()`).
     Crd(CrdArgs),
+    /// Write an Operator Lifecycle Manager bundle: the ClusterServiceVersion (the image's
+    /// deployment, the RBAC of `rbac`, the owned CRDs), the CRDs, metadata/annotations.yaml.
+    Olm(OlmArgs),
     /// Run the in-memory Kubernetes API server until SIGINT/SIGTERM.
     FakeApiserver(FakeApiserverArgs),
     /// Print [`About::probe_answer`] and exit: how `kopf run` and `kopf rbac` tell a kopf-rs
@@ -557,103 +563,6 @@ pub struct Liveness {
     pub addr: std::net::SocketAddr,
     /// The path of the endpoint (e.g. `/healthz`).
     pub path: String,
-}
-
-/// Options of `rbac`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RbacArgs {
-    /// The name of the ServiceAccount, ClusterRole and ClusterRoleBinding.
-    #[arg(long, env = "KOPF_RBAC_NAME", default_value = "kopf-operator")]
-    pub name: String,
-    /// The namespace of the ServiceAccount.
-    #[arg(
-        long = "account-namespace",
-        env = "KOPF_RBAC_ACCOUNT_NAMESPACE",
-        default_value = "default"
-    )]
-    pub account_namespace: String,
-    /// Manifests with the CRDs of the operator's resources (default: the operator's own
-    /// development manifests); resources are resolved against them on an embedded API
-    /// server.
-    #[arg(
-        long = "apply",
-        env = "KOPF_RBAC_APPLY",
-        value_delimiter = ',',
-        value_name = "FILE",
-        conflicts_with = "cluster"
-    )]
-    pub apply: Vec<PathBuf>,
-    /// Resolve the resources on the cluster of the current kubeconfig instead.
-    #[arg(long, env = "KOPF_RBAC_CLUSTER")]
-    pub cluster: bool,
-    /// Add what `run --leader-election` needs: reading, creating and updating Leases
-    /// (also added when the operator's code sets up leader election).
-    #[arg(long, env = "KOPF_RBAC_LEADER_ELECTION")]
-    pub leader_election: bool,
-    /// Add what `run --shards` needs: listing, creating and updating Leases (also added when
-    /// the operator's code sets up sharding).
-    #[arg(long, env = "KOPF_RBAC_SHARDS")]
-    pub shards: bool,
-    /// Check on the cluster of the current kubeconfig that every permission the operator
-    /// needs is granted (an access review per resource and verb): prints ✅/❌ per resource
-    /// and verb and the missing rules as YAML; the exit status is non-zero when something
-    /// is missing.
-    #[arg(long, env = "KOPF_RBAC_VERIFY", conflicts_with = "apply")]
-    pub verify: bool,
-    /// With --verify: whose permissions, a user or a ServiceAccount as
-    /// `system:serviceaccount:NAMESPACE:NAME` (default: the kubeconfig's own user). Needs
-    /// the permission to create SubjectAccessReviews.
-    #[arg(
-        long = "as",
-        env = "KOPF_RBAC_AS",
-        value_name = "USER",
-        requires = "verify"
-    )]
-    pub as_user: Option<String>,
-    /// With --as: the user's groups (default: a ServiceAccount's own groups; always
-    /// `system:authenticated`). Repeatable.
-    #[arg(
-        long = "as-group",
-        env = "KOPF_RBAC_AS_GROUP",
-        value_name = "GROUP",
-        value_delimiter = ',',
-        requires = "as_user"
-    )]
-    pub as_groups: Vec<String>,
-    /// With --verify: check namespaced resources in these namespaces rather than
-    /// cluster-wide (for an operator granted them by RoleBindings). Repeatable.
-    #[arg(
-        long = "namespace",
-        short = 'n',
-        env = "KOPF_RBAC_NAMESPACE",
-        value_name = "NAMESPACE",
-        value_delimiter = ',',
-        requires = "verify"
-    )]
-    pub namespaces: Vec<String>,
-}
-
-/// Options of `crd`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct CrdArgs {
-    /// The output format: YAML documents (`---` between them) or a JSON `List`.
-    #[arg(
-        long,
-        short = 'o',
-        env = "KOPF_CRD_OUTPUT",
-        value_enum,
-        default_value = "yaml"
-    )]
-    pub output: CrdOutput,
-}
-
-/// Output formats of `crd`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CrdOutput {
-    /// YAML documents.
-    Yaml,
-    /// One JSON `List`.
-    Json,
 }
 
 /// Options of `fake-apiserver`.
@@ -1061,6 +970,12 @@ mod tests {
             "progress-storage",
             "as",
             "as-group",
+            "output",
+            "image",
+            "dir",
+            "bundle-version",
+            "package",
+            "channel",
         ];
         for sub in Cli::command().get_subcommands() {
             let known = NUMERIC
@@ -1121,7 +1036,7 @@ mod tests {
                 later(Duration::from_secs(a.bookmark_interval));
                 later(Duration::from_millis(a.crd_establish_delay_ms));
             }
-            Command::Rbac(_) | Command::Crd(_) | Command::Probe => {}
+            Command::Rbac(_) | Command::Crd(_) | Command::Olm(_) | Command::Probe => {}
         }
     }
 

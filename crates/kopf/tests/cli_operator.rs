@@ -423,3 +423,85 @@ async fn rbac_verify_shows_the_missing_permissions_until_they_are_granted() {
     assert!(refused(&stdout).is_empty(), "{stdout}");
     assert!(stdout.contains("# All 15 present."), "{stdout}");
 }
+
+/// `olm`: a bundle of the minimal operator (its CRD from its development manifests) that
+/// passes the bundle checks; a bundle without its CRD does not.
+#[test]
+fn olm_writes_a_bundle_that_passes_the_checks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bundle = dir.path().join("bundle");
+    let out = minimal(
+        &[
+            "olm",
+            "--image",
+            "registry.example.com/minimal:0.3.1",
+            "--bundle-version",
+            "0.3.1",
+            "--dir",
+            &bundle.to_string_lossy(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(kopf::validate_bundle(&bundle), Vec::<String>::new());
+    let csv_path = bundle.join("manifests/minimal.clusterserviceversion.yaml");
+    let csv: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&csv_path).expect("the CSV"))
+            .expect("YAML");
+    assert_eq!(csv["metadata"]["name"], "minimal.v0.3.1");
+    assert_eq!(
+        csv["spec"]["customresourcedefinitions"]["owned"][0]["name"],
+        "kopfexamples.kopf.dev"
+    );
+    let rules = &csv["spec"]["install"]["spec"]["clusterPermissions"][0]["rules"];
+    assert!(
+        rules
+            .as_array()
+            .expect("rules")
+            .iter()
+            .any(|r| r["resources"][0] == "kopfexamples"
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|v| v == "patch"))),
+        "the rules of `rbac`: {rules}"
+    );
+    let deployment = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"];
+    assert_eq!(
+        deployment["template"]["spec"]["containers"][0]["image"],
+        "registry.example.com/minimal:0.3.1"
+    );
+    let examples: Vec<serde_json::Value> = serde_json::from_str(
+        csv["metadata"]["annotations"]["alm-examples"]
+            .as_str()
+            .expect("examples"),
+    )
+    .expect("JSON");
+    assert_eq!(examples[0]["kind"], "KopfExample");
+    let printed = text(&out.stdout);
+    assert!(printed.contains("metadata/annotations.yaml"), "{printed}");
+
+    // Without its CRD, the bundle fails the checks.
+    std::fs::remove_file(bundle.join("manifests/kopf.dev_kopfexamples.yaml")).expect("remove");
+    assert_eq!(
+        kopf::validate_bundle(&bundle),
+        ["the owned CRD kopfexamples.kopf.dev is not in manifests/"]
+    );
+    // A version that is not SemVer: the checks refuse the bundle.
+    let out = minimal(
+        &[
+            "olm",
+            "--image",
+            "x",
+            "--bundle-version",
+            "1.2",
+            "--dir",
+            &dir.path().join("b2").to_string_lossy(),
+        ],
+        &[],
+    );
+    assert!(
+        error_line(&out).contains("spec.version \"1.2\" is not a SemVer version"),
+        "{}",
+        text(&out.stderr)
+    );
+}
