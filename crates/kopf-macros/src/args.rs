@@ -28,6 +28,10 @@ pub(crate) struct Args {
     pub(crate) spawning: Vec<TokenStream2>,
     /// Method calls on `Reconciler`.
     pub(crate) reconciler: Vec<TokenStream2>,
+    /// `regex` of pod-log handlers.
+    pub(crate) regex: Option<LitStr>,
+    /// Method calls on `LogSpec`.
+    pub(crate) log: Vec<TokenStream2>,
 }
 
 /// Parses and checks the attribute's arguments for `kind`.
@@ -127,6 +131,12 @@ pub(crate) fn parse_args(attr: TokenStream, kind: Kind) -> syn::Result<Args> {
             "sharp" => {
                 let on = flag(&key, &given)?;
                 args.spawning.push(quote!(.sharp(#on)));
+                continue;
+            }
+            "from_start" => {
+                if flag(&key, &given)? {
+                    args.log.push(quote!(.from_start()));
+                }
                 continue;
             }
             "optional" | "deleted" | "persistent" | "side_effects" | "ignore_failures" => {
@@ -237,6 +247,36 @@ pub(crate) fn parse_args(attr: TokenStream, kind: Kind) -> syn::Result<Args> {
                     .push(quote!(.errors(::kopf::ErrorsMode::#variant)));
             }
             "when" => args.options.push(quote!(.when(#value))),
+            "regex" => {
+                let regex = string(&key, &value)?;
+                if let Err(e) = regex_syntax::Parser::new().parse(&regex.value()) {
+                    return Err(syn::Error::new_spanned(
+                        &regex,
+                        format!("not a valid regex: {e}"),
+                    ));
+                }
+                args.regex = Some(regex);
+            }
+            "idle_timeout" => {
+                let d = seconds(&key, &value)?;
+                args.log.push(quote!(.idle_timeout(#d)));
+            }
+            "containers" => match &value {
+                Expr::Array(items) => {
+                    let names = items
+                        .elems
+                        .iter()
+                        .map(|item| string(&key, item))
+                        .collect::<syn::Result<Vec<_>>>()?;
+                    args.log.push(quote!(.containers(&[#(#names),*])));
+                }
+                other => {
+                    return Err(syn::Error::new_spanned(
+                        other,
+                        "`containers` takes a list, e.g. `containers = [\"main\"]`",
+                    ));
+                }
+            },
             "owner_when" => args.options.push(quote!(.owner_when(#value))),
             "owner" | "controller_owner" => {
                 let owner_kind = string(&key, &value)?;
@@ -288,6 +328,16 @@ pub(crate) fn parse_args(attr: TokenStream, kind: Kind) -> syn::Result<Args> {
             // Every option of `options_of` is handled above.
             _ => return Err(not_taken(kind, &key)),
         }
+    }
+    if kind == Kind::Log && args.regex.is_none() {
+        let span = args
+            .target
+            .as_ref()
+            .map_or_else(Span::call_site, LitStr::span);
+        return Err(syn::Error::new(
+            span,
+            "#[kopf::on::log] needs `regex = \"...\"`: the lines it handles",
+        ));
     }
     if kind == Kind::Field && args.field.is_none() {
         let span = args

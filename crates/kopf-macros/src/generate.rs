@@ -123,6 +123,25 @@ fn try_expand(attr: TokenStream, item: TokenStream, kind: Kind) -> syn::Result<T
                 }
             }
         }
+        Kind::Log => {
+            let regex = &args.regex;
+            let log = &args.log;
+            quote! {
+                ::kopf::registry::LogRegistration {
+                    apply: |op: ::kopf::Operator| {
+                        op.on_log_configured(
+                            #target,
+                            #id,
+                            #regex,
+                            |spec: ::kopf::LogSpec| spec #(#log)*,
+                            #name,
+                            ::kopf::Options::new() #(#options)*,
+                        )
+                    },
+                    #place
+                }
+            }
+        }
         Kind::Startup | Kind::Cleanup | Kind::Probe => {
             let variant = Ident::new(
                 match kind {

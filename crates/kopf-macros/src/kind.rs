@@ -13,6 +13,7 @@ pub(crate) enum Kind {
     Daemon,
     Index,
     Event,
+    Log,
     Startup,
     Cleanup,
     Probe,
@@ -45,6 +46,7 @@ pub(crate) const ALL: &[Kind] = &[
     Kind::Daemon,
     Kind::Index,
     Kind::Event,
+    Kind::Log,
     Kind::Startup,
     Kind::Cleanup,
     Kind::Probe,
@@ -108,6 +110,11 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
         }
         Kind::Event => {
             v.extend(FILTERS);
+            v.extend(OWNERS);
+        }
+        Kind::Log => {
+            v.extend(["regex", "containers", "from_start", "idle_timeout"]);
+            v.extend(["id", "labels", "annotations", "when"]);
             v.extend(OWNERS);
         }
         Kind::Startup => {
@@ -204,6 +211,7 @@ impl Kind {
             Kind::Daemon => "daemon",
             Kind::Index => "index",
             Kind::Event => "event",
+            Kind::Log => "log",
             Kind::Startup => "startup",
             Kind::Cleanup => "cleanup",
             Kind::Probe => "probe",
@@ -234,6 +242,7 @@ impl Kind {
     pub(crate) fn example(self) -> String {
         let extra = match self {
             Kind::Field => ", field = \"spec.x\"",
+            Kind::Log => ", regex = \"accuracy=(\\\\d+)\"",
             Kind::Timer => ", interval = 60",
             _ => "",
         };

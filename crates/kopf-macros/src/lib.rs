@@ -159,6 +159,19 @@ pub fn event(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand(attr, item, Kind::Event)
 }
 
+/// Registers a pod-log handler: called for each line of matching Pods' container logs that
+/// the regex finds a match in, with its `LogLine` and `Captures` arguments (see
+/// `Operator::on_log`). The regex is checked when the code compiles.
+/// `#[kopf::on::log("pods", regex = r"accuracy=(?P<acc>\d+\.\d+)")]`.
+///
+/// Options: `regex` (required), `containers = ["main"]`, `from_start`, `idle_timeout`
+/// (seconds), `id`, `labels(...)`, `annotations(...)`, `when`, `owner`,
+/// `controller_owner`, `owner_when`.
+#[proc_macro_attribute]
+pub fn log(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand(attr, item, Kind::Log)
+}
+
 /// Registers a startup handler (Kopf's `@kopf.on.startup`): all of them run, and must
 /// succeed, before anything is watched (temporary errors are retried); a permanent failure
 /// stops the operator. What they put in the operator's `Memo<T>` is what objects start

@@ -358,8 +358,8 @@ pub use running::run;
 /// ```
 pub mod on {
     pub use kopf_macros::{
-        cleanup, create, daemon, delete, event, field, index, login, probe, resume, startup, timer,
-        update,
+        cleanup, create, daemon, delete, event, field, index, log, login, probe, resume, startup,
+        timer, update,
     };
     #[cfg(feature = "admission")]
     pub use kopf_macros::{convert, mutate, validate};

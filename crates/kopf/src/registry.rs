@@ -127,6 +127,19 @@ pub fn index_spec<Args, H: IntoIndexer<Args>>(id: &str, handler: H) -> HandlerSp
     HandlerSpec::index(id, types, handler.into_indexer())
 }
 
+/// One pod-log handler registered by `#[kopf::on::log]`: applied to the operator with
+/// [`Operator::on_log_configured`].
+pub struct LogRegistration {
+    /// Adds the handler.
+    pub apply: fn(Operator) -> Operator,
+    /// Where it was written (registrations are applied in source order).
+    pub file: &'static str,
+    /// The line.
+    pub line: u32,
+}
+
+inventory::collect!(LogRegistration);
+
 /// One reconcile registered by `#[kopf::reconcile]`: the resource's [`Reconciler`] with its
 /// options, applied to the operator with [`Operator::reconcile_with`].
 ///
@@ -240,6 +253,9 @@ impl Operator {
             op = op.register(r.resource, spec, options);
         }
         for r in in_source_order::<ReconcileRegistration>(|r| (r.file, r.line)) {
+            op = (r.apply)(op);
+        }
+        for r in in_source_order::<LogRegistration>(|r| (r.file, r.line)) {
             op = (r.apply)(op);
         }
         for r in in_source_order::<ActivityRegistration>(|r| (r.file, r.line)) {

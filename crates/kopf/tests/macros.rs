@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use kopf::{
-    EventType, HandlerError, Index, Memo, Name, New, Old, Operator, Owner, Spec, StopReason,
-    Stopped,
+    Captures, EventType, HandlerError, Index, LogLine, Memo, Name, New, Old, Operator, Owner, Spec,
+    StopReason, Stopped,
 };
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -151,6 +151,19 @@ async fn seen(Name(name): Name, EventType(event): EventType) -> Result<(), Handl
 )]
 async fn child_seen(Name(name): Name, Owner(owner): Owner) -> Result<(), HandlerError> {
     record(&name, format!("owner:{}", owner.name));
+    Ok(())
+}
+
+// ---- Pod logs (Pods labelled test=logs) ----
+
+#[kopf::on::log(
+    "pods",
+    regex = r"^hello (?P<who>\w+)$",
+    labels(test = "logs"),
+    containers = ["main"]
+)]
+async fn hello_seen(line: LogLine, caps: Captures) -> Result<(), HandlerError> {
+    record(&line.pod, caps.name("who").unwrap_or_default());
     Ok(())
 }
 
@@ -461,6 +474,35 @@ async fn raw_events_are_seen() {
             .any(|r| r.starts_with("owner:")),
         "objects without an owner are not children: {ev1:?}"
     );
+    running.stop().await;
+}
+
+/// A pod-log handler by attribute: its regex, its container, its Pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_reach_the_macro_registered_handler() {
+    let server = common::server().await;
+    let running = Running::start(&server, operator("logs")).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(server.client(), "default");
+    for (name, test) in [("log-pod", "logs"), ("log-other", "other")] {
+        let pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"test": test}},
+            "spec": {"containers": [{"name": "main", "image": "x"}, {"name": "side", "image": "x"}]},
+        }))
+        .expect("a Pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create");
+        server.append_log("default", name, "main", &["hello world", "goodbye"]);
+        server.append_log("default", name, "side", &["hello side"]);
+    }
+    eventually("the matching line", async || !records("log-pod").is_empty()).await;
+    common::settle(&server).await;
+    assert_eq!(
+        records("log-pod"),
+        ["world"],
+        "the main container's matching line only"
+    );
+    assert!(records("log-other").is_empty(), "another Pod's labels");
     running.stop().await;
 }
 

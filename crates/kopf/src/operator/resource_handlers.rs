@@ -213,14 +213,36 @@ impl Operator {
     /// # let _ = operator;
     /// ```
     pub fn on_log<Args>(
-        mut self,
+        self,
         resource: impl Into<Selector>,
         id: &str,
         regex: &str,
         handler: impl IntoHandler<Args>,
     ) -> Self {
+        self.on_log_configured(
+            resource,
+            id,
+            regex,
+            |spec| spec,
+            handler,
+            Options::default(),
+        )
+    }
+
+    /// [`on_log_with`](Self::on_log_with) with the regex as text and the rest of the
+    /// [`LogSpec`](crate::LogSpec) set by `configure` (what `#[kopf::on::log]` registers);
+    /// an invalid regex stops the operator at its start, with the handler's id.
+    pub fn on_log_configured<Args>(
+        mut self,
+        resource: impl Into<Selector>,
+        id: &str,
+        regex: &str,
+        configure: impl FnOnce(kopf_watch::LogSpec) -> kopf_watch::LogSpec,
+        handler: impl IntoHandler<Args>,
+        options: Options,
+    ) -> Self {
         match kopf_watch::LogSpec::new(regex) {
-            Ok(spec) => self.on_log_with(resource, id, spec, handler, Options::default()),
+            Ok(spec) => self.on_log_with(resource, id, configure(spec), handler, options),
             Err(e) => {
                 self.invalid.push(format!(
                     "the regex of the log handler '{id}' is invalid: {e}"
