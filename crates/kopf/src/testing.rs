@@ -420,8 +420,25 @@ pub async fn eventually(
     }
 }
 
+/// What changed between two states of an object (pretty JSON), as a unified diff.
+fn changes(first: &str, last: &str) -> String {
+    if first == last {
+        return "it did not change while waiting".into();
+    }
+    let diff = similar::TextDiff::from_lines(first, last)
+        .unified_diff()
+        .context_radius(2)
+        .header("first seen", "last seen")
+        .to_string();
+    format!(
+        "what changed while waiting:\n{}",
+        kopf_core::text::excerpt(&diff, 4000)
+    )
+}
+
 /// Waits until the object `name` (None: it does not exist) satisfies `check`, and returns
-/// it. On timeout, the error shows the last state seen.
+/// it. On timeout, the error shows the last state seen, and what changed in it while the
+/// test waited (a unified diff of the first and last states seen), or that nothing did.
 pub async fn wait_for_object<K>(
     api: &Api<K>,
     name: &str,
@@ -433,11 +450,17 @@ where
     K: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut first: Option<String> = None;
     loop {
         let seen = api.get_opt(name).await.map_err(TestError::Request)?;
         if check(seen.as_ref()) {
             return Ok(seen);
         }
+        let pretty = match &seen {
+            Some(o) => serde_json::to_string_pretty(o).unwrap_or_else(|_| format!("{o:#?}")),
+            None => "no such object".into(),
+        };
+        let first = first.get_or_insert_with(|| pretty.clone());
         if tokio::time::Instant::now() >= deadline {
             let last = match &seen {
                 Some(o) => serde_json::to_string(o).unwrap_or_else(|_| format!("{o:?}")),
@@ -446,9 +469,64 @@ where
             return Err(TestError::TimedOut {
                 what: format!("{what} ({name})"),
                 after: timeout,
-                last: format!("; last seen: {}", kopf_core::text::excerpt(&last, 2000)),
+                last: format!(
+                    "; last seen: {}; {}",
+                    kopf_core::text::excerpt(&last, 2000),
+                    changes(first, &pretty)
+                ),
             });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams, PostParams};
+
+    #[tokio::test]
+    async fn a_timeout_shows_what_changed_while_waiting() {
+        let server = FakeApiServer::start().await.expect("start");
+        let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+        let cm: ConfigMap = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "c"}, "data": {"a": "1"}}),
+        )
+        .expect("a ConfigMap");
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+        let quiet = wait_for_object(&api, "c", "b", Duration::from_millis(100), |_| false)
+            .await
+            .expect_err("never");
+        assert!(
+            quiet
+                .to_string()
+                .ends_with("it did not change while waiting"),
+            "{quiet}"
+        );
+
+        let changer = api.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let patch = serde_json::json!({"data": {"a": "2"}});
+            changer
+                .patch("c", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("patch");
+        });
+        let changed = wait_for_object(&api, "c", "b", Duration::from_millis(500), |_| false)
+            .await
+            .expect_err("never")
+            .to_string();
+        assert!(
+            changed.contains("what changed while waiting:\n--- first seen\n+++ last seen"),
+            "{changed}"
+        );
+        assert!(
+            changed.contains("-    \"a\": \"1\"\n+    \"a\": \"2\""),
+            "{changed}"
+        );
     }
 }
