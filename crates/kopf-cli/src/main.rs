@@ -7,7 +7,8 @@
 //!   operator, and runs `OPERATOR run [run options]` in place of itself, as `kopf run
 //!   handlers.py` does for Kopf;
 //! * `kopf rbac OPERATOR [rbac options]` prints the RBAC manifests the operator needs
-//!   (`OPERATOR rbac [rbac options]`);
+//!   (`OPERATOR rbac [rbac options]`; `--verify`: are they granted?); `kopf crd OPERATOR`
+//!   and `kopf olm OPERATOR --image ...` likewise print its CRDs and write its OLM bundle;
 //! * `kopf fake-apiserver ...` runs the in-memory Kubernetes API server of `kopf-testing`
 //!   standalone, so kubectl, Python clients or any operator can talk to it;
 //! * `kopf freeze`, `kopf resume`, `kopf peers`: Kopf's peering commands (pause the
@@ -21,7 +22,7 @@ use std::ffi::{OsStr, OsString};
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
-use kopf::cli::{FakeApiserverArgs, RbacArgs, RunArgs};
+use kopf::cli::{CrdArgs, FakeApiserverArgs, OlmArgs, RbacArgs, RunArgs};
 
 /// The operator argument of `run` and `rbac`.
 const OPERATOR_HELP: &str = "The operator: the path of its binary (target/release/my-operator), the name of a cargo package of the workspace here (my-operator) or the directory of a cargo project (./my-operator), both built with `cargo build` first, or a program on PATH. It must be built with kopf-rs.";
@@ -57,6 +58,20 @@ enum Command {
         operator: OsString,
         #[command(flatten)]
         args: RbacArgs,
+    },
+    /// Print the CRDs a kopf-rs operator declares (`OPERATOR crd [options]`).
+    Crd {
+        #[arg(value_name = "OPERATOR", help = OPERATOR_HELP)]
+        operator: OsString,
+        #[command(flatten)]
+        args: CrdArgs,
+    },
+    /// Write the OLM bundle of a kopf-rs operator (`OPERATOR olm [options]`).
+    Olm {
+        #[arg(value_name = "OPERATOR", help = OPERATOR_HELP)]
+        operator: OsString,
+        #[command(flatten)]
+        args: OlmArgs,
     },
     /// Run the in-memory Kubernetes API server until SIGINT/SIGTERM; prints `listening on
     /// URL` once it serves.
@@ -175,6 +190,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Peers(args) => peering::peers(args).await,
         Command::Run { operator, args: _ } => delegate("run", &operator),
         Command::Rbac { operator, args: _ } => delegate("rbac", &operator),
+        Command::Crd { operator, args: _ } => delegate("crd", &operator),
+        Command::Olm { operator, args: _ } => delegate("olm", &operator),
         Command::FakeApiserver(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(

@@ -222,8 +222,15 @@ fn a_cargo_package_or_project_is_built_then_run() {
     let binary = PathBuf::from(running.split(" from ").nth(1).expect("a path"));
     assert!(binary.ends_with("my-operator"), "{running}");
 
-    // Its CRD, from the binary that was built.
+    // Its CRD, from the binary that was built (and through the kopf command: the same).
     let crd = Command::new(&binary).arg("crd").output().expect("runs");
+    let through_kopf = kopf().args(["crd", "my-operator"]).output().expect("runs");
+    assert_eq!(
+        text(&through_kopf.stdout),
+        text(&crd.stdout),
+        "{}",
+        text(&through_kopf.stderr)
+    );
     assert!(crd.status.success(), "{}", text(&crd.stderr));
     assert!(
         text(&crd.stdout).contains("name: greetings.example.com"),
