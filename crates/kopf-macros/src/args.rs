@@ -329,25 +329,21 @@ pub(crate) fn parse_args(attr: TokenStream, kind: Kind) -> syn::Result<Args> {
             _ => return Err(not_taken(kind, &key)),
         }
     }
-    if kind == Kind::Log && args.regex.is_none() {
+    let missing = match kind {
+        Kind::Log if args.regex.is_none() => {
+            Some("#[kopf::on::log] needs `regex = \"...\"`: the lines it handles")
+        }
+        Kind::Field if args.field.is_none() => {
+            Some("#[kopf::on::field] needs `field = \"spec.x\"`")
+        }
+        _ => None,
+    };
+    if let Some(message) = missing {
         let span = args
             .target
             .as_ref()
             .map_or_else(Span::call_site, LitStr::span);
-        return Err(syn::Error::new(
-            span,
-            "#[kopf::on::log] needs `regex = \"...\"`: the lines it handles",
-        ));
-    }
-    if kind == Kind::Field && args.field.is_none() {
-        let span = args
-            .target
-            .as_ref()
-            .map_or_else(Span::call_site, LitStr::span);
-        return Err(syn::Error::new(
-            span,
-            "#[kopf::on::field] needs `field = \"spec.x\"`",
-        ));
+        return Err(syn::Error::new(span, message));
     }
     if args.field.is_none()
         && let Some(key) = value_key.as_ref().or(old_new_key.as_ref())
