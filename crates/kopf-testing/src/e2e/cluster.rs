@@ -1,7 +1,7 @@
 //! A cluster for end-to-end tests of operator binaries: a new kind cluster, the fake API
 //! server as a separate process (`kopf fake-apiserver`), the cluster of the current
 //! kubeconfig context, or (feature `testcontainers`) a container serving the API (see
-//! [`ContainerCluster`]); with a kubeconfig file for the operators, a `kubectl` helper and a
+//! `ContainerCluster`); with a kubeconfig file for the operators, a `kubectl` helper and a
 //! kube client.
 //!
 //! ```no_run
@@ -353,8 +353,9 @@ impl ClusterBuilder {
     #[cfg(not(feature = "testcontainers"))]
     async fn start_container(&self, _cluster: &mut Cluster) -> Result<(), ClusterError> {
         Err(ClusterError::Missing {
-            tool: "testcontainers".into(),
-            hint: "a container cluster needs kopf-testing's `testcontainers` feature and a Docker engine".into(),
+            tool: "the `testcontainers` feature of kopf-testing".into(),
+            hint: "a container cluster needs it, and a Docker engine: enable it in Cargo.toml"
+                .into(),
         })
     }
 
@@ -844,6 +845,21 @@ mod tests {
         let text = err.to_string();
         assert!(
             text.starts_with("kopf is not installed (no file /nonexistent/kopf;")
+                || text.starts_with("kubectl is not installed"),
+            "{text}"
+        );
+    }
+
+    #[cfg(not(feature = "testcontainers"))]
+    #[tokio::test]
+    async fn a_container_cluster_needs_the_testcontainers_feature() {
+        let err = Cluster::start(ClusterKind::Container)
+            .await
+            .expect_err("no feature");
+        // Without kubectl on this machine, that is reported first; either is clear.
+        let text = err.to_string();
+        assert!(
+            text.starts_with("the `testcontainers` feature of kopf-testing is not installed")
                 || text.starts_with("kubectl is not installed"),
             "{text}"
         );
