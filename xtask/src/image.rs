@@ -4,7 +4,9 @@
 //! as a cluster would, against the project's fake API server:
 //!
 //! 1. docker: the CLI and its daemon answer (else: how to install and start them, exit 1);
-//! 2. binaries: `cargo build --profile P -p kopf --example NAME -p kopf-cli --bin kopf`;
+//! 2. binaries: `cargo build --profile P -p kopf --example NAME` and `-p kopf-cli --bin kopf`
+//!    (for `dev`: `cargo test --workspace --no-run` and `cargo build -p kopf-cli`, as CI built
+//!    them);
 //! 3. base: the runtime base image, made here if absent (`docker import` of the shared
 //!    libraries `ldd` lists, a `nonroot` user and the CA bundle; tagged by a hash of the
 //!    libraries, so it is made once) since no registry is reachable;
@@ -126,24 +128,7 @@ pub async fn run(args: ImageArgs) -> Result<()> {
         "binaries: example {} and kopf, profile {}",
         args.example, args.profile
     ));
-    crate::cargo::run(
-        &ws.root,
-        &[
-            "build",
-            "--locked",
-            "--profile",
-            &args.profile,
-            "-p",
-            "kopf",
-            "--example",
-            &args.example,
-            "-p",
-            "kopf-cli",
-            "--bin",
-            "kopf",
-        ],
-        "image",
-    )?;
+    build(&ws.root, &args.profile, &args.example)?;
     let out_dir = ws.target.join(profile_dir(&args.profile));
     let operator_bin = out_dir.join("examples").join(&args.example);
     let kopf_bin = out_dir.join("kopf");
@@ -245,6 +230,49 @@ pub async fn run(args: ImageArgs) -> Result<()> {
         megabytes(size)
     );
     Ok(())
+}
+
+/// Builds the example and the `kopf` binary. For `dev`, with the commands of `cargo xtask
+/// e2e` and CI (`cargo test --workspace --no-run`, `cargo build -p kopf-cli`), whose
+/// binaries are then used as they are: a build of these two packages alone unifies other
+/// features and would compile again (2 minutes here). For other profiles, one build each.
+fn build(root: &Path, profile: &str, example: &str) -> Result<()> {
+    if profile == "dev" {
+        crate::cargo::run(
+            root,
+            &["test", "--workspace", "--no-run", "--locked"],
+            "image",
+        )?;
+        return crate::cargo::run(root, &["build", "--locked", "-p", "kopf-cli"], "image");
+    }
+    crate::cargo::run(
+        root,
+        &[
+            "build",
+            "--locked",
+            "--profile",
+            profile,
+            "-p",
+            "kopf",
+            "--example",
+            example,
+        ],
+        "image",
+    )?;
+    crate::cargo::run(
+        root,
+        &[
+            "build",
+            "--locked",
+            "--profile",
+            profile,
+            "-p",
+            "kopf-cli",
+            "--bin",
+            "kopf",
+        ],
+        "image",
+    )
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked: the container binds it right after).
