@@ -64,9 +64,17 @@ impl Workspace {
 /// rebuilt by this cargo, and again by the next `cargo xtask`, at every run: they are
 /// removed from the child's environment.
 pub fn run(root: &Path, args: &[&str], who: &str) -> Result<()> {
+    run_with_env(root, args, &[], who)
+}
+
+/// [`run`] with these variables set in cargo's environment (and so its tests').
+pub fn run_with_env(root: &Path, args: &[&str], env: &[(&str, &str)], who: &str) -> Result<()> {
     println!("{who}: cargo {}", args.join(" "));
     let mut command = Command::new(cargo_program());
-    command.args(args).current_dir(root);
+    command
+        .args(args)
+        .current_dir(root)
+        .envs(env.iter().copied());
     for (key, _) in std::env::vars_os() {
         let key_text = key.to_string_lossy();
         if [

@@ -13,6 +13,11 @@
 //! no source file over 800 lines of non-test code, no module named in ARCHITECTURE.md that
 //! the code lacks (see `layout.rs`).
 //!
+//! `cargo xtask image [--example NAME] [--profile P] [--no-testcontainers]` builds the
+//! operator image of an example with `deploy/Dockerfile` on a base made here (no registry
+//! needed), runs it against the fake API server as a cluster would, stops it with SIGTERM
+//! and prints its size; then kopf-testing's testcontainers test (see `image.rs`).
+//!
 //! `cargo xtask coverage [--html] [--no-install]` runs the README's test command instrumented
 //! (cargo-llvm-cov, installed if missing) and prints line coverage per crate (see
 //! `coverage.rs`).
@@ -28,6 +33,7 @@ mod cargo;
 mod chaos;
 mod coverage;
 mod e2e;
+mod image;
 mod layout;
 
 use std::time::{Duration, Instant};
@@ -83,6 +89,17 @@ enum Cmd {
     /// machine (about 10 the first time). Exits non-zero if a test fails (the report is
     /// still made).
     Coverage(coverage::CoverageArgs),
+    /// The operator image: `deploy/Dockerfile` built and run against the fake API server.
+    ///
+    /// Needs a Docker engine (says how to install and start one when it is missing); no
+    /// registry: the runtime base is made from the binary's shared libraries. Builds the
+    /// example's binary (`--profile`, `release` by default; CI uses `dev`), the base (once)
+    /// and the image; runs it on the host network with the fake API server's kubeconfig
+    /// mounted, applies examples/crd.yaml and examples/obj.yaml, waits for the handler's
+    /// `status.create_fn`, stops it with SIGTERM (exit status 0 expected) and prints the
+    /// image's size. Then runs kopf-testing's testcontainers test (`--no-testcontainers` to
+    /// leave it out). Exits non-zero on any failure.
+    Image(image::ImageArgs),
     /// The house rules of the source tree: no import circle between the modules of a crate,
     /// no source file over 800 lines of non-test code (unless it says why with a
     /// `// layout: ...` comment), every module and file ARCHITECTURE.md names exists. Exits
@@ -147,6 +164,13 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Layout => layout::run(),
+        Cmd::Image(args) => {
+            if let Err(e) = image::run(args).await {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Cmd::Coverage(args) => {
             if let Err(e) = coverage::run(args) {
                 eprintln!("error: {e:#}");

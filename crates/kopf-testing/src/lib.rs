@@ -81,6 +81,8 @@ pub use apiserver::control::{
 };
 pub use apiserver::http::{OpenWatch, Settings, VersionInfo};
 pub use apiserver::webhooks::{ServiceRef, WebhookCall, WebhookOutcome};
+#[cfg(feature = "testcontainers")]
+pub use e2e::cluster::ContainerCluster;
 pub use e2e::cluster::{Cluster, ClusterBuilder, ClusterError, ClusterKind};
 pub use e2e::runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
 

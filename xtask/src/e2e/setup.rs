@@ -104,7 +104,7 @@ pub(crate) async fn webhook_host(cluster: &Cluster) -> Result<Option<String>> {
                 "cannot find the gateway of kind's container network (`docker network inspect kind`); set KOPF_E2E_WEBHOOK_HOST to an address of this machine that the kind nodes reach"
             )
         }
-        ClusterKind::Current => bail!(
+        ClusterKind::Current | ClusterKind::Container => bail!(
             "the webhooks need an address of this machine that the cluster's API server reaches: set KOPF_E2E_WEBHOOK_HOST (or skip this example: --example NAME for the others)"
         ),
     }

@@ -1,6 +1,8 @@
 //! A cluster for end-to-end tests of operator binaries: a new kind cluster, the fake API
-//! server as a separate process (`kopf fake-apiserver`), or the cluster of the current
-//! kubeconfig context; with a kubeconfig file for the operators and a `kubectl` helper.
+//! server as a separate process (`kopf fake-apiserver`), the cluster of the current
+//! kubeconfig context, or (feature `testcontainers`) a container serving the API (see
+//! `ContainerCluster`); with a kubeconfig file for the operators, a `kubectl` helper and a
+//! kube client.
 //!
 //! ```no_run
 //! use kopf_testing::{Cluster, ClusterKind};
@@ -31,6 +33,11 @@ use tokio::process::Command;
 
 use crate::e2e::runner::{OperatorRunner, RunnerError};
 
+#[cfg(feature = "testcontainers")]
+mod container;
+#[cfg(feature = "testcontainers")]
+pub use container::ContainerCluster;
+
 /// Where kind's installation is explained.
 pub const KIND_INSTALL_URL: &str = "https://kind.sigs.k8s.io/docs/user/quick-start/#installation";
 
@@ -47,6 +54,9 @@ pub enum ClusterKind {
     Fake,
     /// The cluster of the current kubeconfig context (`KUBECONFIG` or `~/.kube/config`).
     Current,
+    /// A container serving the API, started with testcontainers (feature `testcontainers`,
+    /// a Docker engine): see `Cluster::container`.
+    Container,
 }
 
 impl ClusterKind {
@@ -56,6 +66,7 @@ impl ClusterKind {
             ClusterKind::Kind => "kind",
             ClusterKind::Fake => "fake",
             ClusterKind::Current => "current",
+            ClusterKind::Container => "container",
         }
     }
 }
@@ -74,8 +85,9 @@ impl FromStr for ClusterKind {
             "kind" => Ok(ClusterKind::Kind),
             "fake" => Ok(ClusterKind::Fake),
             "current" => Ok(ClusterKind::Current),
+            "container" => Ok(ClusterKind::Container),
             other => Err(format!(
-                "unknown cluster kind {other:?} (expected kind, fake or current)"
+                "unknown cluster kind {other:?} (expected kind, fake, current or container)"
             )),
         }
     }
@@ -135,6 +147,22 @@ pub enum ClusterError {
     /// The fake API server process did not start.
     #[error("the fake API server (`kopf fake-apiserver`) did not start: {0}")]
     Fake(#[source] RunnerError),
+    /// The container of a container cluster could not be started, read or removed.
+    #[error("the cluster's container ({image}): {detail}")]
+    Container {
+        /// The image (or the container's id).
+        image: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// No kube client could be made from the cluster's kubeconfig.
+    #[error("no kube client for the kubeconfig {kubeconfig}: {detail}")]
+    Client {
+        /// The kubeconfig file.
+        kubeconfig: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
     /// A file operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -175,6 +203,8 @@ pub struct ClusterBuilder {
     search_path: Option<OsString>,
     name: Option<String>,
     kind_wait: Duration,
+    #[cfg(feature = "testcontainers")]
+    container: Option<ContainerCluster>,
 }
 
 impl ClusterBuilder {
@@ -273,6 +303,7 @@ impl ClusterBuilder {
             ClusterKind::Fake => self.start_fake(&mut cluster).await?,
             ClusterKind::Kind => self.start_kind(&mut cluster, &tools).await?,
             ClusterKind::Current => self.connect_current(&mut cluster).await?,
+            ClusterKind::Container => self.start_container(&mut cluster).await?,
         }
         tracing::info!(cluster = %cluster.description, kubeconfig = %cluster.kubeconfig.display(), "cluster ready");
         Ok(cluster)
@@ -317,6 +348,15 @@ impl ClusterBuilder {
         cluster.description = format!("the fake API server at {url} (pid {})", server.pid());
         cluster.backend = Backend::Fake(Box::new(server));
         Ok(())
+    }
+
+    #[cfg(not(feature = "testcontainers"))]
+    async fn start_container(&self, _cluster: &mut Cluster) -> Result<(), ClusterError> {
+        Err(ClusterError::Missing {
+            tool: "the `testcontainers` feature of kopf-testing".into(),
+            hint: "a container cluster needs it, and a Docker engine: enable it in Cargo.toml"
+                .into(),
+        })
     }
 
     async fn start_kind(&self, cluster: &mut Cluster, tools: &Tools) -> Result<(), ClusterError> {
@@ -501,6 +541,8 @@ enum Backend {
         podman: bool,
     },
     Current,
+    #[cfg(feature = "testcontainers")]
+    Container(Box<container::Running>),
 }
 
 /// A running cluster (or a connection to one). [`teardown`](Self::teardown) stops or
@@ -536,6 +578,8 @@ impl Cluster {
             search_path: None,
             name: None,
             kind_wait: Duration::from_secs(120),
+            #[cfg(feature = "testcontainers")]
+            container: None,
         }
     }
 
@@ -543,6 +587,20 @@ impl Cluster {
     /// the fake one).
     pub async fn start(kind: ClusterKind) -> Result<Self, ClusterError> {
         Self::builder(kind).start().await
+    }
+
+    /// A kube client for the cluster, from its kubeconfig.
+    pub async fn client(&self) -> Result<kube::Client, ClusterError> {
+        let failed = |detail: String| ClusterError::Client {
+            kubeconfig: self.kubeconfig.clone(),
+            detail,
+        };
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+            .map_err(|e| failed(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| failed(e.to_string()))
     }
 
     /// Which kind of cluster this is.
@@ -665,6 +723,11 @@ impl Cluster {
                     .map(|_| ())
             }
             Backend::Current => Ok(()),
+            #[cfg(feature = "testcontainers")]
+            Backend::Container(_) => match std::mem::replace(&mut self.backend, Backend::Current) {
+                Backend::Container(running) => running.remove().await,
+                _ => Ok(()),
+            },
         };
         let _ = std::fs::remove_dir_all(&self.dir);
         result
@@ -787,9 +850,29 @@ mod tests {
         );
     }
 
+    #[cfg(not(feature = "testcontainers"))]
+    #[tokio::test]
+    async fn a_container_cluster_needs_the_testcontainers_feature() {
+        let err = Cluster::start(ClusterKind::Container)
+            .await
+            .expect_err("no feature");
+        // Without kubectl on this machine, that is reported first; either is clear.
+        let text = err.to_string();
+        assert!(
+            text.starts_with("the `testcontainers` feature of kopf-testing is not installed")
+                || text.starts_with("kubectl is not installed"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn cluster_kinds_parse_and_print() {
-        for kind in [ClusterKind::Kind, ClusterKind::Fake, ClusterKind::Current] {
+        for kind in [
+            ClusterKind::Kind,
+            ClusterKind::Fake,
+            ClusterKind::Current,
+            ClusterKind::Container,
+        ] {
             assert_eq!(kind.to_string().parse::<ClusterKind>(), Ok(kind));
         }
         assert!("docker".parse::<ClusterKind>().is_err());
