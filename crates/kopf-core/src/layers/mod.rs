@@ -43,6 +43,7 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
+use tracing::Instrument;
 
 use crate::events::EventSpec;
 use crate::handler::error::HandlerError;
@@ -245,10 +246,13 @@ impl Stack {
             .layer(ProgressLayer)
             .layer(RetryLayer)
             .service(inner);
-        match svc.oneshot(call).await {
+        let span = handler_span(&call);
+        let attempt = match svc.oneshot(call).instrument(span.clone()).await {
             Ok(a) => a,
             Err(never) => match never {},
-        }
+        };
+        record_attempt(&span, &attempt);
+        attempt
     }
 
     /// Runs one call through the whole stack.
@@ -263,10 +267,57 @@ impl Stack {
             .layer(EventsLayer::new(self.success_events))
             .layer(ProgressLayer)
             .service(inner);
-        match svc.oneshot(call).await {
+        let span = handler_span(&call);
+        let attempt = match svc.oneshot(call).instrument(span.clone()).await {
             Ok(a) => a,
             Err(never) => match never {},
-        }
+        };
+        record_attempt(&span, &attempt);
+        attempt
+    }
+}
+
+/// The span of one handler call (the handler's own task runs in it): its id and retry
+/// number now, its outcome once the attempt is classified (see [`record_attempt`]). Inside
+/// the object's cycle span; exported by OpenTelemetry when the operator has it (`kopf`'s
+/// `otel` feature), and ignored by the log formats.
+fn handler_span(call: &HandlerCall) -> tracing::Span {
+    tracing::info_span!(
+        "handler",
+        handler = %call.spec.id,
+        retry = call.record.retries.unwrap_or(0),
+        outcome = tracing::field::Empty,
+        delay = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    )
+}
+
+/// Records how an attempt ended on its [`handler_span`]: `outcome` is `succeeded`,
+/// `failed-temporary` (with `delay`, seconds until the next attempt), `failed-permanent`
+/// or `skipped`; a failure also sets the span's error status, with the error's message.
+/// Nothing is formatted here: the values are formatted only by a layer that records them.
+fn record_attempt(span: &tracing::Span, attempt: &Attempt) {
+    if span.is_disabled() {
+        return;
+    }
+    let (outcome, error) = match attempt {
+        Attempt::Skipped => ("skipped", None),
+        Attempt::Done {
+            outcome, retry_in, ..
+        } => match (&outcome.result, retry_in) {
+            (Ok(_), _) => ("succeeded", None),
+            (Err(e), Some(delay)) => {
+                span.record("delay", delay.as_secs_f64());
+                ("failed-temporary", Some(e))
+            }
+            (Err(e), None) => ("failed-permanent", Some(e)),
+        },
+    };
+    span.record("outcome", outcome);
+    if let Some(error) = error {
+        span.record("otel.status_code", "error");
+        span.record("otel.status_description", tracing::field::display(error));
     }
 }
 
