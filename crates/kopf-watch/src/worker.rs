@@ -23,7 +23,9 @@ use tokio::time::Instant;
 use crate::conditions::ApiConditionsSync;
 use crate::lanes::{Lane, Place, SLOW_CYCLE};
 use crate::raw::RawObject;
-use crate::shared::{Ended, Observed, Resume, Retired, WorkerShared, object_span, rv};
+use crate::shared::{
+    Ended, Observed, Resume, Retired, WorkerShared, cycle_span, object_span, record_cycle, rv,
+};
 use crate::spawning::Spawned;
 use crate::write::CycleEnd;
 
@@ -486,7 +488,8 @@ impl WorkerShared {
         rejected: Arc<HashMap<String, String>>,
     ) -> CycleEnd {
         use tracing::Instrument;
-        let span = object_span(&observed.body);
+        let span = cycle_span(&observed.body, &self.resource.api_resource.plural);
+        let cycle = span.clone();
         async move {
             let body = &observed.body;
             // Handlers' `Conditions::sync()` writes through the object's API at once.
@@ -512,6 +515,7 @@ impl WorkerShared {
             log_cause(&outcome, body);
             if outcome.reason == Reason::Gone {
                 self.forget(uid);
+                record_cycle(&cycle, outcome.reason, outcome.done, &CycleEnd::Gone);
                 return CycleEnd::Gone;
             }
             let end = self
@@ -521,6 +525,7 @@ impl WorkerShared {
             // refused is not a success, and a cause whose writes failed is not processed.
             let stored = matches!(end, CycleEnd::Next { .. });
             log_handlers(&outcome, &end);
+            record_cycle(&cycle, outcome.reason, outcome.done, &end);
             if outcome.done && stored {
                 self.handled_once
                     .lock()
