@@ -105,6 +105,8 @@
 
 pub mod cli;
 pub mod logging;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod registry;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -26,8 +26,36 @@ use crate::cli::{LogFormat, RunArgs};
 
 mod output;
 
-pub(crate) use output::FlushOnDrop;
-pub use output::flush;
+/// How long the end of a run waits for the spans ended so far to be exported.
+#[cfg(feature = "otel")]
+const OTEL_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits (up to 2 s) until every line logged so far is written to stderr, and, with the
+/// `otel` feature exporting, (up to 2 s) until the spans ended so far are exported. The
+/// operator calls it before it exits on a second stop signal or at its hard deadline; call
+/// it before a `std::process::exit` of your own.
+///
+/// ```
+/// tracing::info!("the last words");
+/// kopf::logging::flush();
+/// ```
+pub fn flush() {
+    #[cfg(feature = "otel")]
+    crate::otel::flush(std::time::Duration::from_secs(2));
+    output::flush_lines();
+}
+
+/// At the end of a run, or while unwinding from a panic: exports the spans ended so far
+/// and stops the exporter (`otel` feature), then writes every line logged.
+pub(crate) struct FlushOnDrop;
+
+impl Drop for FlushOnDrop {
+    fn drop(&mut self) {
+        #[cfg(feature = "otel")]
+        crate::otel::shutdown(OTEL_SHUTDOWN_WAIT);
+        output::flush_lines();
+    }
+}
 
 /// Log directives that quieten kube's own reports of failed requests, watches and
 /// undecodable answers (kube-client logs whole response bodies, megabytes for a list): the
@@ -54,15 +82,47 @@ pub fn init(args: &RunArgs) {
         prefix: args.log_prefix(),
         refkey: args.log_refkey.clone(),
     };
-    let _ = tracing_subscriber::registry()
+    let logs = tracing_subscriber::registry()
         .with(filter)
         .with(ObjectSpans)
         .with(
             tracing_subscriber::fmt::layer()
+                .fmt_fields(NoSpanFields)
                 .event_format(format)
                 .with_writer(output::Stderr),
-        )
-        .try_init();
+        );
+    #[cfg(feature = "otel")]
+    {
+        // Exporting when an endpoint is configured; one line says which.
+        let otel = crate::otel::from_env();
+        if logs.with(otel.layer).try_init().is_ok() {
+            crate::otel::install(otel.provider);
+            match otel.level {
+                Level::WARN => tracing::warn!("{}", otel.note),
+                _ => tracing::info!("{}", otel.note),
+            }
+        } else if let Some(provider) = otel.provider {
+            // Another subscriber was there first: this one's exporter has nothing to do.
+            let _ = provider.shutdown();
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = logs.try_init();
+}
+
+/// The fields of spans are not formatted: Kopf's formats take the object from
+/// [`ObjectSpans`] and the rest from the event, so formatting them into a string for every
+/// span (the `fmt` layer's default) would be work for nothing.
+struct NoSpanFields;
+
+impl<'w> FormatFields<'w> for NoSpanFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        _writer: Writer<'w>,
+        _fields: R,
+    ) -> fmt::Result {
+        Ok(())
+    }
 }
 
 /// The object a span is about, recorded from the span's fields.
@@ -109,22 +169,33 @@ impl ObjectRef {
 
 impl Visit for ObjectRef {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.set(field.name(), value.to_string());
+        if let Some(slot) = self.slot(field.name()) {
+            *slot = value.to_string();
+        }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.set(field.name(), format!("{value:?}"));
+        // Only the object's fields are formatted (a cycle's span has more).
+        if let Some(slot) = self.slot(field.name()) {
+            *slot = format!("{value:?}");
+        }
     }
 }
 
 impl ObjectRef {
-    fn set(&mut self, field: &str, value: String) {
+    fn slot(&mut self, field: &str) -> Option<&mut String> {
         match field {
-            "namespace" => self.namespace = value,
-            "name" => self.name = value,
-            "kind" => self.kind = value,
-            "uid" => self.uid = value,
-            _ => {}
+            "namespace" => Some(&mut self.namespace),
+            "name" => Some(&mut self.name),
+            "kind" => Some(&mut self.kind),
+            "uid" => Some(&mut self.uid),
+            _ => None,
+        }
+    }
+
+    fn set(&mut self, field: &str, value: String) {
+        if let Some(slot) = self.slot(field) {
+            *slot = value;
         }
     }
 }

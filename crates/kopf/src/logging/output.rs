@@ -2,7 +2,8 @@
 //! of the operator's output (a full pipe) never stalls the runtime's threads, and the lines
 //! logged meanwhile go out together, in one write. Nothing is dropped: with
 //! [`WAITING`] lines waiting, logging waits. [`flush`] waits until every line logged so far
-//! is written (the operator calls it before it exits).
+//! is written (the operator calls it before it exits, through
+//! [`super::flush`]).
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -111,15 +112,8 @@ impl Drop for Line {
     }
 }
 
-/// Waits (up to 2 s) until every line logged so far is written to stderr. The operator
-/// calls it when it returns and before it exits on a second stop signal; call it before a
-/// `std::process::exit` of your own.
-///
-/// ```
-/// tracing::info!("the last words");
-/// kopf::logging::flush();
-/// ```
-pub fn flush() {
+/// Waits (up to 2 s) until every line logged so far is written to stderr.
+pub(crate) fn flush_lines() {
     if let Some(tx) = OUTPUT.get().and_then(Option::as_ref) {
         flush_to(tx);
     }
@@ -129,15 +123,6 @@ pub fn flush() {
 fn flush_to(tx: &SyncSender<Message>) -> bool {
     let (ack, done) = mpsc::sync_channel(1);
     tx.send(Message::Flush(ack)).is_ok() && done.recv_timeout(Duration::from_secs(2)).is_ok()
-}
-
-/// Flushes the log lines when dropped (at the end of a run, or while unwinding from a panic).
-pub(crate) struct FlushOnDrop;
-
-impl Drop for FlushOnDrop {
-    fn drop(&mut self) {
-        flush();
-    }
 }
 
 #[cfg(test)]
