@@ -131,7 +131,14 @@ pub struct OperatorTest {
     wait_for_watch: bool,
     client_retries: bool,
     log_filter: String,
+    layer: Option<MakeLayer>,
 }
+
+/// A layer of the test's own for the operator's subscriber (see [`OperatorTest::layer`]).
+pub type BoxedLayer =
+    Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+
+type MakeLayer = Arc<dyn Fn() -> BoxedLayer + Send + Sync>;
 
 impl std::fmt::Debug for OperatorTest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -159,6 +166,7 @@ impl OperatorTest {
             wait_for_watch: true,
             client_retries: true,
             log_filter: format!("info,{}", crate::logging::KUBE_QUIET),
+            layer: None,
         }
     }
 
@@ -198,6 +206,26 @@ impl OperatorTest {
         self
     }
 
+    /// Adds a layer of the test's own to the operator's subscriber, beside the captured
+    /// logs (and under the same [`log_filter`](Self::log_filter)): it sees every span and
+    /// event of the operator's runtime, e.g. an OpenTelemetry layer with an in-memory
+    /// exporter (`kopf::otel::layer`, `otel` feature). `make` is called once per
+    /// [`start`](Self::start).
+    ///
+    /// ```
+    /// use kopf::testing::OperatorTest;
+    /// use tracing_subscriber::Layer;
+    ///
+    /// // A second log output, thrown away.
+    /// let test = OperatorTest::new(kopf::Operator::new())
+    ///     .layer(|| tracing_subscriber::fmt::layer().with_writer(std::io::sink).boxed());
+    /// # let _ = test;
+    /// ```
+    pub fn layer(mut self, make: impl Fn() -> BoxedLayer + Send + Sync + 'static) -> Self {
+        self.layer = Some(Arc::new(make));
+        self
+    }
+
     /// Starts the operator against `server` on a runtime of its own, and waits until it
     /// watches (unless told not to). The CRDs the operator declares
     /// ([`Operator::crd`]) are applied to the server first.
@@ -205,12 +233,29 @@ impl OperatorTest {
         self.operator.apply_crds(server).map_err(TestError::Crds)?;
         let logs = Captured::default();
         let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_env_filter(tracing_subscriber::EnvFilter::new(&self.log_filter))
-            .finish();
-        let dispatch = tracing::Dispatch::new(subscriber);
+        let filter = tracing_subscriber::EnvFilter::new(&self.log_filter);
+        let dispatch = match &self.layer {
+            None => tracing::Dispatch::new(
+                tracing_subscriber::fmt()
+                    .with_writer(move || writer.clone())
+                    .with_ansi(false)
+                    .with_env_filter(filter)
+                    .finish(),
+            ),
+            Some(make) => {
+                use tracing_subscriber::layer::SubscriberExt;
+                tracing::Dispatch::new(
+                    tracing_subscriber::registry()
+                        .with(make())
+                        .with(
+                            tracing_subscriber::fmt::layer()
+                                .with_writer(move || writer.clone())
+                                .with_ansi(false),
+                        )
+                        .with(filter),
+                )
+            }
+        };
         let on_thread = dispatch.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
