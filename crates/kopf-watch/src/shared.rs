@@ -235,7 +235,7 @@ pub(crate) fn object_span(body: &Value) -> tracing::Span {
 /// The span of one processing cycle of an object: its log span (named `object`, like
 /// [`object_span`]'s, so its lines carry the object) with what tracing exports of the cycle
 /// (OpenTelemetry, with `kopf`'s `otel` feature): the resource, and, recorded at its end by
-/// [`record_cycle`], the cause's `reason` and the cycle's `outcome`. The handler calls of
+/// `worker::record_cycle`, the cause's `reason` and the cycle's `outcome`. The handler calls of
 /// the cycle are its children (the `handler` spans of `kopf_core::layers`).
 pub(crate) fn cycle_span(body: &Value, resource: &str) -> tracing::Span {
     let field = |p: &str| body.pointer(p).and_then(Value::as_str).unwrap_or("");
@@ -253,43 +253,6 @@ pub(crate) fn cycle_span(body: &Value, resource: &str) -> tracing::Span {
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,
     )
-}
-
-/// Records how a cycle ended on its [`cycle_span`]: the cause (`create`, `update`,
-/// `delete`, `resume`, `noop`...), and the `outcome`: `done` (every handler of the cause
-/// finished), `pending` (handlers left, `delay` seconds until the next cycle), `gone`,
-/// `conflict`, `rejected` (the API server refused handlers' results) or `failed` (its
-/// writes failed: the span's status is an error).
-pub(crate) fn record_cycle(
-    span: &tracing::Span,
-    reason: kopf_core::causes::Reason,
-    done: bool,
-    end: &crate::write::CycleEnd,
-) {
-    use crate::write::CycleEnd;
-    if span.is_disabled() {
-        return;
-    }
-    span.record("reason", reason.purpose());
-    let outcome = match end {
-        CycleEnd::Next { delay, .. } => match (done, delay) {
-            (false, Some(delay)) => {
-                span.record("delay", delay.as_secs_f64());
-                "pending"
-            }
-            (false, None) => "pending",
-            (true, _) => "done",
-        },
-        CycleEnd::Gone => "gone",
-        CycleEnd::Conflict(_) => "conflict",
-        CycleEnd::Rejected(_) => "rejected",
-        CycleEnd::Failed(error) => {
-            span.record("otel.status_code", "error");
-            span.record("otel.status_description", error.as_str());
-            "failed"
-        }
-    };
-    span.record("outcome", outcome);
 }
 
 /// What the engine keeps of one object: its worker's end while a worker runs, and what a

@@ -23,9 +23,7 @@ use tokio::time::Instant;
 use crate::conditions::ApiConditionsSync;
 use crate::lanes::{Lane, Place, SLOW_CYCLE};
 use crate::raw::RawObject;
-use crate::shared::{
-    Ended, Observed, Resume, Retired, WorkerShared, cycle_span, object_span, record_cycle, rv,
-};
+use crate::shared::{Ended, Observed, Resume, Retired, WorkerShared, cycle_span, object_span, rv};
 use crate::spawning::Spawned;
 use crate::write::CycleEnd;
 
@@ -616,4 +614,35 @@ fn log_handlers(outcome: &CycleOutcome, end: &CycleEnd) {
             outcome.reason.title()
         );
     }
+}
+
+/// Records how a cycle ended on its [`cycle_span`]: the cause (`create`, `update`,
+/// `delete`, `resume`, `noop`...), and the `outcome`: `done` (every handler of the cause
+/// finished), `pending` (handlers left, `delay` seconds until the next cycle), `gone`,
+/// `conflict`, `rejected` (the API server refused handlers' results) or `failed` (its
+/// writes failed: the span's status is an error).
+pub(crate) fn record_cycle(span: &tracing::Span, reason: Reason, done: bool, end: &CycleEnd) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("reason", reason.purpose());
+    let outcome = match end {
+        CycleEnd::Next { delay, .. } => match (done, delay) {
+            (false, Some(delay)) => {
+                span.record("delay", delay.as_secs_f64());
+                "pending"
+            }
+            (false, None) => "pending",
+            (true, _) => "done",
+        },
+        CycleEnd::Gone => "gone",
+        CycleEnd::Conflict(_) => "conflict",
+        CycleEnd::Rejected(_) => "rejected",
+        CycleEnd::Failed(error) => {
+            span.record("otel.status_code", "error");
+            span.record("otel.status_description", error.as_str());
+            "failed"
+        }
+    };
+    span.record("outcome", outcome);
 }
