@@ -376,6 +376,7 @@ mod tests {
         let out = buffer.clone();
         let subscriber = tracing_subscriber::registry().with(ObjectSpans).with(
             tracing_subscriber::fmt::layer()
+                .fmt_fields(NoSpanFields)
                 .event_format(KopfFormat {
                     format,
                     prefix,
@@ -385,13 +386,17 @@ mod tests {
         );
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(resource = "kopfexamples", "watching");
+            // A cycle's span: the object's fields and others, which no format shows.
             let span = tracing::info_span!(
                 "object",
                 namespace = "default",
                 name = "kex-1",
                 kind = "KopfExample",
-                uid = "u-1"
+                uid = "u-1",
+                resource = "kopfexamples",
+                reason = tracing::field::Empty,
             );
+            span.record("reason", "create");
             span.in_scope(|| tracing::warn!("Handler 'create_fn' failed temporarily: later"));
         });
         let bytes = buffer.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
