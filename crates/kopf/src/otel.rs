@@ -240,6 +240,46 @@ where
         .with_filter(filter)
 }
 
+/// An exporter that keeps the finished spans in memory, for tests: give it to a provider
+/// (`SdkTracerProvider::builder().with_simple_exporter(collected.clone())`), the provider
+/// to [`layer`], the layer to the operator (`OperatorTest::layer`), then read
+/// [`spans`](Self::spans).
+///
+/// ```
+/// use opentelemetry_sdk::trace::SdkTracerProvider;
+/// use tracing_subscriber::layer::SubscriberExt;
+///
+/// let collected = kopf::otel::CollectedSpans::default();
+/// let provider = SdkTracerProvider::builder().with_simple_exporter(collected.clone()).build();
+/// let subscriber = tracing_subscriber::registry().with(kopf::otel::layer(&provider));
+/// tracing::subscriber::with_default(subscriber, || {
+///     let _span = tracing::info_span!("handler", handler = "create_fn").entered();
+/// });
+/// assert_eq!(collected.spans()[0].name, "handler");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CollectedSpans(Arc<Mutex<Vec<opentelemetry_sdk::trace::SpanData>>>);
+
+impl CollectedSpans {
+    /// The spans finished so far, in the order they ended.
+    pub fn spans(&self) -> Vec<opentelemetry_sdk::trace::SpanData> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl opentelemetry_sdk::trace::SpanExporter for CollectedSpans {
+    fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> impl std::future::Future<Output = opentelemetry_sdk::error::OTelSdkResult> + Send {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(batch);
+        std::future::ready(Ok(()))
+    }
+}
+
 /// The provider of the operator's subscriber, for [`flush`] and [`shutdown`].
 static INSTALLED: Mutex<Option<SdkTracerProvider>> = Mutex::new(None);
 
@@ -564,7 +604,7 @@ mod tests {
     #[test]
     fn only_the_cycle_spans_of_the_object_spans_are_exported() {
         use tracing_subscriber::layer::SubscriberExt;
-        let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+        let exporter = CollectedSpans::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
             .build();
@@ -574,7 +614,7 @@ mod tests {
             let _cycle = tracing::info_span!("object", name = "a", otel.name = "cycle").entered();
             let _handler = tracing::info_span!("handler", handler = "h").entered();
         });
-        let spans = exporter.get_finished_spans().unwrap_or_default();
+        let spans = exporter.spans();
         let mut names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
         names.sort();
         assert_eq!(names, ["cycle", "handler"]);

@@ -1,6 +1,6 @@
 //! The spans the `otel` feature exports: one per processing cycle of an object, with the
 //! object and the cause, and under it one per handler call, with the handler's id, retry
-//! number and outcome. Read from the SDK's in-memory exporter, with the operator running
+//! number and outcome. Read from `kopf::otel::CollectedSpans` (kept in memory), with the operator running
 //! against the fake API server.
 //!
 //! `cargo test -p kopf --features otel --test otel`
@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{kex_api, obj, server};
+use kopf::otel::CollectedSpans;
 use kopf::testing::OperatorTest;
 use kopf::{Cause, HandlerError, Operator};
 use kube::api::PostParams;
 use opentelemetry::trace::{SpanId, Status};
 use opentelemetry::{Key, Value as OtelValue};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 use serde_json::json;
 use tracing_subscriber::Layer;
 
@@ -36,7 +37,7 @@ fn attr(span: &SpanData, key: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cycle_span_per_cycle_and_a_handler_span_per_call_under_it() {
     let server = server().await;
-    let exporter = InMemorySpanExporter::default();
+    let exporter = CollectedSpans::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
@@ -75,7 +76,7 @@ async fn a_cycle_span_per_cycle_and_a_handler_span_per_call_under_it() {
     // The span of the cycle ends after its log lines: wait for it to be exported too.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let spans = loop {
-        let spans = exporter.get_finished_spans().unwrap_or_default();
+        let spans = exporter.spans();
         let handlers = spans.iter().filter(|s| s.name == "handler").count();
         let cycles_done = spans
             .iter()
