@@ -31,7 +31,7 @@ pub struct Cursor {
     pub restart: u32,
     /// Lines already sent.
     pub sent: usize,
-    /// [`Kubelet::drops`] when the stream started.
+    /// How many times the streams had been dropped when this one started.
     pub drops: u64,
 }
 
