@@ -12,9 +12,10 @@ use crate::operator::Operator;
 impl Operator {
     /// Declares a CRD the operator owns, from a `#[derive(CustomResource)]` type: `crd`
     /// prints it, and `run --fake` (and `rbac`) apply it to their embedded API server with
-    /// no `--apply`.
+    /// no `--apply`. (`examples/my-operator` is a crate that does it; with kube's `derive`
+    /// feature:)
     ///
-    /// ```ignore
+    /// ```text
     /// #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
     /// #[kube(group = "example.com", version = "v1", kind = "Greeting", namespaced)]
     /// pub struct GreetingSpec { pub name: String }
@@ -36,6 +37,15 @@ impl Operator {
 
     /// Declares a CRD the operator owns, as an object (for CRDs not generated from a type;
     /// see [`crd`](Self::crd)). A CRD of the same name replaces the one declared before.
+    ///
+    /// ```
+    /// let crd = serde_json::json!({
+    ///     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    ///     "metadata": {"name": "greetings.example.com"},
+    /// });
+    /// let operator = kopf::Operator::new().crd_manifest(crd);
+    /// assert_eq!(operator.crds().len(), 1);
+    /// ```
     pub fn crd_manifest(mut self, crd: Value) -> Self {
         let name = |c: &Value| c.pointer("/metadata/name").cloned();
         self.crds.retain(|c| name(c) != name(&crd));
