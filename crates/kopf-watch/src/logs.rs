@@ -317,6 +317,7 @@ impl Follower {
         let mut delay = Duration::from_secs(1);
         loop {
             let from = watermark.at.or(since).map(floor_to_second);
+            let before = watermark;
             match self.stream(from, &mut watermark).await {
                 Ended::Gone => return,
                 Ended::Failed(why) => {
@@ -332,7 +333,6 @@ impl Follower {
                     delay = (delay * 2).min(Duration::from_secs(30));
                 }
                 Ended::Closed => {
-                    delay = Duration::from_secs(1);
                     // Has the container restarted? (Then its new instance, from its start.)
                     match self.current_restart().await {
                         Ok(None) => return,
@@ -340,8 +340,16 @@ impl Follower {
                             self.restart = restart;
                             watermark = Watermark::default();
                             since = None;
+                            delay = Duration::from_secs(1);
                         }
-                        Ok(Some(_)) => {}
+                        Ok(Some(_)) if watermark == before => {
+                            // Nothing new: a terminated container's stream ends at once.
+                            // Wait longer each time (up to 30 s): a finished Pod costs a
+                            // request now and then, not a loop.
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(Duration::from_secs(30));
+                        }
+                        Ok(Some(_)) => delay = Duration::from_secs(1),
                         Err(why) => {
                             tracing::warn!(
                                 "Log handler '{}': cannot read the Pod {}/{}: {why}",
