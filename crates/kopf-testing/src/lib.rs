@@ -664,6 +664,17 @@ impl FakeApiServer {
         Ok(self.shared.kubelet.restart(&key))
     }
 
+    /// A container exits (as after its command ended): its follow streams end, and new ones
+    /// send its lines and end at once, until [`restart_container`](Self::restart_container).
+    pub fn terminate_container(&self, namespace: &str, pod: &str, container: &str) {
+        let key = (
+            namespace.to_string(),
+            pod.to_string(),
+            container.to_string(),
+        );
+        self.shared.kubelet.terminate(&key);
+    }
+
     /// Ends every open follow stream of container logs cleanly, while the containers keep
     /// running (as a kubelet's log rotation or a proxy's timeout does): clients must
     /// reconnect, and not see lines twice.

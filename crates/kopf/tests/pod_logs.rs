@@ -139,3 +139,44 @@ async fn every_matching_line_is_handled_once_in_order_across_drops_and_restarts(
     }
     running.stop().await;
 }
+
+/// A container that has exited: its follow stream ends at once, every time. The follower
+/// waits longer between the attempts (1 s, 2 s, 4 s...) instead of looping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_container_is_not_asked_in_a_loop() {
+    let server = FakeApiServer::start().await.expect("start");
+    let handled: Handled = Arc::default();
+    let seen = handled.clone();
+    let op = Operator::new().on_log("pods", "done", r"^done$", move |line: LogLine| {
+        let seen = seen.clone();
+        async move {
+            seen.lock()
+                .expect("lock")
+                .entry((line.pod.clone(), line.container.clone()))
+                .or_default()
+                .push((line.restart, 0));
+            Ok::<_, HandlerError>(())
+        }
+    });
+    let running = Running::start(&server, op).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(server.client(), "default");
+    let one: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "job"},
+        "spec": {"containers": [{"name": "main", "image": "job"}]},
+    }))
+    .expect("a Pod");
+    pods.create(&PostParams::default(), &one)
+        .await
+        .expect("create");
+    server.append_log("default", "job", "main", &["working", "done"]);
+    eventually("the last line", async || total(&handled) == 1).await;
+    server.terminate_container("default", "job", "main");
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let requests = log_requests(&server);
+    assert!(
+        (2..=5).contains(&requests),
+        "a few attempts in 4 s (after 1, 2 and 4 s), not a loop: {requests}"
+    );
+    assert_eq!(total(&handled), 1, "nothing handled twice");
+    running.stop().await;
+}

@@ -51,6 +51,8 @@ struct Logs {
     current: HashMap<ContainerKey, Instance>,
     previous: HashMap<ContainerKey, Instance>,
     drops: u64,
+    /// Containers that have exited (until they restart): their follow streams end.
+    terminated: std::collections::HashSet<ContainerKey>,
 }
 
 /// The logs of every container, and a signal for the follow streams.
@@ -99,6 +101,7 @@ impl Kubelet {
             let mut logs = lock(&self.logs);
             let old = logs.current.remove(key).unwrap_or_default();
             let restart = old.restart + 1;
+            logs.terminated.remove(key);
             logs.previous.insert(key.clone(), old);
             logs.current.insert(
                 key.clone(),
@@ -111,6 +114,13 @@ impl Kubelet {
         };
         self.bump();
         restart
+    }
+
+    /// The container exits: its follow streams end, and new ones end after its lines
+    /// (until it restarts).
+    pub fn terminate(&self, key: &ContainerKey) {
+        lock(&self.logs).terminated.insert(key.clone());
+        self.bump();
     }
 
     /// Ends every open follow stream (the containers keep running).
@@ -161,7 +171,7 @@ impl Kubelet {
     /// What a follow stream at `cursor` gets next (and moves the cursor).
     pub fn next(&self, key: &ContainerKey, cursor: &mut Cursor) -> Next {
         let logs = lock(&self.logs);
-        if logs.drops != cursor.drops {
+        if logs.drops != cursor.drops || logs.terminated.contains(key) {
             return Next::End;
         }
         let Some(instance) = logs.current.get(key) else {
