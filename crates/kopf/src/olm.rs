@@ -386,7 +386,7 @@ impl Operator {
             .or(about.version.clone())
             .ok_or_else(|| Error::Config("the bundle needs a version: --bundle-version X.Y.Z (or the operator's `about` version)".into()))?;
         let rbac = cli::RbacArgs::for_bundle(&package, &args.apply, args.cluster);
-        let (rules, _) = self.needed_rules(&rbac).await?;
+        let (rules, _) = self.needed_rules(&rbac, None).await?;
         let files = if args.apply.is_empty() {
             &self.fake_manifests
         } else {

@@ -134,19 +134,24 @@ impl Operator {
     /// (`--apply`, `--cluster`); on the cluster, the [`WatchError`](kopf_watch::WatchError)
     /// itself.
     pub async fn rbac(&self, args: &cli::RbacArgs) -> Result<String, Error> {
-        let (rules, _) = self.needed_rules(args).await?;
+        let (rules, _) = self.needed_rules(args, None).await?;
         manifests(rules, &args.name, &args.account_namespace)
     }
 
     /// The rules the operator needs (see [`rbac`](Self::rbac)), with the served resources
-    /// they were resolved against.
+    /// they were resolved against; on the cluster, through `client` if given (else a
+    /// connection of its own).
     pub(crate) async fn needed_rules(
         &self,
         args: &cli::RbacArgs,
+        client: Option<&kube::Client>,
     ) -> Result<(Vec<Value>, Vec<Discovered>), Error> {
         let on_cluster = args.cluster || args.verify;
         let all = if on_cluster {
-            kopf_watch::discover(&self.connect().await?).await?
+            match client {
+                Some(client) => kopf_watch::discover(client).await?,
+                None => kopf_watch::discover(&self.connect().await?).await?,
+            }
         } else {
             #[cfg(feature = "testing")]
             {

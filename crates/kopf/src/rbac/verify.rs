@@ -296,13 +296,14 @@ impl Operator {
     /// # }
     /// ```
     pub async fn verify_rbac(&self, args: &cli::RbacArgs) -> Result<RbacReport, Error> {
-        let (rules, all) = self.needed_rules(args).await?;
+        // One connection for the discovery and the reviews.
+        let client = self.connect().await?;
+        let (rules, all) = self.needed_rules(args, Some(&client)).await?;
         let who = subject(args);
         let subject_text = match &who {
             Some((user, _)) => user.clone(),
             None => "the kubeconfig's user".to_string(),
         };
-        let client = self.connect().await?;
         let checks = expand(&rules, &all, &args.namespaces);
         let answers: Vec<Result<Check, String>> = futures::stream::iter(checks)
             .map(|check| review(&client, who.as_ref(), check))
