@@ -225,6 +225,11 @@ impl Engine {
             idle_timers: spawners
                 .iter()
                 .any(|h| matches!(&h.kind, HandlerKind::Timer(o) if o.idle.is_some())),
+            free_spawners: spawners
+                .iter()
+                .filter(|h| !h.requires_finalizer)
+                .cloned()
+                .collect(),
             spawners,
             exiting: std::sync::atomic::AtomicBool::new(false),
             handled_once: Mutex::default(),

@@ -35,6 +35,9 @@ pub(crate) struct WorkerShared {
     pub(crate) indexers: Vec<HandlerSpec>,
     pub(crate) watchers: Vec<HandlerSpec>,
     pub(crate) spawners: Vec<HandlerSpec>,
+    /// Those of the spawners that need no finalizer (pod-log followers): they start on
+    /// objects without it.
+    pub(crate) free_spawners: Vec<HandlerSpec>,
     /// Some timer waits for objects to be idle (their essence changes matter).
     pub(crate) idle_timers: bool,
     /// The engine stops: daemons stop with "operator exiting".

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use kopf_core::causes::EventKind;
 use kopf_core::daemons::{Deliver, Delivered, Delivery, ObjectDaemons, SpawnContext, StopReason};
-use kopf_core::handler::HandlerSpec;
 use kopf_core::memo::Memos;
 use serde_json::Value;
 
@@ -57,14 +56,8 @@ impl WorkerShared {
             let stops = if kopf_core::finalizers::has(body, &self.processor.persistence().finalizer)
             {
                 s.daemons.spawn_matching(&self.spawners, body)
-            } else if self.spawners.iter().any(|h| !h.requires_finalizer) {
-                let free: Vec<HandlerSpec> = self
-                    .spawners
-                    .iter()
-                    .filter(|h| !h.requires_finalizer)
-                    .cloned()
-                    .collect();
-                s.daemons.spawn_matching(&free, body)
+            } else if !self.free_spawners.is_empty() {
+                s.daemons.spawn_matching(&self.free_spawners, body)
             } else {
                 None
             };
