@@ -548,7 +548,15 @@ impl FakeApiServer {
     /// server.inject_fault(FaultRule::new(RequestPattern::any().verb("list").resource("pods"), 429, 2).retry_after(1));
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the rule's code is not an HTTP error status (400–599, see [`FaultRule::check`]):
+    /// a test asking for an impossible answer is a mistake in the test.
     pub fn inject_fault(&self, rule: FaultRule) {
+        if let Err(e) = rule.check() {
+            panic!("inject_fault: {e}");
+        }
         lock(&self.shared.faults).responses.push(rule);
     }
 

@@ -262,6 +262,24 @@ impl FaultRule {
         self.retry_after = Some(secs);
         self
     }
+
+    /// Whether the rule can be answered: its code is an HTTP error status (400–599).
+    ///
+    /// ```
+    /// use kopf_testing::{FaultRule, RequestPattern};
+    /// assert!(FaultRule::new(RequestPattern::any(), 503, 1).check().is_ok());
+    /// assert!(FaultRule::new(RequestPattern::any(), 1000, 1).check().is_err());
+    /// ```
+    pub fn check(&self) -> Result<(), String> {
+        if (400..=599).contains(&self.code) {
+            Ok(())
+        } else {
+            Err(format!(
+                "code {} is not an HTTP error status: a fault answers with 400 to 599",
+                self.code
+            ))
+        }
+    }
 }
 
 /// Delay matching requests before answering.

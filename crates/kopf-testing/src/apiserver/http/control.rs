@@ -69,6 +69,8 @@ pub(super) async fn control(
         ("POST", "faults/respond") => {
             let rule: FaultRule = serde_json::from_value(parse(body)?)
                 .map_err(|e| ApiError::bad_request(format!("bad fault rule: {e}")))?;
+            rule.check()
+                .map_err(|e| ApiError::bad_request(format!("bad fault rule: {e}")))?;
             lock(&shared.faults).responses.push(rule);
             Ok(json!({}))
         }
@@ -79,10 +81,14 @@ pub(super) async fn control(
             Ok(json!({}))
         }
         ("POST", "faults/watch-delay") => {
-            let millis = parse(body)?
-                .get("millis")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
+            let millis = match parse(body)?.get("millis") {
+                None => 0,
+                Some(v) => v.as_u64().ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "bad watch delay: millis must be a non-negative integer, got {v}"
+                    ))
+                })?,
+            };
             lock(&shared.faults).watch_event_delay = Duration::from_millis(millis);
             Ok(json!({}))
         }

@@ -22,6 +22,9 @@ use super::response::error_response;
 use super::routing::{Route, route, target_of};
 use super::shared::Shared;
 
+/// kube-apiserver's limit of a write's body (`MaxRequestBodyBytes`, 3 MiB).
+const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
+
 /// Serves one request.
 pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Body>) -> Response<Body> {
     let (parts, body) = req.into_parts();
@@ -119,6 +122,13 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Body>) -> Response<
             );
             e.retry_after = rule.retry_after;
             error_response(&e)
+        }
+        None if body.len() > MAX_REQUEST_BODY && matches!(r, Route::Resource(_)) => {
+            error_response(&ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: limit is {MAX_REQUEST_BODY}"),
+            ))
         }
         None => {
             let served = serve(&shared, r, &parts.method, &parts.headers, &query, &body).await;

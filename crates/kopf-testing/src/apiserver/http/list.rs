@@ -27,43 +27,30 @@ pub(super) async fn list(
 ) -> ApiResult<Response<Body>> {
     let shards = lock(&shared.settings).sharded_list_and_watch;
     let sel = Selectors::parse(def, query)?.with_shards(query, shards)?;
-    let limit: Option<usize> = match query.get("limit") {
-        None | Some("") | Some("0") => None,
-        Some(l) => Some(
-            l.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?,
-        ),
+    super::params::validate_list_options(query, false)?;
+    let limit: Option<usize> = match query.int("limit")? {
+        Some(l) if l > 0 => Some(usize::try_from(l).unwrap_or(usize::MAX)),
+        _ => None,
     };
     let rv_param = query.get("resourceVersion").unwrap_or("");
     let rv_match = query.get("resourceVersionMatch").unwrap_or("");
     let cont = query.get("continue").filter(|c| !c.is_empty());
-    if !rv_match.is_empty() && (rv_param.is_empty() || cont.is_some()) {
-        return Err(ApiError::invalid(
-            "meta.k8s.io",
-            "ListOptions",
-            "",
-            vec![crate::apiserver::error::cause(
-                "FieldValueForbidden",
-                "resourceVersionMatch",
-                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-            )],
-        ));
-    }
+    let asked_rv = super::params::parse_rv(def, rv_param)?;
     let res = State::res_key(def);
     let scope = if def.namespaced { ns } else { None };
     let (at_rv, start) = if let Some(token) = cont {
         let t = decode_continue(token)?;
         (Some(t.rv), Some((t.ns, t.name)))
     } else if rv_match == "Exact" {
-        let n: u64 = rv_param
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param}")))?;
-        (Some(n), None)
+        (Some(asked_rv), None)
     } else {
         (None, None)
     };
     let (list_rv, page, conv) = {
         let state = lock(&shared.state);
+        if asked_rv > state.store.rv() && cont.is_none() {
+            return Err(super::params::too_large_rv(asked_rv, state.store.rv()));
+        }
         let list_rv = at_rv.unwrap_or_else(|| state.store.rv());
         let page = state.store.list_page(
             &res,

@@ -12,6 +12,7 @@ mod logs;
 mod negotiation;
 mod objects;
 mod options;
+mod params;
 mod partial;
 mod query;
 mod response;

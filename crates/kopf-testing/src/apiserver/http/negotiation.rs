@@ -47,9 +47,32 @@ pub(super) fn decode_body(content_type: &str, body: &Bytes, allow_patch: bool) -
     }
     serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!(
-            "the body of the request could not be decoded as JSON: {e}"
+            "couldn't get version/kind; json parse error: {}",
+            go_json_error(body, &e)
         ))
     })
+}
+
+/// serde_json's parse error in the words of Go's `encoding/json`, as kube-apiserver
+/// answers a body that is not JSON.
+fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
+    if e.is_eof() {
+        return "unexpected end of JSON input".to_string();
+    }
+    // The offending character: serde_json reports 1-based line and column.
+    let offset = body
+        .split(|b| *b == b'\n')
+        .take(e.line().saturating_sub(1))
+        .map(|l| l.len() + 1)
+        .sum::<usize>()
+        + e.column().saturating_sub(1);
+    match body.get(offset).map(|b| *b as char) {
+        Some(c) if e.to_string().starts_with("trailing characters") => {
+            format!("invalid character '{c}' after top-level value")
+        }
+        Some(c) => format!("invalid character '{c}' looking for beginning of value"),
+        None => "unexpected end of JSON input".to_string(),
+    }
 }
 
 /// The Table options when the client asked for a Table.

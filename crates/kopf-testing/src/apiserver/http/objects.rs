@@ -111,7 +111,7 @@ pub(super) async fn serve_resource(
                 return Err(ApiError::method_not_allowed("create", &def.plural));
             }
             let obj = decode_body(&content_type, body, false)?;
-            let opts = write_options(query, headers)?;
+            let opts = write_options(query, headers, "CreateOptions")?;
             Ok(written_response(
                 admission::create(&**shared, &def, ns, obj, &opts).await,
             ))
@@ -121,7 +121,7 @@ pub(super) async fn serve_resource(
                 return Err(ApiError::method_not_allowed("update", &def.plural));
             }
             let obj = decode_body(&content_type, body, false)?;
-            let opts = write_options(query, headers)?;
+            let opts = write_options(query, headers, "UpdateOptions")?;
             Ok(written_response(
                 admission::update(&**shared, &def, ns, &name, sub, Edit::Put(obj), &opts).await,
             ))
@@ -138,7 +138,7 @@ pub(super) async fn serve_resource(
             if rr.name.is_none() {
                 return Err(ApiError::method_not_allowed("patch", &def.plural));
             }
-            let opts = write_options(query, headers)?;
+            let opts = write_options(query, headers, "PatchOptions")?;
             Ok(written_response(
                 admission::update(
                     &**shared,

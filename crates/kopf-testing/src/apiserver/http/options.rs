@@ -9,18 +9,17 @@ use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::semantics::{DeleteOptions, WriteOptions};
 
 use super::negotiation::header_str;
+use super::params;
 use super::query::Query;
 
-pub(super) fn write_options(query: &Query, headers: &HeaderMap) -> ApiResult<WriteOptions> {
-    let dry_run = match query.get("dryRun") {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "unsupported dryRun value {other:?}: supported values: \"All\""
-            )));
-        }
-    };
+/// The options of a write; `options_kind` names them in errors (`CreateOptions`,
+/// `UpdateOptions`, `PatchOptions`).
+pub(super) fn write_options(
+    query: &Query,
+    headers: &HeaderMap,
+    options_kind: &str,
+) -> ApiResult<WriteOptions> {
+    let dry_run = params::dry_run(&query.all("dryRun"), options_kind)?;
     Ok(WriteOptions {
         dry_run,
         field_manager: query.get("fieldManager").map(str::to_string),
@@ -48,24 +47,28 @@ pub(super) fn delete_options(query: &Query, body: &Bytes) -> ApiResult<DeleteOpt
         })?
     };
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
-    let dry_run = parsed
-        .get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|v| v == "All"))
-        || query.get("dryRun") == Some("All");
+    let mut dry_values = query.all("dryRun");
+    if let Some(list) = parsed.get("dryRun").and_then(Value::as_array) {
+        dry_values.extend(list.iter().filter_map(Value::as_str));
+    }
+    let dry_run = params::dry_run(&dry_values, "DeleteOptions")?;
+    let propagation = s(parsed.get("propagationPolicy"))
+        .or_else(|| query.get("propagationPolicy").map(str::to_string));
+    let orphan_dependents = parsed
+        .get("orphanDependents")
+        .and_then(Value::as_bool)
+        .or(query.bool("orphanDependents")?);
+    params::check_propagation(propagation.as_deref(), orphan_dependents)?;
+    let grace_period = match parsed.get("gracePeriodSeconds").and_then(Value::as_i64) {
+        Some(g) => Some(g),
+        None => query.int("gracePeriodSeconds")?,
+    };
     Ok(DeleteOptions {
-        propagation: s(parsed.get("propagationPolicy"))
-            .or_else(|| query.get("propagationPolicy").map(str::to_string)),
-        orphan_dependents: parsed
-            .get("orphanDependents")
-            .and_then(Value::as_bool)
-            .or(query.bool("orphanDependents")?),
+        propagation,
+        orphan_dependents,
         precondition_uid: s(parsed.pointer("/preconditions/uid")),
         precondition_rv: s(parsed.pointer("/preconditions/resourceVersion")),
         dry_run,
-        grace_period: parsed
-            .get("gracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok())),
+        grace_period,
     })
 }

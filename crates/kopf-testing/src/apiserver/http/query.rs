@@ -33,16 +33,41 @@ impl Query {
             .map(|(_, v)| v.as_str())
     }
 
+    /// Every value of a repeated parameter, in order.
+    pub(super) fn all(&self, key: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// A boolean parameter as kube-apiserver reads it: absent is None; `0` and `false` (in
+    /// any case) are false; any other value, the empty one and `maybe` too, is true.
     pub(super) fn bool(&self, key: &str) -> ApiResult<Option<bool>> {
+        Ok(self
+            .get(key)
+            .map(|v| !(v == "0" || v.eq_ignore_ascii_case("false"))))
+    }
+
+    /// An integer parameter (`limit`, `timeoutSeconds`, `gracePeriodSeconds`): a value Go's
+    /// `strconv.ParseInt` refuses is a 400 with its message.
+    pub(super) fn int(&self, key: &str) -> ApiResult<Option<i64>> {
         match self.get(key) {
             None => Ok(None),
-            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(Some(true)),
-            Some("0" | "f" | "F" | "FALSE" | "false" | "False" | "") => Ok(Some(false)),
-            Some(other) => Err(ApiError::bad_request(format!(
-                "invalid boolean value for {key}: {other:?}"
-            ))),
+            Some(v) => parse_int(v).map(Some).map_err(ApiError::bad_request),
         }
     }
+}
+
+/// Go's `strconv.ParseInt(v, 10, 64)`, with its error text.
+pub(super) fn parse_int(v: &str) -> Result<i64, String> {
+    let digits = v.strip_prefix(['+', '-']).unwrap_or(v);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("strconv.ParseInt: parsing {v:?}: invalid syntax"));
+    }
+    v.parse::<i64>()
+        .map_err(|_| format!("strconv.ParseInt: parsing {v:?}: value out of range"))
 }
 
 pub(super) fn percent_decode(s: &str) -> String {
@@ -187,7 +212,29 @@ mod tests {
         let q = Query::parse(Some("fieldSelector=metadata.name%3Dx%2Cb&watch=1&x"));
         assert_eq!(q.get("fieldSelector"), Some("metadata.name=x,b"));
         assert_eq!(q.bool("watch").ok().flatten(), Some(true));
-        assert!(Query::parse(Some("watch=maybe")).bool("watch").is_err());
+        for (v, b) in [
+            ("maybe", true),
+            ("", true),
+            ("f", true),
+            ("FALSE", false),
+            ("0", false),
+        ] {
+            let q = Query::parse(Some(&format!("watch={v}")));
+            assert_eq!(q.bool("watch").ok().flatten(), Some(b), "{v:?}");
+        }
+        assert_eq!(
+            Query::parse(Some("limit=abc"))
+                .int("limit")
+                .unwrap_err()
+                .message,
+            "strconv.ParseInt: parsing \"abc\": invalid syntax"
+        );
+        assert!(
+            parse_int("99999999999999999999")
+                .unwrap_err()
+                .ends_with("value out of range")
+        );
+        assert_eq!(parse_int("-5"), Ok(-5));
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
     }
 }

@@ -211,39 +211,12 @@ pub(super) fn watch(
         selectors.field =
             FieldSelector::parse(&combined).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
+    super::params::validate_list_options(query, true)?;
     let send_initial = query.bool("sendInitialEvents")?;
-    let rv_match = query.get("resourceVersionMatch").unwrap_or("");
-    if send_initial == Some(true) && rv_match != "NotOlderThan" {
-        return Err(ApiError::invalid(
-            "meta.k8s.io",
-            "ListOptions",
-            "",
-            vec![crate::apiserver::error::cause(
-                "FieldValueForbidden",
-                "sendInitialEvents",
-                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-            )],
-        ));
-    }
-    if send_initial.is_none() && !rv_match.is_empty() {
-        return Err(ApiError::invalid(
-            "meta.k8s.io",
-            "ListOptions",
-            "",
-            vec![crate::apiserver::error::cause(
-                "FieldValueForbidden",
-                "resourceVersionMatch",
-                "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-            )],
-        ));
-    }
     let bookmarks = query.bool("allowWatchBookmarks")?.unwrap_or(false);
     let settings = lock(&shared.settings).clone();
-    let timeout = match query.get("timeoutSeconds") {
-        Some(t) if !t.is_empty() => Duration::from_secs(
-            t.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}")))?,
-        ),
+    let timeout = match query.int("timeoutSeconds")? {
+        Some(t) if t > 0 => Duration::from_secs(t.unsigned_abs()),
         _ => settings.default_watch_timeout.unwrap_or_else(|| {
             use rand::Rng;
             Duration::from_secs(rand::rng().random_range(1800..3600))
@@ -267,6 +240,7 @@ pub(super) fn watch(
         fingerprint: State::view_fingerprint(def),
     };
     let rv_param = query.get("resourceVersion").unwrap_or("").to_string();
+    let asked_rv = super::params::parse_rv(def, &rv_param)?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
 
     // Decide the start under the lock, subscribing before reading, so nothing is missed.
@@ -297,10 +271,14 @@ pub(super) fn watch(
                 initial.push(PendingEvent::Ready(spec.bookmark(current, true)));
             }
             start_rv = Some(current);
+        } else if asked_rv > current {
+            let status = super::params::too_large_rv(asked_rv, current);
+            initial.push(PendingEvent::Ready(
+                json!({"type": "ERROR", "object": status.to_status()}),
+            ));
+            start_rv = None;
         } else {
-            let n: u64 = rv_param.parse().map_err(|_| {
-                ApiError::bad_request(format!("invalid resource version: {rv_param}"))
-            })?;
+            let n = asked_rv;
             match state.store.changes_since(n) {
                 Some(changes) => {
                     initial.extend(changes.iter().filter_map(|c| spec.event(c)));

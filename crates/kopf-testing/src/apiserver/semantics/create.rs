@@ -9,6 +9,7 @@ use crate::apiserver::managed_fields;
 
 use super::events;
 use super::meta::{meta_mut, meta_str, now, random_suffix};
+use super::objectmeta;
 use super::options::{WriteOptions, Written};
 use super::state::State;
 
@@ -20,12 +21,7 @@ impl State {
         namespace: Option<&str>,
         mut body: Value,
     ) -> ApiResult<Value> {
-        if !body.is_object() {
-            return Err(ApiError::bad_request(format!(
-                "the body of the request must be a JSON object of kind {}",
-                def.kind
-            )));
-        }
+        objectmeta::check_types(def, &body)?;
         if def.group == "events.k8s.io" && def.plural == "events" {
             body = events::to_core(&body);
         }
@@ -60,6 +56,7 @@ impl State {
         body["apiVersion"] = Value::String(expected_av);
         body["kind"] = Value::String(def.kind.clone());
         let m = meta_mut(&mut body);
+        objectmeta::normalise_nulls(m);
         if def.namespaced {
             let url_ns = namespace.unwrap_or("");
             match m.get("namespace").and_then(Value::as_str) {

@@ -9,11 +9,14 @@
 mod access;
 mod crd;
 mod create;
+mod defaults;
 mod delete;
 pub mod events;
 mod gc;
 mod meta;
+mod names;
 mod namespaces;
+mod objectmeta;
 mod options;
 mod patching;
 mod state;

@@ -28,14 +28,44 @@ fn check_apply_manager(def: &ResourceDef, name: &str, opts: &WriteOptions) -> Ap
     Ok(())
 }
 
-fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
-    if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        return Ok(v);
+/// An apply patch's body (YAML or JSON): a mapping, of the request's group and version.
+fn parse_apply_body(def: &ResourceDef, body: &[u8]) -> ApiResult<Value> {
+    let parsed = match serde_json::from_slice::<Value>(body) {
+        Ok(v) => v,
+        Err(_) => {
+            let text = std::str::from_utf8(body)
+                .map_err(|_| ApiError::bad_request("error decoding YAML: invalid UTF-8"))?;
+            serde_saphyr::from_str::<Value>(text)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+        }
+    };
+    if !parsed.is_object() {
+        let kind = match &parsed {
+            Value::Array(_) => "array",
+            Value::String(_) => "string",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            _ => "null",
+        };
+        if !parsed.is_null() {
+            return Err(ApiError::bad_request(format!(
+                "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {kind} into Go value of type map[string]interface {{}}"
+            )));
+        }
     }
-    let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::bad_request("the apply patch is not UTF-8 text"))?;
-    serde_saphyr::from_str::<Value>(text)
-        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+    let version = parsed
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let expected = def.api_version();
+    // Events are served in two groups and stored in the core shape.
+    let events = def.plural == "events" && matches!(version, "v1" | "events.k8s.io/v1");
+    if version != expected && !events {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {version}, expected: {expected}"
+        )));
+    }
+    Ok(parsed)
 }
 
 impl State {
@@ -117,9 +147,9 @@ impl State {
     ) -> ApiResult<PatchTarget> {
         if patch_type != PatchType::Apply && opts.force.is_some() {
             return Err(ApiError::invalid(
-                &def.group,
-                &def.kind,
-                name,
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
                 vec![cause(
                     "FieldValueForbidden",
                     "force",
@@ -137,7 +167,7 @@ impl State {
         let current = match current {
             Some(o) => o,
             None if patch_type == PatchType::Apply && subresource.is_none() => {
-                let applied = parse_apply_body(body)?;
+                let applied = parse_apply_body(def, body)?;
                 check_apply_manager(def, name, opts)?;
                 let mut applied = applied;
                 if meta_str(&applied, "name").is_none() {
@@ -157,7 +187,7 @@ impl State {
             PatchType::Strategic => patch::apply_strategic_merge_patch(&current, body, &def.kind),
             PatchType::Apply => {
                 check_apply_manager(def, name, opts)?;
-                let applied = parse_apply_body(body)?;
+                let applied = parse_apply_body(def, body)?;
                 if let Some(n) = meta_str(&applied, "name")
                     && n != name
                 {
@@ -206,6 +236,9 @@ impl State {
             )
             .with_details(json!({"causes": [{"reason": "FieldValueInvalid", "message": m, "field": "patch"}]})),
         })?;
+        if let Err(e) = super::objectmeta::check_types(def, &new) {
+            return Err(super::objectmeta::patch_decode_error(&new, &e));
+        }
         let new = Self::normalise_body(def, namespace, new)?;
         let opts = WriteOptions {
             apply: patch_type == PatchType::Apply,

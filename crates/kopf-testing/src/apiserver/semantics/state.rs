@@ -255,7 +255,8 @@ mod tests {
         let Some(def) = state.find("", "v1", "configmaps") else {
             panic!("configmaps are built in");
         };
-        let body = json!({"metadata": {"name": "c", "labels": {"a": "é"}}, "data": {"k": "v"}});
+        let body =
+            json!({"metadata": {"name": "c", "annotations": {"a": "é"}}, "data": {"k": "v"}});
         let created = state.create(&def, Some("default"), body, &WriteOptions::default());
         let created = created.expect("created");
         let json = state.stored_json_as_presented(&def, Some("default"), "c");

@@ -8,7 +8,9 @@ use crate::apiserver::error::{ApiError, ApiResult, cause};
 use crate::apiserver::schema;
 
 use super::crd::validate_crd;
-use super::meta::{is_valid_dns_label, meta_mut, meta_str};
+use super::defaults;
+use super::meta::{meta_mut, meta_str};
+use super::objectmeta;
 use super::state::State;
 use super::webhook_configs;
 
@@ -47,22 +49,17 @@ impl State {
                 _ => warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
             }
         }
+        if old.is_none() {
+            defaults::apply_create_defaults(def, obj);
+        }
+        if validate {
+            let causes = objectmeta::validate_meta(def, obj, old.is_none(), warnings);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&def.group, &def.kind, &name, causes));
+            }
+        }
         match (def.group.as_str(), def.plural.as_str()) {
             ("", "namespaces") => {
-                if validate && !is_valid_dns_label(&name) {
-                    return Err(ApiError::invalid(
-                        "",
-                        "Namespace",
-                        &name,
-                        vec![cause(
-                            "FieldValueInvalid",
-                            "metadata.name",
-                            format!(
-                                "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
-                            ),
-                        )],
-                    ));
-                }
                 let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
                 labels["kubernetes.io/metadata.name"] = Value::String(name.clone());
                 if old.is_none() {
@@ -202,6 +199,9 @@ impl State {
                         .collect(),
                 ));
             }
+        }
+        if validate {
+            objectmeta::check_stored_size(obj)?;
         }
         Ok(())
     }
