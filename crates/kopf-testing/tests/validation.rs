@@ -358,11 +358,14 @@ async fn kinds_get_kubes_create_defaults() {
     let r = raw
         .post_json(
             "/api/v1/namespaces/default/secrets",
-            &json!({"metadata": {"name": "s"}}),
+            &json!({"metadata": {"name": "s"}, "stringData": {"password": "hunter2"}}),
         )
         .await;
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(r.json()["type"], "Opaque");
+    // stringData is written into data and not stored.
+    assert_eq!(r.json()["data"], json!({"password": "aHVudGVyMg=="}));
+    assert!(r.json().get("stringData").is_none());
     let r = raw
         .post_json(
             "/apis/batch/v1/namespaces/default/jobs",

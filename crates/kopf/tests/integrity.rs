@@ -566,17 +566,17 @@ async fn a_list_outage_at_start_is_logged_and_recovered_from() {
     running.stop().await;
 }
 
-/// An object a typed client cannot decode (a number as a label value, which the fake server
-/// still accepts) neither stops the watch nor the other objects: objects are read as plain
-/// JSON, and it is handled like any other; log lines about it stay bounded (its spec is
-/// 200 KB).
+/// An object of an odd shape (a spec of mixed types, nulls and a 200 KB string) neither
+/// stops the watch nor the other objects: objects are read as plain JSON, and it is handled
+/// like any other; log lines about it stay bounded. (The fake server, like kube-apiserver,
+/// refuses metadata a typed client could not decode, such as a number as a label value.)
 #[tokio::test]
 async fn an_odd_object_is_handled_and_logged_in_bounded_lines() {
     let server = common::server().await;
     server
         .apply_object(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
-            "metadata": {"name": "odd", "namespace": "default", "labels": {"n": 1}},
-            "spec": {"blob": "x".repeat(200_000)}}))
+            "metadata": {"name": "odd", "namespace": "default", "labels": {"n": "1"}},
+            "spec": {"blob": "x".repeat(200_000), "n": [1, {"x": null}, "é\u{0}"]}}))
         .expect("stored");
     server
         .apply_object(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",

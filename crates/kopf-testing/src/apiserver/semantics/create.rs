@@ -55,6 +55,7 @@ impl State {
         }
         body["apiVersion"] = Value::String(expected_av);
         body["kind"] = Value::String(def.kind.clone());
+        super::defaults::merge_string_data(def, &mut body);
         let m = meta_mut(&mut body);
         objectmeta::normalise_nulls(m);
         if def.namespaced {

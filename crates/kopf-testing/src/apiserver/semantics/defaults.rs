@@ -2,6 +2,8 @@
 //! `validation.rs` (Services, Pods, Deployments): Secrets' `type`, the workload controllers'
 //! specs, and the Service fields a dual-stack-aware server always fills.
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value, json};
 
 use crate::apiserver::catalog::ResourceDef;
@@ -15,6 +17,32 @@ fn spec_mut(obj: &mut Value) -> Option<&mut Map<String, Value>> {
 
 fn or(m: &mut Map<String, Value>, key: &str, value: Value) {
     m.entry(key).or_insert(value);
+}
+
+/// A Secret's `stringData` written into `data` (base64) and dropped, as kube's conversion of
+/// every Secret write does: a stored Secret has no `stringData`.
+pub(crate) fn merge_string_data(def: &ResourceDef, obj: &mut Value) {
+    if !(def.group.is_empty() && def.plural == "secrets") {
+        return;
+    }
+    let Some(o) = obj.as_object_mut() else { return };
+    let Some(strings) = o.remove("stringData") else {
+        return;
+    };
+    let Value::Object(strings) = strings else {
+        return;
+    };
+    let data = o.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(d) = data.as_object_mut() {
+        for (k, v) in strings {
+            if let Some(text) = v.as_str() {
+                d.insert(k, Value::String(B64.encode(text)));
+            }
+        }
+    }
 }
 
 /// Sets kube's create-time defaults of `def`'s kind on `obj` (fields already set are kept).
@@ -118,6 +146,9 @@ mod tests {
         let mut t = json!({"type": "kubernetes.io/tls"});
         apply_create_defaults(&def("", "secrets"), &mut t);
         assert_eq!(t["type"], "kubernetes.io/tls");
+        let mut sd = json!({"data": {"a": "eA=="}, "stringData": {"b": "yz"}});
+        merge_string_data(&def("", "secrets"), &mut sd);
+        assert_eq!(sd, json!({"data": {"a": "eA==", "b": "eXo="}}));
         let mut j = json!({"spec": {"completions": 3}});
         apply_create_defaults(&def("batch", "jobs"), &mut j);
         assert_eq!(j["spec"]["completions"], 3);

@@ -360,7 +360,7 @@ fn data_size_cause(def: &ResourceDef, obj: &Value) -> Option<Cause> {
     };
     let (total, field) = match (def.group.as_str(), def.plural.as_str()) {
         ("", "configmaps") => (sum("data", false) + sum("binaryData", true), "[]"),
-        ("", "secrets") => (sum("data", true) + sum("stringData", false), "data"),
+        ("", "secrets") => (sum("data", true), "data"),
         _ => return None,
     };
     (total > DATA_LIMIT).then(|| {
