@@ -445,10 +445,15 @@ fn write_rest(
     skip: impl Fn(&str) -> bool,
     fields: &[F],
 ) {
+    let mut written = 0;
     for (name, shape) in fields {
         if let Some(v) = m.get(*name) {
             member(out, first, name, v, *shape);
+            written += 1;
         }
+    }
+    if written == m.len() {
+        return;
     }
     for (k, v) in m {
         if skip(k) || fields.iter().any(|(n, _)| n == k) {
@@ -503,10 +508,23 @@ fn write_sorted(out: &mut Vec<u8>, v: &Value) {
     }
 }
 
-/// Bytes that Go's encoding/json escapes (besides U+2028 and U+2029).
-fn needs_escape(b: u8) -> bool {
-    b < 0x20 || matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&')
-}
+/// Bytes that Go's encoding/json escapes (besides U+2028 and U+2029), and 0xE2 (which
+/// starts those two).
+const SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table[b'<' as usize] = true;
+    table[b'>' as usize] = true;
+    table[b'&' as usize] = true;
+    table[0xE2] = true;
+    table
+};
 
 /// A string as Go's encoding/json writes it (HTML-safe).
 fn write_str(out: &mut Vec<u8>, s: &str) {
@@ -517,7 +535,11 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
-        let escape: Option<&[u8]> = if needs_escape(b) {
+        if !SPECIAL[b as usize] {
+            i += 1;
+            continue;
+        }
+        let escape: Option<&[u8]> = if b != 0xE2 {
             Some(match b {
                 b'"' => b"\\\"",
                 b'\\' => b"\\\\",
