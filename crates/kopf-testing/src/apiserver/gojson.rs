@@ -23,10 +23,12 @@
 
 use serde_json::{Map, Value};
 
-/// The API groups of Kubernetes' built-in kinds (`""` is the core group).
+/// The API groups of Kubernetes' built-in kinds (`""` is the core group), sorted (they are
+/// binary-searched).
 const BUILTIN_GROUPS: &[&str] = &[
     "",
     "admissionregistration.k8s.io",
+    "apidiscovery.k8s.io",
     "apiextensions.k8s.io",
     "apiregistration.k8s.io",
     "apps",
@@ -637,6 +639,22 @@ mod tests {
                 r#""spec":{"replicas":1},"status":{}}]}"#
             )
         );
+    }
+
+    #[test]
+    fn builtin_groups_are_sorted_and_decide_typedness() {
+        assert!(BUILTIN_GROUPS.windows(2).all(|w| w[0] < w[1]));
+        for typed in [
+            "v1",
+            "apps/v1",
+            "apidiscovery.k8s.io/v2",
+            "meta.k8s.io/v1beta1",
+        ] {
+            assert!(is_typed(typed), "{typed}");
+        }
+        for unstructured in ["kopf.dev/v1", "snapshot.storage.k8s.io/v1"] {
+            assert!(!is_typed(unstructured), "{unstructured}");
+        }
     }
 
     #[test]
