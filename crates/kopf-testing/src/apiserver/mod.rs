@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod control;
 pub mod discovery;
 pub mod error;
+pub mod gojson;
 pub mod http;
 pub mod kubelet;
 pub mod managed_fields;

@@ -49,8 +49,9 @@ impl Version {
     /// The version of `obj` (serialised once); `presented_as` names the view (a
     /// fingerprint of a resource definition) whose presentation of `obj` is `obj` itself.
     pub fn new(obj: &Value, presented_as: Option<u64>) -> Self {
-        // Serialising a `Value` into memory cannot fail (its map keys are strings).
-        let json = serde_json::to_vec(obj).unwrap_or_else(|_| obj.to_string().into_bytes());
+        // As kube-apiserver writes it (Go's member order for built-in kinds): the text is
+        // sent as it is.
+        let json = crate::apiserver::gojson::to_vec(obj);
         Version {
             json: Bytes::from(json),
             presented_as,
@@ -632,7 +633,7 @@ mod tests {
         assert_eq!(stored["metadata"]["resourceVersion"], "1");
         assert_eq!(
             version.json().as_ref(),
-            serde_json::to_vec(&*stored).expect("json")
+            crate::apiserver::gojson::to_vec(&stored)
         );
         assert_eq!(version.presented_as(), Some(7));
         assert_eq!(s.get(&res(), &key("a")).as_deref(), Some(&*stored));

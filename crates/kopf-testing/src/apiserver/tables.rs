@@ -6,14 +6,6 @@ use serde_json::{Value, json};
 
 use crate::apiserver::catalog::ResourceDef;
 
-/// Whether an Accept header asks for a Table.
-pub fn wants_table(accept: &str) -> bool {
-    accept
-        .split(',')
-        .next()
-        .is_some_and(|first| first.contains("as=Table") && first.contains("g=meta.k8s.io"))
-}
-
 /// What rows carry as `object`: `None`, `Metadata` (default) or `Object`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IncludeObject {
@@ -26,12 +18,14 @@ pub enum IncludeObject {
 }
 
 impl IncludeObject {
-    /// Parses the `includeObject` query parameter.
-    pub fn parse(v: Option<&str>) -> Self {
+    /// Parses the `includeObject` query parameter (absent or empty: `Metadata`); None for
+    /// a value kube-apiserver does not know.
+    pub fn parse(v: Option<&str>) -> Option<Self> {
         match v {
-            Some("None") => IncludeObject::None,
-            Some("Object") => IncludeObject::Object,
-            _ => IncludeObject::Metadata,
+            None | Some("" | "Metadata") => Some(IncludeObject::Metadata),
+            Some("None") => Some(IncludeObject::None),
+            Some("Object") => Some(IncludeObject::Object),
+            Some(_) => None,
         }
     }
 }
@@ -173,14 +167,20 @@ fn age(v: &Value) -> Value {
     Value::String(human_duration(secs))
 }
 
-fn row(obj: &Value, cols: &[Column], include: IncludeObject, def: &ResourceDef) -> Value {
+fn row(
+    obj: &Value,
+    cols: &[Column],
+    include: IncludeObject,
+    def: &ResourceDef,
+    api_version: &str,
+) -> Value {
     let cells: Vec<Value> = cols
         .iter()
         .map(|c| match &c.json_path {
             None => obj
                 .pointer("/metadata/name")
                 .cloned()
-                .unwrap_or(Value::Null),
+                .unwrap_or_else(|| json!("")),
             Some(p) if c.kind == "date" => age(&eval(obj, p)),
             Some(p) => eval(obj, p),
         })
@@ -189,7 +189,7 @@ fn row(obj: &Value, cols: &[Column], include: IncludeObject, def: &ResourceDef) 
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => {
-            r["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            r["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": api_version,
                 "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))});
         }
         IncludeObject::Object => {
@@ -202,9 +202,11 @@ fn row(obj: &Value, cols: &[Column], include: IncludeObject, def: &ResourceDef) 
     r
 }
 
-/// A Table of objects, with list metadata (resourceVersion, continue...).
+/// A Table (of `api_version`, `meta.k8s.io/v1` or `v1beta1`) of objects, with list
+/// metadata (resourceVersion, continue...).
 pub fn table(
     def: &ResourceDef,
+    api_version: &str,
     crd_columns: Option<&Value>,
     objects: &[Value],
     list_meta: Value,
@@ -217,9 +219,9 @@ pub fn table(
         .collect();
     let rows: Vec<Value> = objects
         .iter()
-        .map(|o| row(o, &cols, include, def))
+        .map(|o| row(o, &cols, include, def, api_version))
         .collect();
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
+    json!({"kind": "Table", "apiVersion": api_version, "metadata": list_meta,
         "columnDefinitions": definitions, "rows": rows})
 }
 
@@ -229,10 +231,12 @@ mod tests {
 
     #[test]
     fn accept_and_jsonpath() {
-        assert!(wants_table(
-            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
-        ));
-        assert!(!wants_table("application/json"));
+        assert_eq!(IncludeObject::parse(None), Some(IncludeObject::Metadata));
+        assert_eq!(
+            IncludeObject::parse(Some("Object")),
+            Some(IncludeObject::Object)
+        );
+        assert_eq!(IncludeObject::parse(Some("bogus")), None);
         let o = json!({"spec": {"a": [{"b": 1}]}, "status": {"m": {"x": 1}}});
         assert_eq!(eval(&o, ".spec.a[0].b"), json!(1));
         assert_eq!(eval(&o, ".status.m"), json!("{\"x\":1}"));

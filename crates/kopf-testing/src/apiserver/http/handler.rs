@@ -16,7 +16,6 @@ use super::control::control;
 use super::discovery;
 use super::negotiation::header_str;
 use super::objects::serve_resource;
-use super::partial;
 use super::query::Query;
 use super::response::error_response;
 use super::routing::{Route, route, target_of};
@@ -130,10 +129,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Body>) -> Response<
                 format!("Request entity too large: limit is {MAX_REQUEST_BODY}"),
             ))
         }
-        None => {
-            let served = serve(&shared, r, &parts.method, &parts.headers, &query, &body).await;
-            partial::present(&parts.headers, &target.verb, served).await
-        }
+        None => serve(&shared, r, &parts.method, &parts.headers, &query, &body).await,
     };
     shared.schedule_establish();
     // The record was written on arrival (so that it is in the log before any effect of

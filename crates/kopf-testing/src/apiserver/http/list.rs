@@ -11,9 +11,9 @@ use crate::apiserver::catalog::ResourceDef;
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::semantics::State;
 use crate::apiserver::sync::lock;
-use crate::apiserver::tables;
 use crate::apiserver::webhooks::conversion::{self, CrdConversion};
 
+use super::partial::Transform;
 use super::query::{Query, Selectors};
 use super::response::json_response;
 use super::shared::Shared;
@@ -23,7 +23,7 @@ pub(super) async fn list(
     def: &ResourceDef,
     ns: Option<&str>,
     query: &Query,
-    as_table: Option<tables::IncludeObject>,
+    transform: Transform,
 ) -> ApiResult<Response<Body>> {
     let shards = lock(&shared.settings).sharded_list_and_watch;
     let sel = Selectors::parse(def, query)?.with_shards(query, shards)?;
@@ -104,15 +104,8 @@ pub(super) async fn list(
         .into_iter()
         .map(|o| list_item(def, o))
         .collect();
-    if let Some(include) = as_table {
-        let t = tables::table(def, def.printer_columns.as_ref(), &items, metadata, include);
-        return Ok(json_response(200, &t, &[]));
-    }
-    Ok(json_response(
-        200,
-        &json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": metadata, "items": items}),
-        &[],
-    ))
+    let list = json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": metadata, "items": items});
+    Ok(json_response(200, &transform.list(def, list)?, &[]))
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -1,5 +1,6 @@
 //! Content negotiation: request bodies by their Content-Type (JSON, YAML, protobuf, the
-//! patch types), Tables and aggregated discovery by the Accept header.
+//! patch types) and aggregated discovery by the Accept header (the transformations an
+//! Accept asks for are in `partial`).
 
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
@@ -7,9 +8,6 @@ use serde_json::Value;
 
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::semantics::PatchType;
-use crate::apiserver::tables;
-
-use super::query::Query;
 
 pub(super) fn header_str(headers: &HeaderMap, name: header::HeaderName) -> String {
     headers
@@ -73,10 +71,4 @@ fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
         Some(c) => format!("invalid character '{c}' looking for beginning of value"),
         None => "unexpected end of JSON input".to_string(),
     }
-}
-
-/// The Table options when the client asked for a Table.
-pub(super) fn table_request(headers: &HeaderMap, query: &Query) -> Option<tables::IncludeObject> {
-    tables::wants_table(&header_str(headers, header::ACCEPT))
-        .then(|| tables::IncludeObject::parse(query.get("includeObject")))
 }

@@ -6,21 +6,25 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Response, header};
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::apiserver::catalog::ResourceDef;
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::semantics::PatchType;
+use crate::apiserver::semantics::Written;
 use crate::apiserver::sync::lock;
-use crate::apiserver::tables;
-use crate::apiserver::webhooks::admission::{self, Edit};
+use crate::apiserver::webhooks::admission::{self, Edit, Rejected};
 use crate::apiserver::webhooks::conversion::{self, CrdConversion};
 
 use super::list::list;
 use super::logs::serve_log;
-use super::negotiation::{decode_body, header_str, table_request};
+use super::negotiation::{decode_body, header_str};
 use super::options::{delete_options, write_options};
+use super::partial::Transform;
 use super::query::{Query, Selectors};
-use super::response::{json_bytes_response, json_response, rejected_response, written_response};
+use super::response::{
+    error_response, json_bytes_response, json_response, rejected_response, written_response,
+};
 use super::routing::{ResourceRequest, resolve_verb};
 use super::shared::Shared;
 use super::subresources::serve_scale;
@@ -63,11 +67,17 @@ pub(super) async fn serve_resource(
         return serve_log(shared, ns, &name, &verb, query);
     }
     let sub = if sub == Some("finalize") { None } else { sub };
+    let transform = Transform::new(&header_str(headers, header::ACCEPT), query);
+    if matches!(verb.as_str(), "get" | "list" | "watch") {
+        transform.options(query)?;
+    }
+    // The response of a write, transformed as asked (after the write, as kube-apiserver
+    // does it: a bad `includeObject` is refused once the write is done).
+    let written = |result| respond_written(&def, &transform, query, result);
     match verb.as_str() {
         "get" => {
             // An object its view presents as it is stored: its stored text is the body.
-            let table = table_request(headers, query);
-            if table.is_none()
+            if transform.is_identity()
                 && let Some(json) = lock(&shared.state).stored_json_as_presented(&def, ns, &name)
             {
                 return Ok(json_bytes_response(200, json, &[]));
@@ -90,29 +100,17 @@ pub(super) async fn serve_resource(
                 .into_iter()
                 .next()
                 .unwrap_or(Value::Null);
-            if let Some(include) = table {
-                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
-                let t = tables::table(&def, def.printer_columns.as_ref(), &[obj], meta, include);
-                return Ok(json_response(200, &t, &[]));
-            }
-            Ok(json_response(200, &obj, &[]))
+            Ok(json_response(200, &transform.object(&def, obj)?, &[]))
         }
-        "list" => list(shared, &def, ns, query, table_request(headers, query)).await,
-        "watch" => watch(
-            shared,
-            &def,
-            ns,
-            rr.name.as_deref(),
-            query,
-            table_request(headers, query),
-        ),
+        "list" => list(shared, &def, ns, query, transform).await,
+        "watch" => watch(shared, &def, ns, rr.name.as_deref(), query, transform),
         "create" => {
             if rr.name.is_some() {
                 return Err(ApiError::method_not_allowed("create", &def.plural));
             }
             let obj = decode_body(&content_type, body, false)?;
             let opts = write_options(query, headers, "CreateOptions")?;
-            Ok(written_response(
+            Ok(written(
                 admission::create(&**shared, &def, ns, obj, &opts).await,
             ))
         }
@@ -122,7 +120,7 @@ pub(super) async fn serve_resource(
             }
             let obj = decode_body(&content_type, body, false)?;
             let opts = write_options(query, headers, "UpdateOptions")?;
-            Ok(written_response(
+            Ok(written(
                 admission::update(&**shared, &def, ns, &name, sub, Edit::Put(obj), &opts).await,
             ))
         }
@@ -139,7 +137,7 @@ pub(super) async fn serve_resource(
                 return Err(ApiError::method_not_allowed("patch", &def.plural));
             }
             let opts = write_options(query, headers, "PatchOptions")?;
-            Ok(written_response(
+            Ok(written(
                 admission::update(
                     &**shared,
                     &def,
@@ -154,7 +152,7 @@ pub(super) async fn serve_resource(
         }
         "delete" => {
             let opts = delete_options(query, body)?;
-            Ok(written_response(
+            Ok(written(
                 admission::delete(&**shared, &def, ns, &name, &opts).await,
             ))
         }
@@ -163,10 +161,41 @@ pub(super) async fn serve_resource(
             let opts = delete_options(query, body)?;
             let matching = |o: &Value| sel.matches(o);
             match admission::delete_collection(&**shared, &def, ns, &matching, &opts).await {
-                Ok((list, warnings)) => Ok(json_response(200, &list, &warnings)),
+                Ok((list, warnings)) => Ok(
+                    match transform
+                        .options(query)
+                        .and_then(|()| transform.body(&def, list))
+                    {
+                        Ok(body) => json_response(200, &body, &warnings),
+                        Err(e) => error_response(&e),
+                    },
+                ),
                 Err(r) => Ok(rejected_response(&r)),
             }
         }
         other => Err(ApiError::method_not_allowed(other, &def.plural)),
+    }
+}
+
+/// The response of a write as the client asked for it: the stored text when it wants the
+/// object itself, else the transformed body (a Status stays a Status).
+fn respond_written(
+    def: &ResourceDef,
+    transform: &Transform,
+    query: &Query,
+    result: Result<Written, Rejected>,
+) -> Response<Body> {
+    if transform.is_identity() {
+        return written_response(result);
+    }
+    match result {
+        Ok(w) => match transform
+            .options(query)
+            .and_then(|()| transform.body(def, w.body.into_value()))
+        {
+            Ok(body) => json_response(w.code, &body, &w.warnings),
+            Err(e) => error_response(&e),
+        },
+        Err(r) => rejected_response(&r),
     }
 }

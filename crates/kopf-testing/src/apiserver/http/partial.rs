@@ -1,108 +1,302 @@
-//! Metadata-only responses: a GET, list or watch whose `Accept` asks for
-//! `as=PartialObjectMetadata` or `as=PartialObjectMetadataList` (`g=meta.k8s.io;v=v1`)
-//! gets its objects as `PartialObjectMetadata` (apiVersion `meta.k8s.io/v1`, the metadata
-//! only) and its lists as `PartialObjectMetadataList`, as kube-apiserver answers them. A
-//! response hook: the routes serve full objects, [`present`] cuts them down.
+//! Response transformations asked for in `Accept`, as kube-apiserver's handlers do them
+//! (`transformResponseObject`, for every verb, and per event for watches):
+//! `as=PartialObjectMetadata` (an object's metadata only), `as=PartialObjectMetadataList`
+//! (a list's), and `as=Table` — each with `g=meta.k8s.io` and `v=v1` or `v=v1beta1`.
+//!
+//! The first media type of the Accept list the server can serve is taken (by `q`, then
+//! specificity, then order); one it cannot (another `as`, group or version, a protobuf
+//! type, which the fake does not write) is skipped, and when none is left the response is
+//! the plain object. A transformation that does not fit the response answers 406
+//! `NotAcceptable` (metadata of a list asked as an object, or the reverse); `Status`
+//! bodies are never transformed. In a watch a misfit is not an error: the event carries
+//! the object untransformed, as kube-apiserver sends it.
 
-use axum::body::Body;
-use axum::http::{HeaderMap, Response, StatusCode, header};
-use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::negotiation::header_str;
+use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::tables::{self, IncludeObject};
 
-const API_VERSION: &str = "meta.k8s.io/v1";
+use super::query::Query;
 
-/// Whether the client asked for metadata only (the first media type of its `Accept`).
-fn wants_partial(headers: &HeaderMap) -> bool {
-    let accept = header_str(headers, header::ACCEPT);
-    accept.split(',').next().is_some_and(|first| {
-        first.contains("as=PartialObjectMetadata") && first.contains("g=meta.k8s.io")
-    })
+/// What a response is to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Output {
+    /// The object or list itself.
+    Object,
+    /// `PartialObjectMetadata` of this apiVersion.
+    Partial(&'static str),
+    /// `PartialObjectMetadataList` of this apiVersion.
+    PartialList(&'static str),
+    /// A `Table` of this apiVersion.
+    Table(&'static str),
+}
+
+/// One media range of an Accept header.
+struct Clause<'a> {
+    kind: &'a str,
+    sub: &'a str,
+    q: f64,
+    params: Vec<(&'a str, &'a str)>,
+}
+
+fn clauses(accept: &str) -> Vec<Clause<'_>> {
+    let mut out: Vec<Clause<'_>> = accept
+        .split(',')
+        .filter_map(|part| {
+            let mut pieces = part.split(';');
+            let media = pieces.next()?.trim();
+            let (kind, sub) = match media.split_once('/') {
+                Some((k, s)) => (k.trim(), s.trim()),
+                None if media == "*" => ("*", "*"),
+                None => return None,
+            };
+            let mut q = 1.0;
+            let mut params = Vec::new();
+            for p in pieces {
+                let Some((k, v)) = p.split_once('=') else {
+                    continue;
+                };
+                let (k, v) = (k.trim(), v.trim());
+                if k == "q" {
+                    q = v.parse().unwrap_or(0.0);
+                } else {
+                    params.push((k, v));
+                }
+            }
+            Some(Clause {
+                kind,
+                sub,
+                q,
+                params,
+            })
+        })
+        .collect();
+    // By preference; equal ones keep their order.
+    out.sort_by(|a, b| {
+        b.q.total_cmp(&a.q)
+            .then((a.kind == "*").cmp(&(b.kind == "*")))
+            .then((a.sub == "*").cmp(&(b.sub == "*")))
+    });
+    out
+}
+
+/// The output the first servable media type of an Accept header asks for.
+pub(super) fn negotiate(accept: &str) -> Output {
+    if accept.trim().is_empty() {
+        return Output::Object;
+    }
+    for clause in clauses(accept) {
+        // The media types the fake writes: JSON (and YAML requests, answered in JSON).
+        for sub in ["json", "yaml"] {
+            let matches = (clause.kind == "application"
+                && (clause.sub == sub || clause.sub == "*"))
+                || (clause.kind == "*" && clause.sub == "*");
+            if !matches {
+                continue;
+            }
+            if let Some(output) = accepted(&clause, sub) {
+                return output;
+            }
+        }
+    }
+    Output::Object
+}
+
+/// The output a media type's parameters ask for, when the server allows it.
+fn accepted(clause: &Clause<'_>, sub: &str) -> Option<Output> {
+    let (mut kind, mut group, mut version) = (None, "", "");
+    for (k, v) in &clause.params {
+        match *k {
+            "as" => kind = Some(*v),
+            "g" => group = v,
+            "v" => version = v,
+            // Only JSON streams watches.
+            "stream" if !v.is_empty() && (sub != "json" || *v != "watch") => return None,
+            _ => {}
+        }
+    }
+    if kind.is_none() && (!group.is_empty() || !version.is_empty()) {
+        return None;
+    }
+    let Some(kind) = kind else {
+        return Some(Output::Object);
+    };
+    let gv = match (group, version) {
+        ("meta.k8s.io", "v1") => "meta.k8s.io/v1",
+        ("meta.k8s.io", "v1beta1") => "meta.k8s.io/v1beta1",
+        _ => return None,
+    };
+    match kind {
+        "PartialObjectMetadata" => Some(Output::Partial(gv)),
+        "PartialObjectMetadataList" => Some(Output::PartialList(gv)),
+        "Table" => Some(Output::Table(gv)),
+        _ => None,
+    }
+}
+
+/// A negotiated transformation with its Table options.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Transform {
+    /// What the response is to be.
+    pub output: Output,
+    include: Result<IncludeObject, ()>,
+}
+
+impl Transform {
+    /// The transformation an Accept header and the query (`includeObject`) ask for.
+    pub fn new(accept: &str, query: &Query) -> Self {
+        Transform {
+            output: negotiate(accept),
+            include: IncludeObject::parse(query.get("includeObject")).ok_or(()),
+        }
+    }
+
+    /// Whether the response is the object itself.
+    pub fn is_identity(&self) -> bool {
+        self.output == Output::Object
+    }
+
+    /// The Table options, or kube's 400 when `includeObject` is not one it knows.
+    pub fn options(&self, query: &Query) -> ApiResult<()> {
+        match (self.output, self.include) {
+            (Output::Table(_), Err(())) => Err(ApiError::bad_request(format!(
+                "Unable to convert to Table as requested: includeObject: Invalid value: {:?}: must be 'Metadata', 'Object', 'None', or empty",
+                query.get("includeObject").unwrap_or("")
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn include(&self) -> IncludeObject {
+        self.include.unwrap_or(IncludeObject::Metadata)
+    }
+
+    /// A response body: a Status as it is, a list (it has `items`) or an object.
+    pub fn body(&self, def: &ResourceDef, body: Value) -> ApiResult<Value> {
+        if self.is_identity() || body.get("kind").and_then(Value::as_str) == Some("Status") {
+            return Ok(body);
+        }
+        if body.get("items").is_some_and(Value::is_array) {
+            self.list(def, body)
+        } else {
+            self.object(def, body)
+        }
+    }
+
+    /// One object.
+    pub fn object(&self, def: &ResourceDef, obj: Value) -> ApiResult<Value> {
+        match self.output {
+            Output::Object => Ok(obj),
+            Output::Partial(gv) => Ok(partial(&obj, gv)),
+            Output::PartialList(_) => Err(not_acceptable(format!(
+                "you requested PartialObjectMetadataList, but the requested object is not a list ({})",
+                go_type(def, false)
+            ))),
+            Output::Table(gv) => {
+                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                Ok(tables::table(
+                    def,
+                    gv,
+                    def.printer_columns.as_ref(),
+                    &[obj],
+                    meta,
+                    self.include(),
+                ))
+            }
+        }
+    }
+
+    /// A list (`kind`, `apiVersion`, `metadata`, `items`).
+    pub fn list(&self, def: &ResourceDef, list: Value) -> ApiResult<Value> {
+        let meta = |list: &Value| list.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let items = |list: &Value| {
+            list.get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        match self.output {
+            Output::Object => Ok(list),
+            Output::Partial(_) => Err(not_acceptable(format!(
+                "you requested PartialObjectMetadata, but the requested object is a list ({})",
+                go_type(def, true)
+            ))),
+            Output::PartialList(gv) => {
+                let source = meta(&list);
+                let mut metadata = serde_json::Map::new();
+                for key in ["resourceVersion", "continue", "remainingItemCount"] {
+                    if let Some(v) = source.get(key) {
+                        metadata.insert(key.into(), v.clone());
+                    }
+                }
+                let items: Vec<Value> = list
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().map(|o| partial(o, gv)).collect())
+                    .unwrap_or_default();
+                Ok(
+                    json!({"kind": "PartialObjectMetadataList", "apiVersion": gv,
+                    "metadata": metadata, "items": items}),
+                )
+            }
+            Output::Table(gv) => Ok(tables::table(
+                def,
+                gv,
+                def.printer_columns.as_ref(),
+                &items(&list),
+                meta(&list),
+                self.include(),
+            )),
+        }
+    }
+
+    /// The object of a watch event (a Status as it is; an object the transformation does
+    /// not fit, untransformed). Tables after the first carry no column definitions.
+    pub fn event_object(&self, def: &ResourceDef, obj: Value, first_table: bool) -> Value {
+        if self.is_identity() || obj.get("kind").and_then(Value::as_str) == Some("Status") {
+            return obj;
+        }
+        if let Output::PartialList(_) = self.output {
+            return obj;
+        }
+        match self.object(def, obj) {
+            Ok(mut v) => {
+                if matches!(self.output, Output::Table(_)) && !first_table {
+                    v["columnDefinitions"] = Value::Null;
+                }
+                v
+            }
+            Err(_) => Value::Null,
+        }
+    }
 }
 
 /// An object as `PartialObjectMetadata`.
-fn partial(object: &Value) -> Value {
+fn partial(object: &Value, api_version: &str) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
-        "apiVersion": API_VERSION,
+        "apiVersion": api_version,
         "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
     })
 }
 
-/// An object or a list (by its `items`) as metadata only.
-fn cut(body: Value) -> Value {
-    match body.get("items").and_then(Value::as_array) {
-        Some(items) => json!({
-            "kind": "PartialObjectMetadataList",
-            "apiVersion": API_VERSION,
-            "metadata": body.get("metadata").cloned().unwrap_or_else(|| json!({})),
-            "items": items.iter().map(partial).collect::<Vec<_>>(),
-        }),
-        None => partial(&body),
-    }
+fn not_acceptable(message: String) -> ApiError {
+    ApiError::new(406, "NotAcceptable", message)
 }
 
-/// A watch event line with its object cut (ERROR events keep their Status).
-fn cut_event(line: &[u8]) -> Bytes {
-    match serde_json::from_slice::<Value>(line) {
-        Ok(mut event) if event["type"] != "ERROR" && event.get("object").is_some() => {
-            event["object"] = partial(&event["object"]);
-            let mut text = event.to_string();
-            text.push('\n');
-            Bytes::from(text)
-        }
-        _ => {
-            let mut out = line.to_vec();
-            out.push(b'\n');
-            Bytes::from(out)
-        }
+/// The Go type kube-apiserver names in its 406 messages: the internal type of a built-in
+/// kind (`*core.ConfigMap`), or unstructured content for custom resources.
+fn go_type(def: &ResourceDef, list: bool) -> String {
+    let suffix = if list { "List" } else { "" };
+    if def.is_custom() {
+        return format!("*unstructured.Unstructured{suffix}");
     }
-}
-
-/// The response as metadata only when the request asked for it (a successful GET, list or
-/// watch of objects); any other response unchanged.
-pub(super) async fn present(
-    headers: &HeaderMap,
-    verb: &str,
-    resp: Response<Body>,
-) -> Response<Body> {
-    if resp.status() != StatusCode::OK
-        || !matches!(verb, "get" | "list" | "watch")
-        || !wants_partial(headers)
-    {
-        return resp;
-    }
-    let (parts, body) = resp.into_parts();
-    if verb == "watch" {
-        // One event per line; a line may span chunks.
-        let mut pending: Vec<u8> = Vec::new();
-        let events = body.into_data_stream().map(move |chunk| {
-            let chunk = chunk?;
-            pending.extend_from_slice(&chunk);
-            let mut out = Vec::new();
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let line = &line[..line.len() - 1];
-                if !line.iter().all(u8::is_ascii_whitespace) {
-                    out.extend_from_slice(&cut_event(line));
-                }
-            }
-            Ok::<_, axum::Error>(Bytes::from(out))
-        });
-        return Response::from_parts(parts, Body::from_stream(events));
-    }
-    let cut_body = match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(v) => Body::from(cut(v).to_string()),
-            Err(_) => Body::from(bytes),
-        },
-        Err(e) => Body::from(format!("cannot read the response: {e}")),
+    let package = match def.group.as_str() {
+        "" | "events.k8s.io" => "core",
+        g => g.split('.').next().unwrap_or(g),
     };
-    let mut resp = Response::from_parts(parts, cut_body);
-    resp.headers_mut().remove(header::CONTENT_LENGTH);
-    resp
+    format!("*{package}.{}{suffix}", def.kind)
 }
 
 #[cfg(test)]
@@ -110,46 +304,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn objects_lists_and_events_keep_only_their_metadata() {
-        let obj = json!({"kind": "KopfExample", "apiVersion": "kopf.dev/v1",
-            "metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"big": true}});
+    fn the_first_servable_media_type_is_taken() {
+        let v1 = "meta.k8s.io/v1";
+        assert_eq!(negotiate(""), Output::Object);
+        assert_eq!(negotiate("application/json"), Output::Object);
         assert_eq!(
-            cut(obj.clone()),
-            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                "metadata": {"name": "a", "labels": {"x": "y"}}})
+            negotiate("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+            Output::Partial(v1)
         );
-        let list = cut(
-            json!({"kind": "KopfExampleList", "metadata": {"resourceVersion": "7"},
-            "items": [obj.clone()]}),
+        assert_eq!(
+            negotiate("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1"),
+            Output::PartialList("meta.k8s.io/v1beta1")
         );
-        assert_eq!(list["kind"], "PartialObjectMetadataList");
-        assert_eq!(list["metadata"]["resourceVersion"], "7");
-        assert_eq!(list["items"][0]["kind"], "PartialObjectMetadata");
-        assert!(list["items"][0].get("spec").is_none());
-        let event = cut_event(
-            json!({"type": "ADDED", "object": obj})
-                .to_string()
-                .as_bytes(),
+        // client-go's metadata client: protobuf first (the fake writes JSON), then JSON.
+        assert_eq!(
+            negotiate(
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+            ),
+            Output::Partial(v1)
         );
-        let event: Value = serde_json::from_slice(&event).expect("json");
-        assert_eq!(event["object"]["kind"], "PartialObjectMetadata");
-        assert!(event["object"].get("spec").is_none());
-        let error = json!({"type": "ERROR", "object": {"kind": "Status", "code": 410}});
-        let same: Value =
-            serde_json::from_slice(&cut_event(error.to_string().as_bytes())).expect("json");
-        assert_eq!(same, error);
+        // kubectl get: a Table of v1, else of v1beta1, else the object.
+        assert_eq!(
+            negotiate(
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+            ),
+            Output::Table(v1)
+        );
+        // What the server cannot serve is skipped.
+        assert_eq!(
+            negotiate("application/json;as=Table;v=v2;g=meta.k8s.io,application/json"),
+            Output::Object
+        );
+        assert_eq!(
+            negotiate("application/json;as=Foo;g=meta.k8s.io;v=v1,*/*;as=Table;g=meta.k8s.io;v=v1"),
+            Output::Table(v1)
+        );
+        assert_eq!(negotiate("application/json;as=Table"), Output::Object);
+        // By preference (q), then order.
+        assert_eq!(
+            negotiate(
+                "application/json;q=0.5,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+            ),
+            Output::Partial(v1)
+        );
+        assert_eq!(negotiate("text/html"), Output::Object);
     }
 
     #[test]
-    fn only_when_asked() {
-        let mut h = HeaderMap::new();
-        assert!(!wants_partial(&h));
-        h.insert(
-            header::ACCEPT,
-            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-                .parse()
-                .expect("header"),
-        );
-        assert!(wants_partial(&h));
+    fn go_types_name_the_internal_structs() {
+        let defs = crate::apiserver::catalog::builtins();
+        let find = |plural: &str| {
+            defs.iter()
+                .find(|d| d.plural == plural)
+                .cloned()
+                .expect("built in")
+        };
+        assert_eq!(go_type(&find("configmaps"), false), "*core.ConfigMap");
+        assert_eq!(go_type(&find("deployments"), true), "*apps.DeploymentList");
+        assert_eq!(go_type(&find("roles"), false), "*rbac.Role");
     }
 }

@@ -1,4 +1,5 @@
-//! Responses: JSON bodies, `Status` errors with `Retry-After`, `Warning` headers as
+//! Responses: JSON bodies (in Go's member order, with a trailing newline: see
+//! [`crate::apiserver::gojson`]), `Status` errors with `Retry-After`, `Warning` headers as
 //! kube-apiserver writes them, plain text.
 
 use axum::body::Body;
@@ -6,25 +7,36 @@ use axum::http::{HeaderValue, Response, StatusCode, header};
 use serde_json::Value;
 
 use crate::apiserver::error::ApiError;
+use crate::apiserver::gojson;
 use crate::apiserver::webhooks::admission::Rejected;
 
-/// The JSON text of a response body (the same bytes as its `Display`, written straight
-/// into one buffer).
-pub(super) fn json_bytes(body: &Value) -> Vec<u8> {
-    // Serialising a `Value` into memory cannot fail (its map keys are strings).
-    serde_json::to_vec(body).unwrap_or_else(|_| body.to_string().into_bytes())
+/// The body of a JSON response as kube-apiserver writes it: Go's member order and a
+/// trailing newline.
+pub(super) fn json_body(body: &Value) -> Vec<u8> {
+    let mut out = gojson::to_vec(body);
+    out.push(b'\n');
+    out
 }
 
 pub(super) fn json_response(code: u16, body: &Value, warnings: &[String]) -> Response<Body> {
-    json_bytes_response(code, json_bytes(body).into(), warnings)
+    body_response(code, json_body(body).into(), warnings)
 }
 
-/// A JSON response whose body is already serialised.
+/// A JSON response whose body is already serialised (by [`gojson::to_vec`]): it gets its
+/// trailing newline.
 pub(super) fn json_bytes_response(
     code: u16,
     body: bytes::Bytes,
     warnings: &[String],
 ) -> Response<Body> {
+    let mut text = Vec::with_capacity(body.len() + 1);
+    text.extend_from_slice(&body);
+    text.push(b'\n');
+    body_response(code, text.into(), warnings)
+}
+
+/// A JSON response of a finished body.
+fn body_response(code: u16, body: bytes::Bytes, warnings: &[String]) -> Response<Body> {
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = resp.headers_mut();

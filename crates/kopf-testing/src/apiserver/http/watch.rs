@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -14,13 +15,14 @@ use tokio::sync::{broadcast, mpsc};
 use crate::apiserver::catalog::ResourceDef;
 use crate::apiserver::control::OpenWatch;
 use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::gojson::{self, EventObject};
 use crate::apiserver::selectors::FieldSelector;
 use crate::apiserver::semantics::State;
 use crate::apiserver::storage::{Change, ChangeType, Version};
 use crate::apiserver::sync::lock;
-use crate::apiserver::tables;
 use crate::apiserver::webhooks::conversion::{self, CrdConversion};
 
+use super::partial::Transform;
 use super::query::{Query, Selectors};
 use super::shared::Shared;
 
@@ -29,7 +31,10 @@ struct WatchSpec {
     namespace: Option<String>,
     selectors: Selectors,
     bookmarks: bool,
-    as_table: Option<tables::IncludeObject>,
+    /// What the client asked events' objects to be (metadata, Table rows).
+    transform: Transform,
+    /// Whether a Table went out (later ones carry no column definitions).
+    table_sent: AtomicBool,
     /// The CRD's conversion when it is by webhook.
     conversion: Option<CrdConversion>,
     /// [`State::view_fingerprint`] of `def`: stored versions presented as they are in this
@@ -38,12 +43,12 @@ struct WatchSpec {
 }
 
 /// An event waiting to be rendered: a stored object (converted and presented when sent),
-/// or a finished event (ERROR, BOOKMARK).
+/// or an event whose object is final but for the transformation (ERROR, BOOKMARK).
 enum PendingEvent {
     Object(&'static str, Arc<Value>),
     /// An object whose stored JSON text is what this watch presents: sent as it is.
     Stored(&'static str, Bytes),
-    Ready(Value),
+    Ready(&'static str, Value),
 }
 
 impl WatchSpec {
@@ -55,7 +60,7 @@ impl WatchSpec {
     /// Whether a stored version is sent as its stored text (no table, no conversion, and
     /// this view presents it as it is).
     fn sends_as_stored(&self, v: &Version) -> bool {
-        self.as_table.is_none()
+        self.transform.is_identity()
             && self.conversion.is_none()
             && v.presented_as() == Some(self.fingerprint)
     }
@@ -111,7 +116,7 @@ impl WatchSpec {
             .iter_mut()
             .filter_map(|p| match p {
                 PendingEvent::Object(_, o) => Some(std::mem::replace(o, Arc::new(Value::Null))),
-                PendingEvent::Stored(..) | PendingEvent::Ready(_) => None,
+                PendingEvent::Stored(..) | PendingEvent::Ready(..) => None,
             })
             .collect();
         let mut presented = if raws.is_empty() {
@@ -124,34 +129,30 @@ impl WatchSpec {
         let mut out = Vec::with_capacity(pending.len());
         for p in pending {
             match p {
-                PendingEvent::Ready(v) => out.push(line(&v)),
+                PendingEvent::Ready(kind, v) => out.push(line(kind, &self.render_presented(v))),
                 PendingEvent::Stored(kind, json) => out.push(stored_event_line(kind, &json)),
                 PendingEvent::Object(kind, _) => {
                     let o = presented.next().unwrap_or(Value::Null);
-                    out.push(line(
-                        &json!({"type": kind, "object": self.render_presented(o)}),
-                    ));
+                    out.push(line(kind, &self.render_presented(o)));
                 }
             }
         }
         Ok(out)
     }
 
-    /// A presented object as the watch delivers it: itself, or a one-row Table.
+    /// A presented object as the watch delivers it: itself, its metadata, or a one-row
+    /// Table (the first with the column definitions).
     fn render_presented(&self, o: Value) -> Value {
-        match self.as_table {
-            None => o,
-            Some(include) => {
-                let meta = json!({"resourceVersion": o.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
-                tables::table(
-                    &self.def,
-                    self.def.printer_columns.as_ref(),
-                    &[o],
-                    meta,
-                    include,
-                )
-            }
+        if self.transform.is_identity() {
+            return o;
         }
+        let first = !self.table_sent.swap(true, Ordering::Relaxed);
+        self.transform.event_object(&self.def, o, first)
+    }
+
+    /// The line of a bookmark, transformed as the client asked.
+    fn bookmark_line(&self, rv: u64) -> Bytes {
+        line("BOOKMARK", &self.render_presented(self.bookmark(rv, false)))
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
@@ -159,37 +160,19 @@ impl WatchSpec {
         if initial_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        json!({"type": "BOOKMARK", "object": {"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": metadata}})
+        json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": metadata})
     }
 }
 
-/// One line of the watch stream: a JSON value and a newline.
-fn line(v: &Value) -> Bytes {
-    let mut s = super::response::json_bytes(v);
-    s.push(b'\n');
-    Bytes::from(s)
+/// One line of the watch stream: an event of this type with this object, and a newline.
+fn line(kind: &str, object: &Value) -> Bytes {
+    Bytes::from(gojson::event_line(kind, EventObject::Value(object)))
 }
 
-/// The line of an event whose object is a stored JSON text: the same bytes as [`line`] of
-/// `{"type": kind, "object": <the object>}`, without parsing and re-serialising the object.
+/// The line of an event whose object is a stored JSON text: the same bytes as [`line`],
+/// without parsing and re-serialising the object.
 fn stored_event_line(kind: &str, object: &Bytes) -> Bytes {
-    // The envelope as serde_json writes it (its key order included), with a placeholder.
-    let envelope = super::response::json_bytes(&json!({"type": kind, "object": 0}));
-    const PLACEHOLDER: &[u8] = b"\"object\":0";
-    let Some(at) = envelope
-        .windows(PLACEHOLDER.len())
-        .position(|w| w == PLACEHOLDER)
-    else {
-        let object = Version::parse(object);
-        return line(&json!({"type": kind, "object": object}));
-    };
-    let split = at + PLACEHOLDER.len() - 1;
-    let mut out = Vec::with_capacity(envelope.len() + object.len() + 1);
-    out.extend_from_slice(&envelope[..split]);
-    out.extend_from_slice(object);
-    out.extend_from_slice(&envelope[split + 1..]);
-    out.push(b'\n');
-    Bytes::from(out)
+    Bytes::from(gojson::event_line(kind, EventObject::Text(object)))
 }
 
 pub(super) fn watch(
@@ -198,7 +181,7 @@ pub(super) fn watch(
     ns: Option<&str>,
     name: Option<&str>,
     query: &Query,
-    as_table: Option<tables::IncludeObject>,
+    transform: Transform,
 ) -> ApiResult<Response<Body>> {
     let shards = lock(&shared.settings).sharded_list_and_watch;
     let mut selectors = Selectors::parse(def, query)?.with_shards(query, shards)?;
@@ -231,7 +214,8 @@ pub(super) fn watch(
         },
         selectors,
         bookmarks,
-        as_table,
+        transform,
+        table_sent: AtomicBool::new(false),
         conversion: if def.is_custom() {
             CrdConversion::lookup_webhook(&lock(&shared.state), def)
         } else {
@@ -256,9 +240,7 @@ pub(super) fn watch(
         if expire {
             let status =
                 ApiError::expired(format!("too old resource version: {rv_param} ({current})"));
-            initial.push(PendingEvent::Ready(
-                json!({"type": "ERROR", "object": status.to_status()}),
-            ));
+            initial.push(PendingEvent::Ready("ERROR", status.to_status()));
             start_rv = None;
         } else if synthetic {
             let scope = spec.namespace.as_deref();
@@ -268,14 +250,15 @@ pub(super) fn watch(
                 }
             }
             if send_initial == Some(true) {
-                initial.push(PendingEvent::Ready(spec.bookmark(current, true)));
+                initial.push(PendingEvent::Ready(
+                    "BOOKMARK",
+                    spec.bookmark(current, true),
+                ));
             }
             start_rv = Some(current);
         } else if asked_rv > current {
             let status = super::params::too_large_rv(asked_rv, current);
-            initial.push(PendingEvent::Ready(
-                json!({"type": "ERROR", "object": status.to_status()}),
-            ));
+            initial.push(PendingEvent::Ready("ERROR", status.to_status()));
             start_rv = None;
         } else {
             let n = asked_rv;
@@ -289,9 +272,7 @@ pub(super) fn watch(
                         "too old resource version: {n} ({})",
                         state.store.compacted()
                     ));
-                    initial.push(PendingEvent::Ready(
-                        json!({"type": "ERROR", "object": status.to_status()}),
-                    ));
+                    initial.push(PendingEvent::Ready("ERROR", status.to_status()));
                     start_rv = None;
                 }
             }
@@ -364,9 +345,7 @@ async fn run_watch(
     let initial = match spec.render_events(shared, initial).await {
         Ok(events) => events,
         Err(e) => {
-            let _ = tx
-                .send(Ok(line(&json!({"type": "ERROR", "object": e.to_status()}))))
-                .await;
+            let _ = tx.send(Ok(line("ERROR", &e.to_status()))).await;
             return;
         }
     };
@@ -386,7 +365,7 @@ async fn run_watch(
         tokio::select! {
             _ = &mut deadline => {
                 if spec.bookmarks {
-                    let _ = tx.send(Ok(line(&spec.bookmark(last_rv, false)))).await;
+                    let _ = tx.send(Ok(spec.bookmark_line(last_rv))).await;
                 }
                 return;
             }
@@ -423,7 +402,7 @@ async fn run_watch(
                         Err(_) => return,
                     }
                 }
-                if tx.send(Ok(line(&spec.bookmark(last_rv, false)))).await.is_err() {
+                if tx.send(Ok(spec.bookmark_line(last_rv))).await.is_err() {
                     return;
                 }
             }
@@ -464,9 +443,7 @@ async fn send_change(
             true
         }
         Err(e) => {
-            let _ = tx
-                .send(Ok(line(&json!({"type": "ERROR", "object": e.to_status()}))))
-                .await;
+            let _ = tx.send(Ok(line("ERROR", &e.to_status()))).await;
             false
         }
     }
@@ -494,10 +471,7 @@ mod tests {
             "metadata": {"name": "a", "resourceVersion": "7"}, "spec": {"x": [1, "é\n"]}});
         let stored = Version::new(&object, None);
         for kind in ["ADDED", "MODIFIED", "DELETED"] {
-            assert_eq!(
-                stored_event_line(kind, stored.json()),
-                line(&json!({"type": kind, "object": object}))
-            );
+            assert_eq!(stored_event_line(kind, stored.json()), line(kind, &object));
         }
     }
 }

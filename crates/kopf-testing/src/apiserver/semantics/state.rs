@@ -263,7 +263,7 @@ mod tests {
         let json = json.expect("a configmap is presented as stored");
         assert_eq!(created.body.stored_json(), Some(&json));
         let presented = state.get(&def, Some("default"), "c").expect("stored");
-        assert_eq!(json.as_ref(), serde_json::to_vec(&presented).expect("json"));
+        assert_eq!(json.as_ref(), crate::apiserver::gojson::to_vec(&presented));
         let patch = br#"{"data": {"k": "w"}}"#;
         let opts = WriteOptions::default();
         let patched = state.patch(
@@ -279,7 +279,7 @@ mod tests {
         let presented = state.get(&def, Some("default"), "c").expect("stored");
         assert_eq!(body.value(), &presented);
         let json = body.stored_json().expect("the stored text");
-        assert_eq!(json.as_ref(), serde_json::to_vec(&presented).expect("json"));
+        assert_eq!(json.as_ref(), crate::apiserver::gojson::to_vec(&presented));
         // Another view of the same objects (events.k8s.io events vs core events) differs.
         let Some(events) = state.find("events.k8s.io", "v1", "events") else {
             panic!("events are built in");
