@@ -168,3 +168,42 @@ fn walk(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
         walk(branch, &format!("{path}.allOf[{j}]"), causes);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn rules_and_message_expressions_that_do_not_parse_are_reported_as_cel_go_does() {
+        let crd = json!({"spec": {"versions": [{"schema": {"openAPIV3Schema": {
+            "x-kubernetes-validations": [{"rule": "self.a > 1", "messageExpression": "'x' +"}]}}}]}});
+        let causes = super::check(&crd);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(
+            causes[0].field,
+            "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].messageExpression"
+        );
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: apiextensions.ValidationRule{Rule:\"self.a > 1\", Message:\"\", \
+             MessageExpression:\"'x' +\", Reason:(*apiextensions.FieldValueErrorReason)(nil), \
+             FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}: messageExpression compilation failed: \
+             ERROR: <input>:1:6: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', \
+             '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, \
+             IDENTIFIER}\n | 'x' +\n | .....^"
+        );
+    }
+
+    #[test]
+    fn a_multi_line_rule_needs_a_message() {
+        let crd = json!({"spec": {"versions": [{"schema": {"openAPIV3Schema": {
+            "x-kubernetes-validations": [{"rule": "self.a >\n 1"}]}}}]}});
+        let causes = super::check(&crd);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(causes[0].reason, "FieldValueRequired");
+        assert_eq!(
+            causes[0].message,
+            "Required value: message must be specified if rule contains line breaks"
+        );
+    }
+}
