@@ -13,6 +13,7 @@
 //! resources) and [`control`] (faults, request log, counters).
 
 pub mod catalog;
+pub mod cel;
 pub mod control;
 pub mod discovery;
 pub mod error;

@@ -5,8 +5,8 @@
 //! `nullable`, `enum`, `minLength`/`maxLength`, `minimum`/`maximum` (and exclusive forms),
 //! `minItems`/`maxItems`, `x-kubernetes-preserve-unknown-fields`,
 //! `x-kubernetes-embedded-resource`, `x-kubernetes-int-or-string`.
-//! Not covered (treated as passing): `pattern`, `format`, `x-kubernetes-validations` (CEL),
-//! `oneOf`/`anyOf`/`allOf`/`not`.
+//! Not covered (treated as passing): `pattern`, `format`, `oneOf`/`anyOf`/`allOf`/`not`;
+//! `x-kubernetes-validations` (CEL) are evaluated by `apiserver::cel`.
 
 use serde_json::{Map, Value};
 

@@ -110,6 +110,7 @@ pub(super) fn validate_crd(crd: &Value) -> ApiResult<()> {
         )),
     }
     causes.extend(validate_crd_conversion(crd));
+    causes.extend(crate::apiserver::cel::check_crd(crd));
     if causes.is_empty() {
         Ok(())
     } else {

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::cel;
 use crate::apiserver::error::{ApiError, ApiResult, cause};
 use crate::apiserver::schema;
 
@@ -184,7 +185,11 @@ impl State {
         {
             schema::prune_and_default(obj, schema);
             let errors = if validate {
-                schema::validate(obj, schema)
+                let mut errors = schema::validate(obj, schema);
+                let rules = cel::validate_rules(schema, obj, old, &errors);
+                warnings.extend(rules.warnings);
+                errors.extend(rules.errors);
+                errors
             } else {
                 Vec::new()
             };
