@@ -17,6 +17,7 @@ mod query;
 mod response;
 mod routing;
 mod shared;
+mod special;
 mod subresources;
 mod watch;
 
