@@ -230,6 +230,7 @@ impl FakeApiServerBuilder {
         })?;
         let shared = Shared::new(self.settings);
         *lock(&shared.address) = local.to_string();
+        lock(&shared.state).bootstrap_endpoints(&local.ip().to_string(), local.port());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app_shared = shared.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {

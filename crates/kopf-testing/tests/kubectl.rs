@@ -654,3 +654,44 @@ async fn kubectl_auth_can_i_follows_the_rbac_objects() {
         "yes"
     );
 }
+
+/// What every cluster has, as kubectl shows it: `default/kubernetes`, the component
+/// statuses, the bootstrap `view` role (aggregated), `kubectl auth can-i` through it.
+#[tokio::test]
+async fn kubectl_sees_the_bootstrap_content() {
+    let server = FakeApiServer::start().await.expect("start");
+    let k = kubectl_for(&server, Some("1.31"));
+    let svc = k
+        .json(&["get", "service", "kubernetes", "-o", "json"])
+        .await;
+    assert_eq!(svc["spec"]["clusterIP"], "10.96.0.1");
+    let cs = k.json(&["get", "componentstatuses", "-o", "json"]).await;
+    assert_eq!(cs["items"].as_array().map(Vec::len), Some(3), "{cs}");
+    let view = k.json(&["get", "clusterrole", "view", "-o", "json"]).await;
+    assert!(view["aggregationRule"].is_object(), "{view}");
+    k.run_in(
+        &[
+            "create",
+            "rolebinding",
+            "viewer",
+            "--clusterrole=view",
+            "--user=vera",
+        ],
+        None,
+    )
+    .await;
+    let can = |out: std::process::Output| String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let vera = "--as=vera";
+    assert_eq!(
+        can(k
+            .try_run(&["auth", "can-i", "list", "pods", vera], None)
+            .await),
+        "yes"
+    );
+    assert_eq!(
+        can(k
+            .try_run(&["auth", "can-i", "get", "secrets", vera], None)
+            .await),
+        "no"
+    );
+}

@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use crate::apiserver::kinds::{self, Kind, Subresource};
+
 /// The `/scale` subresource of a custom resource: where its numbers live.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScaleSpec {
@@ -75,330 +77,84 @@ impl ResourceDef {
         (self.group.clone(), self.plural.clone())
     }
 
-    /// The verbs of the main resource.
+    /// The verbs of the main resource of a stored kind.
     pub fn verbs() -> &'static [&'static str] {
-        &[
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ]
+        kinds::ALL_VERBS
+    }
+
+    /// The row of a built-in resource (None for custom resources).
+    pub fn kind_info(&self) -> Option<&'static Kind> {
+        if self.is_custom() {
+            return None;
+        }
+        kinds::kind_of(&self.group, &self.plural)
+    }
+
+    /// The verbs this resource serves.
+    pub fn served_verbs(&self) -> &'static [&'static str] {
+        self.kind_info().map_or(kinds::ALL_VERBS, |k| k.verbs)
+    }
+
+    /// Whether objects of this resource are stored (not computed per request).
+    pub fn is_stored(&self) -> bool {
+        self.kind_info().is_none_or(|k| k.stored)
+    }
+
+    /// Whether a field selector may use `label` on this resource.
+    pub fn selects_field(&self, label: &str) -> bool {
+        match self.kind_info() {
+            Some(k) => k.selects_field(label),
+            None => matches!(label, "metadata.name" | "metadata.namespace"),
+        }
+    }
+
+    /// The value of a field label of an object (kube's field set of the kind).
+    pub fn field_of(&self, obj: &Value, label: &str) -> Option<String> {
+        match self.kind_info() {
+            Some(k) => k.field_of(obj, label),
+            None => crate::apiserver::selectors::field_value(obj, label),
+        }
+    }
+
+    /// The other subresource of that name (not `status` or `scale`), if served.
+    pub fn subresource(&self, name: &str) -> Option<&'static Subresource> {
+        self.kind_info().and_then(|k| k.subresource(name))
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn builtin(
-    group: &str,
-    version: &str,
-    plural: &str,
-    kind: &str,
-    namespaced: bool,
-    short: &[&str],
-    status: bool,
-    scale: bool,
-    generation: bool,
-) -> ResourceDef {
-    let workloads = [
-        "pods",
-        "services",
-        "deployments",
-        "replicasets",
-        "statefulsets",
-        "daemonsets",
-        "jobs",
-        "cronjobs",
-    ];
-    ResourceDef {
-        group: group.into(),
-        version: version.into(),
-        plural: plural.into(),
-        singular: kind.to_lowercase(),
-        kind: kind.into(),
-        namespaced,
-        short_names: short.iter().map(|s| s.to_string()).collect(),
-        categories: if workloads.contains(&plural) {
-            vec!["all".into()]
-        } else {
-            vec![]
-        },
-        status,
-        scale: scale.then(|| ScaleSpec {
-            spec_replicas_path: ".spec.replicas".into(),
-            status_replicas_path: ".status.replicas".into(),
-            label_selector_path: None,
-        }),
-        generation,
-        crd: None,
-        schema: None,
-        storage_version: true,
-        return_deleted_object: matches!(plural, "pods" | "serviceaccounts"),
-        printer_columns: None,
-    }
-}
-
-/// The built-in resources the server serves.
+/// The built-in resources the server serves: one definition per row of
+/// [`KINDS`](crate::apiserver::kinds::KINDS) and served version.
 pub fn builtins() -> Vec<ResourceDef> {
-    vec![
-        builtin(
-            "",
-            "v1",
-            "namespaces",
-            "Namespace",
-            false,
-            &["ns"],
-            true,
-            false,
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "configmaps",
-            "ConfigMap",
-            true,
-            &["cm"],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "secrets",
-            "Secret",
-            true,
-            &[],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "serviceaccounts",
-            "ServiceAccount",
-            true,
-            &["sa"],
-            false,
-            false,
-            false,
-        ),
-        builtin("", "v1", "pods", "Pod", true, &["po"], true, false, false),
-        builtin(
-            "",
-            "v1",
-            "services",
-            "Service",
-            true,
-            &["svc"],
-            true,
-            false,
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "endpoints",
-            "Endpoints",
-            true,
-            &["ep"],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "events",
-            "Event",
-            true,
-            &["ev"],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "nodes",
-            "Node",
-            false,
-            &["no"],
-            true,
-            false,
-            false,
-        ),
-        builtin(
-            "",
-            "v1",
-            "persistentvolumeclaims",
-            "PersistentVolumeClaim",
-            true,
-            &["pvc"],
-            true,
-            false,
-            false,
-        ),
-        builtin(
-            "events.k8s.io",
-            "v1",
-            "events",
-            "Event",
-            true,
-            &["ev"],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "coordination.k8s.io",
-            "v1",
-            "leases",
-            "Lease",
-            true,
-            &[],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "deployments",
-            "Deployment",
-            true,
-            &["deploy"],
-            true,
-            true,
-            true,
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "replicasets",
-            "ReplicaSet",
-            true,
-            &["rs"],
-            true,
-            true,
-            true,
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "statefulsets",
-            "StatefulSet",
-            true,
-            &["sts"],
-            true,
-            true,
-            true,
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "daemonsets",
-            "DaemonSet",
-            true,
-            &["ds"],
-            true,
-            false,
-            true,
-        ),
-        builtin("batch", "v1", "jobs", "Job", true, &[], true, false, true),
-        builtin(
-            "batch",
-            "v1",
-            "cronjobs",
-            "CronJob",
-            true,
-            &["cj"],
-            true,
-            false,
-            true,
-        ),
-        builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "roles",
-            "Role",
-            true,
-            &[],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "rolebindings",
-            "RoleBinding",
-            true,
-            &[],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "clusterroles",
-            "ClusterRole",
-            false,
-            &[],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "clusterrolebindings",
-            "ClusterRoleBinding",
-            false,
-            &[],
-            false,
-            false,
-            false,
-        ),
-        builtin(
-            "apiextensions.k8s.io",
-            "v1",
-            "customresourcedefinitions",
-            "CustomResourceDefinition",
-            false,
-            &["crd", "crds"],
-            true,
-            false,
-            true,
-        ),
-        builtin(
-            "admissionregistration.k8s.io",
-            "v1",
-            "validatingwebhookconfigurations",
-            "ValidatingWebhookConfiguration",
-            false,
-            &[],
-            false,
-            false,
-            true,
-        ),
-        builtin(
-            "admissionregistration.k8s.io",
-            "v1",
-            "mutatingwebhookconfigurations",
-            "MutatingWebhookConfiguration",
-            false,
-            &[],
-            false,
-            false,
-            true,
-        ),
-    ]
+    kinds::KINDS
+        .iter()
+        .flat_map(|k| {
+            k.versions
+                .iter()
+                .enumerate()
+                .map(move |(i, version)| ResourceDef {
+                    group: k.group.into(),
+                    version: (*version).into(),
+                    plural: k.plural.into(),
+                    singular: k.kind.to_lowercase(),
+                    kind: k.kind.into(),
+                    namespaced: k.namespaced,
+                    short_names: k.short_names.iter().map(|s| s.to_string()).collect(),
+                    categories: k.categories.iter().map(|s| s.to_string()).collect(),
+                    status: k.status,
+                    scale: k.scale.then(|| ScaleSpec {
+                        spec_replicas_path: ".spec.replicas".into(),
+                        status_replicas_path: ".status.replicas".into(),
+                        label_selector_path: None,
+                    }),
+                    generation: k.generation,
+                    crd: None,
+                    schema: None,
+                    storage_version: i == 0,
+                    return_deleted_object: k.return_deleted_object,
+                    printer_columns: None,
+                })
+        })
+        .collect()
 }
 
 /// Builds the resource definitions served by one CRD object (one per served version).

@@ -31,13 +31,17 @@ pub fn groups(defs: &[&ResourceDef]) -> Vec<(String, Vec<String>)> {
         .collect();
     let builtin_rank = |g: &str| -> usize {
         const ORDER: &[&str] = &[
+            "apiregistration.k8s.io",
             "apps",
             "events.k8s.io",
+            "authentication.k8s.io",
             "batch",
+            "certificates.k8s.io",
             "rbac.authorization.k8s.io",
             "admissionregistration.k8s.io",
             "apiextensions.k8s.io",
             "coordination.k8s.io",
+            "discovery.k8s.io",
         ];
         ORDER.iter().position(|o| *o == g).unwrap_or(ORDER.len())
     };
@@ -110,9 +114,11 @@ pub fn api_resource_list(defs: &[&ResourceDef], group: &str, version: &str) -> O
             "singularName": d.singular,
             "namespaced": d.namespaced,
             "kind": d.kind,
-            "verbs": ResourceDef::verbs(),
-            "storageVersionHash": storage_hash(d),
+            "verbs": d.served_verbs(),
         });
+        if d.is_stored() {
+            r["storageVersionHash"] = json!(storage_hash(d));
+        }
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);
         }
@@ -120,21 +126,30 @@ pub fn api_resource_list(defs: &[&ResourceDef], group: &str, version: &str) -> O
             r["categories"] = json!(d.categories);
         }
         resources.push(r);
+        let mut subs = Vec::new();
         if d.status {
-            resources.push(
+            subs.push(
                 json!({"name": format!("{}/status", d.plural), "singularName": "",
                 "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}),
             );
         }
         if d.scale.is_some() {
-            resources.push(json!({"name": format!("{}/scale", d.plural), "singularName": "",
+            subs.push(json!({"name": format!("{}/scale", d.plural), "singularName": "",
                 "namespaced": d.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale",
                 "verbs": ["get", "patch", "update"]}));
         }
-        if d.group.is_empty() && d.plural == "namespaces" {
-            resources.push(json!({"name": "namespaces/finalize", "singularName": "",
-                "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
+        for s in d.kind_info().map_or(&[][..], |k| k.subresources) {
+            let mut r = json!({"name": format!("{}/{}", d.plural, s.name), "singularName": "",
+                "namespaced": d.namespaced, "kind": if s.kind.is_empty() { &d.kind } else { s.kind },
+                "verbs": s.verbs});
+            if !s.group.is_empty() {
+                r["group"] = json!(s.group);
+                r["version"] = json!(s.version);
+            }
+            subs.push(r);
         }
+        subs.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        resources.extend(subs);
     }
     let group_version = if group.is_empty() {
         version.to_string()
@@ -159,12 +174,18 @@ fn aggregated_resource(d: &ResourceDef) -> Value {
         subs.push(json!({"subresource": "status", "responseKind": {"group": "", "version": "", "kind": d.kind},
             "verbs": ["get", "patch", "update"]}));
     }
+    for s in d.kind_info().map_or(&[][..], |k| k.subresources) {
+        let kind = if s.kind.is_empty() { &d.kind } else { s.kind };
+        subs.push(json!({"subresource": s.name,
+            "responseKind": {"group": s.group, "version": s.version, "kind": kind},
+            "verbs": s.verbs}));
+    }
     let mut r = json!({
         "resource": d.plural,
         "responseKind": {"group": "", "version": "", "kind": d.kind},
         "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": d.singular,
-        "verbs": ResourceDef::verbs(),
+        "verbs": d.served_verbs(),
     });
     if !d.short_names.is_empty() {
         r["shortNames"] = json!(d.short_names);

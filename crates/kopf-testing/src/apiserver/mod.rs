@@ -7,7 +7,8 @@
 //! server's state through a trait that `http` implements, and the rules of stored webhook
 //! configurations are part of `semantics`.
 //!
-//! The building blocks those layers use: [`catalog`] (resource definitions), [`error`]
+//! The building blocks those layers use: [`catalog`] (resource definitions) with
+//! [`kinds`] (the built-in kinds and their storage properties, one row each), [`error`]
 //! (API errors as `Status`), [`patch`], [`selectors`], [`schema`], [`managed_fields`],
 //! [`shards`] (KEP-5866 shard selectors), [`tables`], [`protobuf`], [`discovery`] and [`openapi`] (documents of the served
 //! resources) and [`control`] (faults, request log, counters).
@@ -19,6 +20,7 @@ pub mod discovery;
 pub mod error;
 pub mod gojson;
 pub mod http;
+pub mod kinds;
 pub mod kubelet;
 pub mod managed_fields;
 pub mod openapi;

@@ -18,6 +18,7 @@ mod query;
 mod response;
 mod routing;
 mod shared;
+mod special;
 mod subresources;
 mod watch;
 

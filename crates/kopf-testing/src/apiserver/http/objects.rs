@@ -27,6 +27,7 @@ use super::response::{
 };
 use super::routing::{ResourceRequest, resolve_verb};
 use super::shared::Shared;
+use super::special;
 use super::subresources::serve_scale;
 use super::watch::watch;
 
@@ -51,11 +52,13 @@ pub(super) async fn serve_resource(
         None => {}
         Some("status") if def.status => {}
         Some("scale") if def.scale.is_some() => {}
-        Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
-        Some("log") if def.group.is_empty() && def.plural == "pods" => {}
+        Some(s) if def.subresource(s).is_some() => {}
         Some(_) => return Err(ApiError::path_not_found()),
     }
     let verb = resolve_verb(method, &rr, query);
+    if let Some(resp) = special::serve(shared, &def, &rr, &verb, headers, query, body).await? {
+        return Ok(resp);
+    }
     let ns = rr.namespace.as_deref();
     let content_type = header_str(headers, header::CONTENT_TYPE);
     let sub = rr.subresource.as_deref();

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::apiserver::catalog::ResourceDef;
 use crate::apiserver::error::{ApiError, ApiResult};
+use crate::apiserver::kinds::Kind;
 use crate::apiserver::selectors::{FieldSelector, LabelSelector, field_value};
 use crate::apiserver::shards::ShardSelector;
 
@@ -120,6 +121,8 @@ pub(super) struct Selectors {
     pub(super) field: FieldSelector,
     /// `shardSelector` (lists and watches only; see [`Selectors::with_shards`]).
     pub(super) shard: Option<ShardSelector>,
+    /// The built-in kind, whose field set the field selector reads.
+    kind: Option<&'static Kind>,
 }
 
 impl Selectors {
@@ -129,7 +132,7 @@ impl Selectors {
         let field = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         for r in field.requirements() {
-            if !supported_field(def, &r.field) {
+            if !def.selects_field(&r.field) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {}",
                     r.field
@@ -140,6 +143,7 @@ impl Selectors {
             label,
             field,
             shard: None,
+            kind: def.kind_info(),
         })
     }
 
@@ -157,49 +161,15 @@ impl Selectors {
 
     pub(super) fn matches(&self, obj: &Value) -> bool {
         self.label.matches_object(obj)
-            && self.field.matches(|f| object_field(obj, f))
+            && self.field.matches(|f| match self.kind {
+                Some(k) => k.field_of(obj, f),
+                None => field_value(obj, f),
+            })
             && self.shard.as_ref().is_none_or(|s| s.matches(obj))
     }
 
     pub(super) fn is_empty(&self) -> bool {
         self.label.is_empty() && self.field.is_empty() && self.shard.is_none()
-    }
-}
-
-fn supported_field(def: &ResourceDef, field: &str) -> bool {
-    if matches!(field, "metadata.name" | "metadata.namespace") {
-        return true;
-    }
-    match (def.group.as_str(), def.plural.as_str()) {
-        ("" | "events.k8s.io", "events") => {
-            field.starts_with("involvedObject.")
-                || matches!(field, "reason" | "reportingComponent" | "source" | "type")
-        }
-        ("", "pods") => matches!(
-            field,
-            "spec.nodeName"
-                | "spec.restartPolicy"
-                | "spec.schedulerName"
-                | "spec.serviceAccountName"
-                | "spec.hostNetwork"
-                | "status.phase"
-                | "status.podIP"
-                | "status.nominatedNodeName"
-        ),
-        ("", "secrets") => field == "type",
-        ("", "namespaces") => field == "status.phase",
-        ("", "nodes") => field == "spec.unschedulable",
-        ("apps", "replicasets") => field == "status.replicas",
-        ("batch", "jobs") => field == "status.successful",
-        _ => false,
-    }
-}
-
-fn object_field(obj: &Value, field: &str) -> Option<String> {
-    match field {
-        "source" => field_value(obj, "source.component"),
-        "spec.hostNetwork" => Some(field_value(obj, field).unwrap_or_else(|| "false".into())),
-        _ => field_value(obj, field),
     }
 }
 

@@ -246,6 +246,7 @@ impl State {
             Ok(defs) => {
                 self.crds.insert(name, defs);
                 self.catalog_generation += 1;
+                self.sync_apiservices();
             }
             Err(e) => tracing::warn!(crd = %name, error = %e, "cannot serve a CRD"),
         }
@@ -254,6 +255,7 @@ impl State {
     pub(super) fn unregister_crd(&mut self, name: &str) {
         if self.crds.remove(name).is_some() {
             self.catalog_generation += 1;
+            self.sync_apiservices();
         }
     }
 

@@ -7,6 +7,7 @@
 //! next to the rules they share (`validation`, `namespaces`, `crd`, `gc`).
 
 mod access;
+mod bootstrap;
 mod crd;
 mod create;
 mod defaults;
@@ -25,6 +26,7 @@ mod validation;
 pub(crate) mod webhook_configs;
 
 pub use access::{AccessRequest, Decision, ResourceAttributes, SUPERUSER_GROUP, answered};
+pub use bootstrap::{KUBERNETES_SERVICE_IP, apiservice_name};
 pub use crd::CRD_CLEANUP_FINALIZER;
 pub use meta::{now, rv_of};
 pub(crate) use options::PatchTarget;

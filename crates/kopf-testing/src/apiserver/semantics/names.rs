@@ -3,6 +3,9 @@
 //! label values and path segments. Each check returns kube's messages (none when valid), in
 //! kube's words, so that a cause reads as a cluster's would.
 
+pub(crate) use crate::apiserver::kinds::NameRule;
+use crate::apiserver::kinds::kind_of;
+
 const LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
 const SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
@@ -185,31 +188,11 @@ pub(crate) fn label_value(s: &str) -> Vec<String> {
     errs
 }
 
-/// The rule an object's name follows, per kind (kube's `ValidateXxxName` functions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NameRule {
-    /// `NameIsDNSSubdomain`: most kinds and custom resources.
-    Subdomain,
-    /// `NameIsDNSLabel`: Namespaces.
-    Label,
-    /// `NameIsDNS1035Label`: Services.
-    Dns1035,
-    /// `IsValidPathSegmentName`: RBAC roles and bindings (`system:discovery`).
-    PathSegment,
-}
-
 impl NameRule {
-    /// The rule of a resource.
+    /// The rule of a resource: its row's in the kinds table; a custom resource's is a
+    /// DNS subdomain.
     pub(crate) fn of(group: &str, plural: &str) -> Self {
-        match (group, plural) {
-            ("", "namespaces") => NameRule::Label,
-            ("", "services") => NameRule::Dns1035,
-            (
-                "rbac.authorization.k8s.io",
-                "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings",
-            ) => NameRule::PathSegment,
-            _ => NameRule::Subdomain,
-        }
+        kind_of(group, plural).map_or(NameRule::Subdomain, |k| k.names)
     }
 
     /// kube's messages for a name (`prefix`: a generateName, whose trailing `-` is allowed).

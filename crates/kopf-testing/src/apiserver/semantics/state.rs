@@ -54,6 +54,7 @@ impl State {
                 tracing::error!(namespace = ns, error = %e, "cannot create an initial namespace");
             }
         }
+        state.bootstrap();
         state
     }
 

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::apiserver::catalog::ResourceDef;
 use crate::apiserver::error::{ApiError, ApiResult, cause};
+use crate::apiserver::kinds;
 use crate::apiserver::managed_fields;
 
 use super::meta::{
@@ -146,18 +147,11 @@ impl State {
             }
             m.remove("selfLink");
         }
-        if subresource == Some("status") {
-            // Only .status changes through /status (the managedFields an apply computed
-            // are kept for the next step).
-            let mut merged = old.clone();
-            match new.get("status") {
-                Some(s) => merged["status"] = s.clone(),
-                None => {
-                    if let Some(o) = merged.as_object_mut() {
-                        o.remove("status");
-                    }
-                }
-            }
+        let part = subresource.and_then(|s| kinds::written_part(&def.group, &def.plural, s));
+        if let Some(part) = part {
+            // Only .status changes through /status, and what other subresources write
+            // through theirs (the managedFields an apply computed are kept for the next step).
+            let mut merged = kinds::with_part_of(old, &new, part);
             if let Some(fields) = meta(&new).get("managedFields").cloned() {
                 meta_mut(&mut merged).insert("managedFields".into(), fields);
             }
