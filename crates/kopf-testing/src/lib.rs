@@ -256,29 +256,7 @@ impl FakeApiServerBuilder {
             let _ = close_tx.send(None);
         };
         let tls = self.tls.then(ServingTls::generate).transpose()?;
-        let task = match &tls {
-            Some(tls) => {
-                let listener = tls.listen(listener);
-                tokio::spawn(async move {
-                    let serve = axum::serve(listener, app).with_graceful_shutdown(stopped);
-                    if let Err(e) = serve.await {
-                        tracing::error!(error = %e, "the fake API server stopped with an error");
-                    }
-                })
-            }
-            None => tokio::spawn(async move {
-                // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small writes
-                // such as watch events go out at once, not after a delayed ACK (40 ms on Linux).
-                use axum::serve::ListenerExt;
-                let listener = listener.tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
-                let serve = axum::serve(listener, app).with_graceful_shutdown(stopped);
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "the fake API server stopped with an error");
-                }
-            }),
-        };
+        let task = apiserver::tls::spawn_serving(listener, app, tls.as_ref(), stopped);
         let scheme = if tls.is_some() { "https" } else { "http" };
         tracing::info!(url = %format!("{scheme}://{local}"), "fake API server listening");
         Ok(FakeApiServer {
@@ -356,6 +334,11 @@ impl FakeApiServer {
     /// The CA certificate (PEM) that signed the serving certificate, when serving HTTPS.
     pub fn ca_pem(&self) -> Option<&str> {
         self.tls.as_ref().map(ServingTls::ca_pem)
+    }
+
+    /// The same CA certificate, DER (for `kube::Config::root_cert`).
+    pub fn ca_der(&self) -> Option<&[u8]> {
+        self.tls.as_ref().map(|t| t.ca_der().as_ref())
     }
 
     /// A kube client for this server (with kube's own retries off: every answer, an injected

@@ -147,6 +147,46 @@ impl ServingTls {
     }
 }
 
+/// Serves `app` on `listener` until `stopped` completes: over TLS with `tls`, else plain
+/// HTTP. Errors are logged.
+pub fn spawn_serving(
+    listener: TcpListener,
+    app: axum::Router,
+    tls: Option<&ServingTls>,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    let ended = |result: std::io::Result<()>| {
+        if let Err(e) = result {
+            tracing::error!(error = %e, "the fake API server stopped with an error");
+        }
+    };
+    match tls {
+        Some(tls) => {
+            let listener = tls.listen(listener);
+            tokio::spawn(async move {
+                ended(
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await,
+                );
+            })
+        }
+        None => tokio::spawn(async move {
+            // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small writes
+            // such as watch events go out at once, not after a delayed ACK (40 ms on Linux).
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            ended(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await,
+            );
+        }),
+    }
+}
+
 /// A TCP listener whose connections come out as TLS streams once their handshakes are done.
 pub struct TlsListener {
     local: std::io::Result<SocketAddr>,
@@ -173,7 +213,7 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
-                // TCP_NODELAY as kube-apiserver (see `FakeApiServerBuilder::start`).
+                // TCP_NODELAY as kube-apiserver (see `spawn_serving`).
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let tx = tx.clone();
