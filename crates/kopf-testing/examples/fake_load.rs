@@ -6,6 +6,12 @@
 //! object, 64 at a time, and prints the writes per second, the server's CPU seconds (from
 //! its `/proc/PID/stat`) and the server's memory per stored object (RSS growth ÷ N).
 //!
+//! With `--tls` the server serves HTTPS with its generated CA (`FakeApiServerBuilder::tls`)
+//! and the client verifies it; a last phase then sends C GETs each on a new connection (a
+//! client per request, as every kubectl process does), so the handshakes show:
+//! `fake_load [N] [--tls] [--connections C]` (C = 200 by default). Run it with and without
+//! `--tls`, alternately, for the cost of TLS (see the crate's README).
+//!
 //! To compare two versions of the server, build this example at each (it uses only the
 //! public API), copy the binaries aside and run them alternately on the same machine: the
 //! numbers move with the machine's load, the ratios much less. On 2 shared cores, 5 runs
@@ -33,19 +39,33 @@ fn main() -> Result<(), Error> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let tls = args.iter().any(|a| a == "--tls");
     if args.get(1).map(String::as_str) == Some("serve") {
-        return rt.block_on(serve());
+        return rt.block_on(serve(tls));
     }
     let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    rt.block_on(drive(n))
+    let connections: usize = args
+        .iter()
+        .position(|a| a == "--connections")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200);
+    rt.block_on(drive(n, tls, connections))
 }
 
-/// The server process: prints its URL, then serves until stdin closes.
-async fn serve() -> Result<(), Error> {
-    let server = kopf_testing::FakeApiServer::builder().start().await?;
+/// The server process: prints its URL (and with TLS its CA, base64 of the PEM), then
+/// serves until stdin closes.
+async fn serve(tls: bool) -> Result<(), Error> {
+    use base64::Engine;
+    let server = kopf_testing::FakeApiServer::builder()
+        .tls(tls)
+        .start()
+        .await?;
     let crd = include_str!("../../../examples/crd.yaml");
     server.apply_yaml("crd.yaml", crd)?;
     println!("{}", server.url());
+    let ca = server.ca_pem().unwrap_or_default();
+    println!("{}", base64::engine::general_purpose::STANDARD.encode(ca));
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         let _ = std::io::stdin().read_line(&mut line);
@@ -74,21 +94,37 @@ fn usage(pid: u32) -> (f64, u64, u64) {
     (ticks / 100.0, kb("VmRSS:"), kb("VmHWM:"))
 }
 
-async fn drive(n: usize) -> Result<(), Error> {
+/// A kube client for the server (trusting its CA, if any).
+fn client_for(url: &str, ca_der: &Option<Vec<u8>>) -> Result<kube::Client, Error> {
+    let mut config = kube::Config::new(url.parse()?);
+    config.default_retry = false;
+    config.root_cert = ca_der.clone().map(|der| vec![der]);
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn drive(n: usize, tls: bool, connections: usize) -> Result<(), Error> {
+    use base64::Engine;
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
     let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
         .arg("serve")
+        .args(tls.then_some("--tls"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
     let pid = child.id();
-    let mut url = String::new();
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    BufReader::new(stdout).read_line(&mut url)?;
+    let (mut url, mut ca) = (String::new(), String::new());
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    stdout.read_line(&mut url)?;
+    stdout.read_line(&mut ca)?;
     let url = url.trim().to_string();
-    let mut config = kube::Config::new(url.parse()?);
-    config.default_retry = false;
-    let client = kube::Client::try_from(config)?;
+    let ca_pem = base64::engine::general_purpose::STANDARD.decode(ca.trim())?;
+    let ca_der = match ca_pem.is_empty() {
+        true => None,
+        false => Some(CertificateDer::from_pem_slice(&ca_pem)?.to_vec()),
+    };
+    let client = client_for(&url, &ca_der)?;
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
         "kopfexamples",
@@ -172,7 +208,18 @@ async fn drive(n: usize) -> Result<(), Error> {
     let (cpu2, rss2, hwm) = usage(pid);
     watcher.abort();
 
-    println!("objects: {n}, concurrency: {CONCURRENCY}");
+    // Requests on new connections, one after another: the handshakes.
+    let (cpu3, _, _) = usage(pid);
+    let t3 = Instant::now();
+    for i in 0..connections {
+        let fresh: Api<DynamicObject> =
+            Api::namespaced_with(client_for(&url, &ca_der)?, "default", &ar);
+        fresh.get(&format!("bench-{:05}", i % n)).await?;
+    }
+    let conn_s = t3.elapsed().as_secs_f64();
+    let (cpu4, _, _) = usage(pid);
+
+    println!("url: {url}; objects: {n}, concurrency: {CONCURRENCY}");
     println!(
         "create: {:.0} objects/s, server CPU {:.2} s",
         n as f64 / create_s,
@@ -199,6 +246,11 @@ async fn drive(n: usize) -> Result<(), Error> {
         rss1,
         rss2,
         hwm
+    );
+    println!(
+        "new connections: {connections} GETs, {:.2} ms each, server CPU {:.3} ms each",
+        conn_s * 1000.0 / connections.max(1) as f64,
+        (cpu4 - cpu3) * 1000.0 / connections.max(1) as f64
     );
     drop(child.stdin.take());
     let _ = child.wait();

@@ -3,7 +3,7 @@
 //!
 //! An in-memory Kubernetes API server that real clients accept — kubectl, kube-rs
 //! (`Api`, `watcher`, discovery), the Python `kubernetes` client, Python Kopf — served over
-//! plain HTTP on loopback. Use it to test operators without a cluster, or run it standalone
+//! plain HTTP or HTTPS ([`FakeApiServerBuilder::tls`]) on loopback. Use it to test operators without a cluster, or run it standalone
 //! with `kopf fake-apiserver`.
 //!
 //! It keeps one global resourceVersion, a bounded change history (watches resume from any
@@ -89,6 +89,7 @@ pub use e2e::runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
 use apiserver::http::Shared;
 use apiserver::semantics::{PatchType, WriteOptions};
 use apiserver::sync::lock;
+use apiserver::tls::ServingTls;
 
 /// Errors of the fake API server's Rust API.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +110,9 @@ pub enum FakeError {
         /// The cause.
         reason: String,
     },
+    /// The serving certificates of [`FakeApiServerBuilder::tls`] could not be made.
+    #[error(transparent)]
+    Tls(#[from] apiserver::tls::TlsError),
     /// Writing the kubeconfig failed.
     #[error("cannot write the kubeconfig to {path}: {source}")]
     Kubeconfig {
@@ -133,6 +137,7 @@ pub enum FakeError {
 #[derive(Debug, Clone)]
 pub struct FakeApiServerBuilder {
     port: u16,
+    tls: bool,
     settings: Settings,
 }
 
@@ -140,6 +145,14 @@ impl FakeApiServerBuilder {
     /// The TCP port on 127.0.0.1 (0 = any free port; the default).
     pub fn port(mut self, port: u16) -> Self {
         self.port = port;
+        self
+    }
+
+    /// Serve HTTPS (true) as kube-apiserver does, with a CA generated at start (see
+    /// [`FakeApiServer::ca_pem`]; the kubeconfig and [`FakeApiServer::client`] trust it), or
+    /// plain HTTP (false, the default).
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
         self
     }
 
@@ -238,25 +251,18 @@ impl FakeApiServerBuilder {
             async move { apiserver::http::handle(s, req).await }
         });
         let close_tx = shared.close_tx.clone();
-        let task = tokio::spawn(async move {
-            // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small writes
-            // such as watch events go out at once, not after a delayed ACK (40 ms on Linux).
-            use axum::serve::ListenerExt;
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-                // End open watch streams so the graceful shutdown can complete.
-                let _ = close_tx.send(None);
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "the fake API server stopped with an error");
-            }
-        });
-        tracing::info!(url = %format!("http://{local}"), "fake API server listening");
+        let stopped = async move {
+            let _ = stop_rx.await;
+            // End open watch streams so the graceful shutdown can complete.
+            let _ = close_tx.send(None);
+        };
+        let tls = self.tls.then(ServingTls::generate).transpose()?;
+        let task = apiserver::tls::spawn_serving(listener, app, tls.as_ref(), stopped);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        tracing::info!(url = %format!("{scheme}://{local}"), "fake API server listening");
         Ok(FakeApiServer {
             shared,
+            tls,
             addr: local,
             stop: Some(stop_tx),
             task: Some(task),
@@ -294,6 +300,7 @@ impl FakeApiServerBuilder {
 /// ```
 pub struct FakeApiServer {
     shared: Arc<Shared>,
+    tls: Option<ServingTls>,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -304,6 +311,7 @@ impl FakeApiServer {
     pub fn builder() -> FakeApiServerBuilder {
         FakeApiServerBuilder {
             port: 0,
+            tls: false,
             settings: Settings::default(),
         }
     }
@@ -318,20 +326,31 @@ impl FakeApiServer {
         self.addr
     }
 
-    /// The base URL, `http://127.0.0.1:PORT`.
+    /// The base URL, `http://127.0.0.1:PORT` (`https://` with [`FakeApiServerBuilder::tls`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The CA certificate (PEM) that signed the serving certificate, when serving HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(ServingTls::ca_pem)
+    }
+
+    /// The same CA certificate, DER (for `kube::Config::root_cert`).
+    pub fn ca_der(&self) -> Option<&[u8]> {
+        self.tls.as_ref().map(|t| t.ca_der().as_ref())
     }
 
     /// A kube client for this server (with kube's own retries off: every answer, an injected
     /// fault too, reaches the caller).
     pub fn client(&self) -> kube::Client {
-        // Building a client for a plain-HTTP URL cannot fail; fall back loudly if it ever does.
+        // Building a client for a loopback URL cannot fail; fall back loudly if it ever does.
         match self.try_client() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "building a kube client failed");
-                unreachable!("a kube client for a loopback http URL must build: {e}")
+                unreachable!("a kube client for a loopback URL must build: {e}")
             }
         }
     }
@@ -346,6 +365,7 @@ impl FakeApiServer {
                     reason: e.to_string(),
                 })?;
         let mut config = kube::Config::new(uri);
+        config.root_cert = self.tls.as_ref().map(|t| vec![t.ca_der().to_vec()]);
         // Every answer reaches the caller: a test that injects a 503 sees the 503 (kube's
         // default would retry it silently).
         config.default_retry = false;
@@ -355,10 +375,16 @@ impl FakeApiServer {
         })
     }
 
-    /// The kubeconfig YAML for this server (context `fake`, namespace `default`).
+    /// The kubeconfig YAML for this server (context `fake`, namespace `default`; with TLS,
+    /// the CA as `certificate-authority-data`).
     pub fn kubeconfig(&self) -> String {
+        use base64::Engine;
+        let ca = self.ca_pem().map_or(String::new(), |pem| {
+            let data = base64::engine::general_purpose::STANDARD.encode(pem);
+            format!("\n    certificate-authority-data: {data}")
+        });
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\nusers:\n- name: fake\n  user:\n    token: fake-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\ncurrent-context: fake\npreferences: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}{ca}\nusers:\n- name: fake\n  user:\n    token: fake-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\ncurrent-context: fake\npreferences: {{}}\n",
             url = self.url()
         )
     }

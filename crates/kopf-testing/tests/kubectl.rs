@@ -420,6 +420,63 @@ async fn dispatcher_picks_kubectl_by_reported_minor() {
     assert_eq!(k.json(&["get", "cm", "typed"]).await["data"]["a"], "b");
 }
 
+/// Over HTTPS kubectl verifies the fake's certificate with the kubeconfig's
+/// `certificate-authority-data`, and refuses it without (as with any cluster).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_over_https_verifies_the_generated_ca() {
+    let server = FakeApiServer::builder()
+        .tls(true)
+        .start()
+        .await
+        .expect("start");
+    assert!(server.url().starts_with("https://127.0.0.1:"));
+    let k = kubectl_for(&server, None);
+    k.run_in(
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: tls}\ndata: {a: b}\n"),
+    )
+    .await;
+    assert_eq!(k.json(&["get", "cm", "tls"]).await["data"]["a"], "b");
+    let ns = k
+        .run(&[
+            "--server",
+            &server.url().replace("127.0.0.1", "localhost"),
+            "get",
+            "ns",
+            "default",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(ns.trim(), "namespace/default");
+    // Without the CA, the server is not trusted.
+    let kubeconfig = std::fs::read_to_string(&k.kubeconfig).expect("kubeconfig");
+    assert!(kubeconfig.contains("certificate-authority-data: "));
+    let no_ca: String = kubeconfig
+        .lines()
+        .filter(|l| !l.contains("certificate-authority-data"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let no_ca_path = k.home.path().join("kubeconfig-without-ca");
+    std::fs::write(&no_ca_path, no_ca).expect("kubeconfig");
+    let kubeconfig_flag = format!("--kubeconfig={}", no_ca_path.display());
+    let untrusted = k
+        .try_run(&[&kubeconfig_flag, "get", "cm", "tls"], None)
+        .await;
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(!untrusted.status.success());
+    assert!(
+        stderr.contains("x509: certificate signed by unknown authority"),
+        "{stderr}"
+    );
+    let http = server.url().replace("https", "http");
+    let plain = k.try_run(&["--server", &http, "get", "cm"], None).await;
+    assert!(
+        !plain.status.success(),
+        "plain HTTP is not served on a TLS port"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_1_32_typed_commands_send_protobuf() {
     let server = FakeApiServer::start().await.expect("start");

@@ -6,7 +6,7 @@
 //! <operator> rbac --verify [--as USER] [-n NS]...    # are they granted on the cluster?
 //! <operator> crd [-o yaml|json]                      # the CRDs of its own resources
 //! <operator> olm --image IMAGE [--dir bundle]         # an OLM bundle
-//! <operator> fake-apiserver [--port N] [--kubeconfig PATH] [--apply FILE]...
+//! <operator> fake-apiserver [--port N] [--tls] [--kubeconfig PATH] [--apply FILE]...
 //! <operator> --version                               # my-operator 1.2.0 (kopf-rs 0.1.0)
 //! ```
 //!
@@ -461,6 +461,10 @@ pub struct RunArgs {
         requires = "fake"
     )]
     pub fake_kubeconfig: PathBuf,
+    /// With --fake: serve HTTPS with a CA generated at start, written into the kubeconfig
+    /// (as a cluster's API server does; plain HTTP otherwise).
+    #[arg(long, env = "KOPF_RUN_FAKE_TLS", requires = "fake")]
+    pub fake_tls: bool,
     /// With --fake: manifests to apply at start (CRDs first). Repeatable.
     #[arg(
         long = "apply",
@@ -616,6 +620,10 @@ pub struct FakeApiserverArgs {
         allow_negative_numbers = true
     )]
     pub crd_establish_delay_ms: u64,
+    /// Serve HTTPS with a CA generated at start, written into the kubeconfig as
+    /// certificate-authority-data (as a cluster's API server does; plain HTTP otherwise).
+    #[arg(long, env = "KOPF_FAKE_APISERVER_TLS")]
+    pub tls: bool,
 }
 
 fn parse_version(s: &str) -> Result<(String, String), String> {
@@ -888,6 +896,25 @@ mod tests {
         assert_eq!(a.log_format, LogFormat::Json);
         let f = parse(&["run", "--fake", "--apply", "x.yaml"]).expect("parses");
         assert_eq!(f.apply, vec![PathBuf::from("x.yaml")]);
+        assert!(!f.fake_tls);
+        assert!(
+            parse(&["run", "--fake", "--fake-tls"])
+                .expect("parses")
+                .fake_tls
+        );
+        assert!(
+            parse(&["run", "--fake-tls"]).is_err(),
+            "--fake-tls needs --fake"
+        );
+        let served = |args: &[&str]| {
+            let mut all = vec!["operator", "fake-apiserver"];
+            all.extend_from_slice(args);
+            match Cli::try_parse_from(all).expect("parses").command {
+                Command::FakeApiserver(a) => a.tls,
+                other => panic!("not fake-apiserver: {other:?}"),
+            }
+        };
+        assert!(served(&["--tls"]) && !served(&[]));
         assert!(
             parse(&["run", "--apply", "x.yaml"]).is_err(),
             "--apply needs --fake"

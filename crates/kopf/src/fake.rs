@@ -22,6 +22,7 @@ pub async fn fake_apiserver(args: cli::FakeApiserverArgs) -> Result<(), Error> {
             .history_limit(args.history_limit)
             .bookmark_interval(Duration::from_secs(args.bookmark_interval.max(1)))
             .crd_establish_delay(Duration::from_millis(args.crd_establish_delay_ms))
+            .tls(args.tls)
             .start()
             .await?;
         if let Some(path) = &args.kubeconfig {

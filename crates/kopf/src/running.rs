@@ -154,7 +154,10 @@ impl Operator {
         }
         #[cfg(feature = "testing")]
         {
-            let server = kopf_testing::FakeApiServer::start().await?;
+            let server = kopf_testing::FakeApiServer::builder()
+                .tls(args.fake_tls)
+                .start()
+                .await?;
             self.apply_crds(&server)?;
             for m in &args.apply {
                 let n = server.apply_file(m)?;
@@ -171,7 +174,8 @@ impl Operator {
                 server.url(),
                 args.fake_kubeconfig.display()
             );
-            let config = client_config(Some(&server.url()), self.inactivity_timeout).await?;
+            let mut config = client_config(Some(&server.url()), self.inactivity_timeout).await?;
+            config.root_cert = server.ca_der().map(|der| vec![der.to_vec()]);
             let url = config.cluster_url.clone();
             let client = self.wrap_client_at(
                 kube::Client::try_from(config).map_err(Error::Client)?,

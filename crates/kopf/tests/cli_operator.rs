@@ -285,6 +285,67 @@ async fn fake_operators_side_by_side_have_their_own_kubeconfig_and_name_their_re
     }
 }
 
+/// A kube client from a kubeconfig file.
+async fn kubeconfig_client(path: &Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("a kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("a configuration");
+    kube::Client::try_from(config).expect("a client")
+}
+
+/// `--fake-tls` and `fake-apiserver --tls`: HTTPS, with the generated CA in the kubeconfig;
+/// the operator's own client trusts it (it handles the example object).
+#[tokio::test]
+async fn the_fake_api_server_serves_https_when_asked() {
+    let mut op = fake_operator(&["--fake-tls"]);
+    op.wait_for_log("Handler 'create_fn' succeeded", Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {}", op.logs()));
+    assert!(
+        op.has_logged("Running against the embedded fake API server at https://127.0.0.1:"),
+        "{}",
+        op.logs()
+    );
+    let path = banner_kubeconfig(&op);
+    let text = std::fs::read_to_string(&path).expect("kubeconfig");
+    assert!(text.contains("certificate-authority-data: "), "{text}");
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(kubeconfig_client(&path).await);
+    assert!(namespaces.get("default").await.is_ok());
+    op.signal(Signal::Term).await.expect("SIGTERM");
+    assert!(
+        op.wait(Duration::from_secs(30))
+            .await
+            .expect("exits")
+            .success()
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kubeconfig");
+    let mut server = OperatorRunner::command(example_binary("minimal"))
+        .args(["fake-apiserver", "--tls", "--kubeconfig"])
+        .arg(&path)
+        .env_remove("RUST_LOG")
+        .start()
+        .expect("the server starts");
+    server
+        .wait_for_log("listening on https://127.0.0.1:", Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {}", server.logs()));
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(kubeconfig_client(&path).await);
+    assert!(namespaces.get("default").await.is_ok());
+    server.signal(Signal::Term).await.expect("SIGTERM");
+    assert!(
+        server
+            .wait(Duration::from_secs(30))
+            .await
+            .expect("exits")
+            .success()
+    );
+}
+
 #[tokio::test]
 async fn a_chosen_fake_kubeconfig_is_kept_and_namespace_exclusions_stay_with_their_pattern() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -33,4 +33,5 @@ pub mod shards;
 pub mod storage;
 pub(crate) mod sync;
 pub mod tables;
+pub mod tls;
 pub mod webhooks;

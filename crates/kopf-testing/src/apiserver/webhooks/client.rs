@@ -4,7 +4,10 @@
 //!   `clientConfig.caBundle` (base64 of one or more PEM certificates) and nothing else: a
 //!   fresh rustls configuration (the *ring* provider) whose roots are exactly those
 //!   certificates, cached per bundle. Without a bundle there are no roots, so every call
-//!   fails verification. Host names are verified as usual (IP SANs for IP URLs).
+//!   fails verification. Host names are verified as usual (IP SANs for IP URLs). As in Go's
+//!   `crypto/x509`, a server certificate that is itself one of the bundle's certificates is
+//!   trusted when it is valid now and for the host, even if it is a CA certificate (Python
+//!   Kopf's self-signed webhook certificates are).
 //! * `clientConfig.service{namespace,name,path,port}`: the fake has no service network, so
 //!   a service is reached at the address the server maps it to
 //!   ([`FakeApiServerBuilder::webhook_service`](crate::FakeApiServerBuilder::webhook_service));
@@ -28,6 +31,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::apiserver::sync::lock;
+use crate::apiserver::webhooks::trust::GoLikeVerifier;
 
 /// A Service named by a webhook's `clientConfig.service`: namespace, name and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -202,30 +206,36 @@ impl WebhookRuntime {
 
 fn build_tls_config(ca_bundle: &str) -> Result<Arc<rustls::ClientConfig>, String> {
     use base64::Engine;
-    let mut roots = rustls::RootCertStore::empty();
+    let mut roots = Vec::new();
     let compact: String = ca_bundle.chars().filter(|c| !c.is_whitespace()).collect();
     if !compact.is_empty() {
         let pem = base64::engine::general_purpose::STANDARD
             .decode(compact.as_bytes())
             .map_err(|e| format!("the caBundle is not valid base64: {e}"))?;
-        let mut count = 0;
         for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("the caBundle is not valid PEM: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("the caBundle holds an unusable certificate: {e}"))?;
-            count += 1;
+            roots.push(cert.map_err(|e| format!("the caBundle is not valid PEM: {e}"))?);
         }
-        if count == 0 {
+        if roots.is_empty() {
             return Err("unable to load root certificates: no certificates in the caBundle".into());
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("cannot configure TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .map_err(|e| format!("cannot configure TLS: {e}"))?;
+    let config = if roots.is_empty() {
+        // No roots: every certificate is refused as signed by an unknown authority.
+        builder
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth()
+    } else {
+        // Go's trust (a server certificate that is one of the roots is accepted).
+        let verifier = GoLikeVerifier::new(roots, provider)?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth()
+    };
     Ok(Arc::new(config))
 }
 

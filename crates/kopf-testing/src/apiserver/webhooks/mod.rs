@@ -6,5 +6,6 @@ pub(crate) mod admission;
 pub mod client;
 pub(crate) mod conversion;
 pub(crate) mod host;
+pub(crate) mod trust;
 
 pub use client::{ServiceRef, WebhookCall, WebhookOutcome};

@@ -1,0 +1,294 @@
+//! HTTPS serving, as kube-apiserver serves only HTTPS: a CA generated when the server starts
+//! and a serving certificate signed by it, for `127.0.0.1`, `::1`, `localhost` and the
+//! in-cluster names (`kubernetes`, `kubernetes.default`, `kubernetes.default.svc`,
+//! `kubernetes.default.svc.cluster.local`). The kubeconfig carries the CA as
+//! `certificate-authority-data`, so kubectl, kube-rs and the Python client verify the server
+//! as they would a cluster's. rustls with the *ring* provider; HTTP/1.1 only (ALPN
+//! `http/1.1`: Go clients that offer `h2` fall back to it).
+//!
+//! TLS handshakes run in tasks of their own, so a client that connects and says nothing
+//! (a port probe) delays nobody; a handshake not done in 10 s is dropped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
+
+/// The names the serving certificate is valid for.
+pub const SERVING_NAMES: [&str; 7] = [
+    "127.0.0.1",
+    "::1",
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+];
+
+/// How long a client has to complete its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the serving certificates could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot make the serving certificates: {step}: {reason}")]
+pub struct TlsError {
+    /// What was being made.
+    pub step: &'static str,
+    /// The cause.
+    pub reason: String,
+}
+
+fn failed<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> TlsError {
+    move |e| TlsError {
+        step,
+        reason: e.to_string(),
+    }
+}
+
+/// A generated CA and the rustls configuration serving a certificate signed by it.
+#[derive(Clone)]
+pub struct ServingTls {
+    ca_pem: String,
+    ca_der: CertificateDer<'static>,
+    cert_der: CertificateDer<'static>,
+    config: Arc<rustls::ServerConfig>,
+}
+
+impl std::fmt::Debug for ServingTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingTls").finish_non_exhaustive()
+    }
+}
+
+impl ServingTls {
+    /// A fresh CA (`CN=kopf-fake-apiserver-ca@<unix time>`, as kube's self-signed CAs are
+    /// named) and a serving certificate for [`SERVING_NAMES`] (ECDSA P-256 keys).
+    pub fn generate() -> Result<Self, TlsError> {
+        let ca_key = KeyPair::generate().map_err(failed("the CA key"))?;
+        let mut ca_params =
+            CertificateParams::new(Vec::<String>::new()).map_err(failed("the CA"))?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        ca_params.distinguished_name.push(
+            DnType::CommonName,
+            format!("kopf-fake-apiserver-ca@{stamp}"),
+        );
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params
+            .self_signed(&ca_key)
+            .map_err(failed("the CA certificate"))?;
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().map_err(failed("the serving key"))?;
+        let names: Vec<String> = SERVING_NAMES.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names).map_err(failed("the serving names"))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params
+            .signed_by(&key, &issuer)
+            .map_err(failed("the serving certificate"))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(failed("the TLS versions"))?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone(), ca_cert.der().clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .map_err(failed("the TLS configuration"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(ServingTls {
+            ca_pem: ca_cert.pem(),
+            ca_der: ca_cert.der().clone(),
+            cert_der: cert.der().clone(),
+            config: Arc::new(config),
+        })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The CA certificate, DER.
+    pub fn ca_der(&self) -> &CertificateDer<'static> {
+        &self.ca_der
+    }
+
+    /// The serving certificate, DER.
+    pub fn cert_der(&self) -> &CertificateDer<'static> {
+        &self.cert_der
+    }
+
+    /// A listener serving TLS on an accepted TCP listener (for `axum::serve`).
+    pub fn listen(&self, listener: TcpListener) -> TlsListener {
+        TlsListener::new(listener, self.config.clone())
+    }
+}
+
+/// Serves `app` on `listener` until `stopped` completes: over TLS with `tls`, else plain
+/// HTTP. Errors are logged.
+pub fn spawn_serving(
+    listener: TcpListener,
+    app: axum::Router,
+    tls: Option<&ServingTls>,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    let ended = |result: std::io::Result<()>| {
+        if let Err(e) = result {
+            tracing::error!(error = %e, "the fake API server stopped with an error");
+        }
+    };
+    match tls {
+        Some(tls) => {
+            let listener = tls.listen(listener);
+            tokio::spawn(async move {
+                ended(
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await,
+                );
+            })
+        }
+        None => tokio::spawn(async move {
+            // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small writes
+            // such as watch events go out at once, not after a delayed ACK (40 ms on Linux).
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            ended(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await,
+            );
+        }),
+    }
+}
+
+/// A TCP listener whose connections come out as TLS streams once their handshakes are done.
+pub struct TlsListener {
+    local: std::io::Result<SocketAddr>,
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    acceptor: JoinHandle<()>,
+}
+
+impl TlsListener {
+    fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> Self {
+        let local = listener.local_addr();
+        let (tx, ready) = mpsc::channel(64);
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let task = tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, as axum does.
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                // TCP_NODELAY as kube-apiserver (see `spawn_serving`).
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = tx.send((stream, peer)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        TlsListener {
+            local,
+            ready,
+            acceptor: task,
+        }
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The acceptor task ended (it never does while the listener lives): serve nothing.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        match &self.local {
+            Ok(a) => Ok(*a),
+            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::{ServerName, UnixTime};
+
+    #[test]
+    fn the_serving_certificate_is_valid_for_the_loopback_and_cluster_names() {
+        let tls = ServingTls::generate().expect("certificates");
+        assert!(tls.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(tls.ca_der().clone()).expect("root");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("verifier");
+        let verify = |name: &str| {
+            let name = ServerName::try_from(name.to_string()).expect("name");
+            verifier.verify_server_cert(&tls.cert_der, &[], &name, &[], UnixTime::now())
+        };
+        for name in SERVING_NAMES {
+            assert!(verify(name).is_ok(), "{name}: {:?}", verify(name));
+        }
+        assert!(verify("example.com").is_err());
+        assert!(verify("10.0.0.1").is_err());
+    }
+}
