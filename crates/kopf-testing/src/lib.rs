@@ -80,6 +80,7 @@ pub use apiserver::control::{
     CONTROL_PREFIX, Counters, FaultRule, LatencyRule, RequestPattern, RequestRecord,
 };
 pub use apiserver::http::{OpenWatch, Settings, VersionInfo};
+pub use apiserver::simulation::PodSimulation;
 pub use apiserver::webhooks::{ServiceRef, WebhookCall, WebhookOutcome};
 #[cfg(feature = "testcontainers")]
 pub use e2e::cluster::ContainerCluster;
@@ -134,6 +135,7 @@ pub enum FakeError {
 pub struct FakeApiServerBuilder {
     port: u16,
     settings: Settings,
+    pods: Option<PodSimulation>,
 }
 
 impl FakeApiServerBuilder {
@@ -184,6 +186,25 @@ impl FakeApiServerBuilder {
         self
     }
 
+    /// Simulates the scheduler and the kubelets for Pods (off by default): new Pods are
+    /// bound to a simulated Node, then become `Running` and ready; Jobs' Pods end
+    /// `Succeeded`; deleted Pods' containers stop. See [`PodSimulation`] for the stages and
+    /// their delays.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), kopf_testing::FakeError> {
+    /// use kopf_testing::{FakeApiServer, PodSimulation};
+    /// let server = FakeApiServer::builder()
+    ///     .simulate_pods(PodSimulation::default())
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn simulate_pods(mut self, simulation: PodSimulation) -> Self {
+        self.pods = Some(simulation);
+        self
+    }
+
     /// Serve aggregated discovery (true, the default) or only legacy documents.
     pub fn aggregated_discovery(mut self, on: bool) -> Self {
         self.settings.aggregated_discovery = on;
@@ -230,6 +251,9 @@ impl FakeApiServerBuilder {
         })?;
         let shared = Shared::new(self.settings);
         *lock(&shared.address) = local.to_string();
+        if let Some(pods) = self.pods {
+            apiserver::simulation::spawn(&shared, pods);
+        }
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app_shared = shared.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
@@ -304,6 +328,7 @@ impl FakeApiServer {
         FakeApiServerBuilder {
             port: 0,
             settings: Settings::default(),
+            pods: None,
         }
     }
 
