@@ -649,29 +649,19 @@ impl FakeApiServer {
         let current = state
             .get(&def, Some(namespace), pod)
             .map_err(|e| e.message)?;
-        let now = jiff::Timestamp::now().to_string();
-        let statuses: Vec<Value> = current
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
-                let key = (namespace.to_string(), pod.to_string(), name.to_string());
-                let count = if name == container {
-                    restart
-                } else {
-                    self.shared.kubelet.restart_count(&key)
-                };
-                serde_json::json!({
-                    "name": name,
-                    "image": c.get("image").cloned().unwrap_or(Value::Null),
-                    "ready": true,
-                    "restartCount": count,
-                    "state": {"running": {"startedAt": now}},
-                })
-            })
-            .collect();
+        let now = apiserver::semantics::now();
+        let kubelet = &self.shared.kubelet;
+        let others = |name: &str| {
+            let key = (namespace.to_string(), pod.to_string(), name.to_string());
+            u64::from(kubelet.restart_count(&key))
+        };
+        let statuses = apiserver::simulation::stages::restarted_statuses(
+            &current,
+            container,
+            u64::from(restart),
+            &now,
+            &others,
+        );
         let patch =
             serde_json::json!({"status": {"phase": "Running", "containerStatuses": statuses}});
         state

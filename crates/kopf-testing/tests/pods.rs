@@ -347,3 +347,34 @@ async fn a_pod_in_its_grace_period_is_written_to_and_stays() {
         .expect("patch");
     assert!(pods.get_opt("q").await.expect("get").is_none());
 }
+
+#[tokio::test]
+async fn a_restarted_container_of_a_simulated_pod_gets_a_new_id_and_count() {
+    let server = simulated().await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    pods.create(&PostParams::default(), &pod("p", json!({})))
+        .await
+        .expect("create");
+    let running = wait_for(&pods, "p", |p| phase(p) == "Running").await;
+    let before = running
+        .status
+        .and_then(|s| s.container_statuses)
+        .expect("statuses")[0]
+        .clone();
+    assert_eq!(server.restart_container("default", "p", "main"), Ok(1));
+    let after = pods.get("p").await.expect("get");
+    let now = after
+        .status
+        .and_then(|s| s.container_statuses)
+        .expect("statuses")[0]
+        .clone();
+    assert_eq!(now.restart_count, 1);
+    assert!(now.ready);
+    assert_eq!(now.image_id, before.image_id);
+    assert_ne!(now.container_id, before.container_id);
+    let last = now
+        .last_state
+        .and_then(|s| s.terminated)
+        .expect("last state");
+    assert_eq!(last.container_id, before.container_id);
+}

@@ -225,6 +225,50 @@ pub fn running_status(
     status
 }
 
+/// The container statuses after `container` restarted (its new instance, number `restart`,
+/// running since `now`, the old one in `lastState`); the others as they are, or running
+/// with `restarts` of them when they have no status yet.
+pub fn restarted_statuses(
+    pod: &Value,
+    container: &str,
+    restart: u64,
+    now: &str,
+    restarts: &dyn Fn(&str) -> u64,
+) -> Vec<Value> {
+    containers(pod, "containers")
+        .map(|c| {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+            let was = current(pod, name);
+            if name != container
+                && let Some(was) = was
+            {
+                return was.clone();
+            }
+            let count = if name == container {
+                restart
+            } else {
+                restarts(name)
+            };
+            let running = json!({"running": {"startedAt": now}});
+            let mut s = container_status(uid(pod), c, count, running);
+            if name == container {
+                let started = was
+                    .and_then(|w| w.pointer("/state/running/startedAt"))
+                    .and_then(Value::as_str)
+                    .unwrap_or(now);
+                let old_id = was.and_then(|w| w.get("containerID")).cloned();
+                let mut ended = json!({"exitCode": 0, "reason": "Completed",
+                    "startedAt": started, "finishedAt": now});
+                if let Some(id) = old_id {
+                    ended["containerID"] = id;
+                }
+                s["lastState"] = json!({"terminated": ended});
+            }
+            s
+        })
+        .collect()
+}
+
 /// The status once every container ended with exit code 0 (a Job's Pod completing, or a
 /// deleted Pod's containers stopping): `Succeeded`, not ready.
 pub fn terminated_status(pod: &Value, now: &str) -> Value {
@@ -359,6 +403,25 @@ mod tests {
         assert_eq!(next_stage(&deleted), Some(Stage::Stop));
         deleted["status"] = terminated_status(&deleted, "t");
         assert_eq!(next_stage(&deleted), None);
+    }
+
+    #[test]
+    fn a_restart_gives_a_new_container_and_keeps_the_old_one_in_last_state() {
+        let mut p = pod(json!({"spec": {"containers": [
+            {"name": "main", "image": "busybox"}, {"name": "side", "image": "busybox"}]}}));
+        p["status"] = running_status(&p, "10.244.0.9", "t0", &|_| 0);
+        let statuses = restarted_statuses(&p, "main", 1, "t1", &|_| 0);
+        let main = &statuses[0];
+        assert_eq!(main["restartCount"], 1);
+        assert_eq!(main["state"]["running"]["startedAt"], "t1");
+        assert_eq!(main["lastState"]["terminated"]["startedAt"], "t0");
+        let old_id = &p["status"]["containerStatuses"][0]["containerID"];
+        assert_eq!(&main["lastState"]["terminated"]["containerID"], old_id);
+        assert_ne!(&main["containerID"], old_id, "a new container");
+        assert_eq!(
+            statuses[1], p["status"]["containerStatuses"][1],
+            "untouched"
+        );
     }
 
     #[test]
