@@ -2,7 +2,7 @@
 //! of Pods, in kwok's manner of stages, for operators that wait on pod phases.
 //!
 //! A task owned by the server follows the store's changes of Pods (no polling) and, after
-//! the configured delays, writes the next [`Stage`](stages::Stage) of each Pod through the
+//! the configured delays, writes the next [`Stage`] of each Pod through the
 //! same code as API requests (new resourceVersions, `MODIFIED` watch events, managedFields
 //! of the `kubelet` manager on `status`), but not through the HTTP front: the simulator's
 //! writes are neither logged nor counted as requests, nor faulted.
