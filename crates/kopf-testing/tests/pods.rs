@@ -43,7 +43,8 @@ fn fast() -> PodSimulation {
 async fn simulated() -> FakeApiServer {
     FakeApiServer::builder()
         .simulate_pods(fast())
-        .pod_termination_cap(Duration::from_millis(300))
+        // Deleted Pods stay 1 s: time for the containers to stop, on a loaded machine too.
+        .pod_termination_cap(Duration::from_secs(1))
         .start()
         .await
         .expect("start")
