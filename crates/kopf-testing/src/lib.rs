@@ -54,6 +54,7 @@
 //! ```
 
 pub mod apiserver;
+mod builder;
 pub mod e2e;
 
 // The module paths from before the split into `apiserver` and `e2e`, kept for users.
@@ -65,6 +66,7 @@ pub use apiserver::storage as store;
 pub use apiserver::tables as table;
 pub use apiserver::webhooks::client as webhook;
 pub use apiserver::{catalog, control, discovery, error, patch, protobuf, schema, selectors};
+pub use builder::FakeApiServerBuilder;
 pub use e2e::{cluster, runner};
 
 use std::net::SocketAddr;
@@ -80,6 +82,7 @@ pub use apiserver::control::{
     CONTROL_PREFIX, Counters, FaultRule, LatencyRule, RequestPattern, RequestRecord,
 };
 pub use apiserver::http::{OpenWatch, Settings, VersionInfo};
+pub use apiserver::simulation::PodSimulation;
 pub use apiserver::webhooks::{ServiceRef, WebhookCall, WebhookOutcome};
 #[cfg(feature = "testcontainers")]
 pub use e2e::cluster::ContainerCluster;
@@ -133,143 +136,6 @@ pub enum FakeError {
     },
 }
 
-/// Options for starting a server.
-#[derive(Debug, Clone)]
-pub struct FakeApiServerBuilder {
-    port: u16,
-    tls: bool,
-    settings: Settings,
-}
-
-impl FakeApiServerBuilder {
-    /// The TCP port on 127.0.0.1 (0 = any free port; the default).
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = port;
-        self
-    }
-
-    /// Serve HTTPS (true) as kube-apiserver does, with a CA generated at start (see
-    /// [`FakeApiServer::ca_pem`]; the kubeconfig and [`FakeApiServer::client`] trust it), or
-    /// plain HTTP (false, the default).
-    pub fn tls(mut self, on: bool) -> Self {
-        self.tls = on;
-        self
-    }
-
-    /// The version reported by `/version` (the minor selects kubectl's version).
-    pub fn version(mut self, major: &str, minor: &str) -> Self {
-        self.settings.version = VersionInfo {
-            major: major.into(),
-            minor: minor.into(),
-            git_version: format!("v{major}.{minor}.0"),
-        };
-        self
-    }
-
-    /// How many changes are retained for watches and consistent lists.
-    pub fn history_limit(mut self, n: usize) -> Self {
-        self.settings.history_limit = n;
-        self
-    }
-
-    /// Interval between watch bookmarks.
-    pub fn bookmark_interval(mut self, d: Duration) -> Self {
-        self.settings.bookmark_interval = d;
-        self
-    }
-
-    /// Watch duration when clients give no `timeoutSeconds`.
-    pub fn default_watch_timeout(mut self, d: Duration) -> Self {
-        self.settings.default_watch_timeout = Some(d);
-        self
-    }
-
-    /// Delay between CRD creation and its `Established` condition.
-    pub fn crd_establish_delay(mut self, d: Duration) -> Self {
-        self.settings.crd_establish_delay = d;
-        self
-    }
-
-    /// The longest a deleted, scheduled Pod stays Terminating before the simulated kubelet
-    /// confirms it (default 1 s; the Pod's own grace period applies when shorter).
-    pub fn pod_termination_cap(mut self, d: Duration) -> Self {
-        self.settings.pod_termination_cap = d;
-        self
-    }
-
-    /// Serve aggregated discovery (true, the default) or only legacy documents.
-    pub fn aggregated_discovery(mut self, on: bool) -> Self {
-        self.settings.aggregated_discovery = on;
-        self
-    }
-
-    /// Honour KEP-5866 `shardSelector` on lists and watches (true, the default, as
-    /// Kubernetes 1.36 with the `ShardedListAndWatch` feature gate), or ignore it as older
-    /// servers do (false): every object is sent and lists carry no `metadata.shardInfo`.
-    pub fn sharded_list_and_watch(mut self, on: bool) -> Self {
-        self.settings.sharded_list_and_watch = on;
-        self
-    }
-
-    /// Where a webhook's `clientConfig.service` (`namespace`/`name`, `port`, 443 by default)
-    /// is reached: `address` is `host:port`, e.g. a test webhook server on 127.0.0.1. The
-    /// fake has no service network: calls to unmapped services fail as unreachable. The
-    /// server's certificate must be valid for `<name>.<namespace>.svc`.
-    pub fn webhook_service(
-        mut self,
-        namespace: &str,
-        name: &str,
-        port: u16,
-        address: impl Into<String>,
-    ) -> Self {
-        self.settings
-            .webhook_services
-            .insert(ServiceRef::new(namespace, name, port), address.into());
-        self
-    }
-
-    /// Starts the server.
-    pub async fn start(self) -> Result<FakeApiServer, FakeError> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| FakeError::Bind {
-                addr: addr.to_string(),
-                source,
-            })?;
-        let local = listener.local_addr().map_err(|source| FakeError::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
-        let shared = Shared::new(self.settings);
-        *lock(&shared.address) = local.to_string();
-        lock(&shared.state).bootstrap_endpoints(&local.ip().to_string(), local.port());
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let app_shared = shared.clone();
-        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-            let s = app_shared.clone();
-            async move { apiserver::http::handle(s, req).await }
-        });
-        let close_tx = shared.close_tx.clone();
-        let stopped = async move {
-            let _ = stop_rx.await;
-            // End open watch streams so the graceful shutdown can complete.
-            let _ = close_tx.send(None);
-        };
-        let tls = self.tls.then(ServingTls::generate).transpose()?;
-        let task = apiserver::tls::spawn_serving(listener, app, tls.as_ref(), stopped);
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        tracing::info!(url = %format!("{scheme}://{local}"), "fake API server listening");
-        Ok(FakeApiServer {
-            shared,
-            tls,
-            addr: local,
-            stop: Some(stop_tx),
-            task: Some(task),
-        })
-    }
-}
-
 /// An in-memory Kubernetes API server on 127.0.0.1. Stops on drop or [`shutdown`](Self::shutdown).
 ///
 /// ```
@@ -313,6 +179,7 @@ impl FakeApiServer {
             port: 0,
             tls: false,
             settings: Settings::default(),
+            pods: None,
         }
     }
 
@@ -659,29 +526,19 @@ impl FakeApiServer {
         let current = state
             .get(&def, Some(namespace), pod)
             .map_err(|e| e.message)?;
-        let now = jiff::Timestamp::now().to_string();
-        let statuses: Vec<Value> = current
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
-                let key = (namespace.to_string(), pod.to_string(), name.to_string());
-                let count = if name == container {
-                    restart
-                } else {
-                    self.shared.kubelet.restart_count(&key)
-                };
-                serde_json::json!({
-                    "name": name,
-                    "image": c.get("image").cloned().unwrap_or(Value::Null),
-                    "ready": true,
-                    "restartCount": count,
-                    "state": {"running": {"startedAt": now}},
-                })
-            })
-            .collect();
+        let now = apiserver::semantics::now();
+        let kubelet = &self.shared.kubelet;
+        let others = |name: &str| {
+            let key = (namespace.to_string(), pod.to_string(), name.to_string());
+            u64::from(kubelet.restart_count(&key))
+        };
+        let statuses = apiserver::simulation::stages::restarted_statuses(
+            &current,
+            container,
+            u64::from(restart),
+            &now,
+            &others,
+        );
         let patch =
             serde_json::json!({"status": {"phase": "Running", "containerStatuses": statuses}});
         state

@@ -6,7 +6,7 @@
 //! <operator> rbac --verify [--as USER] [-n NS]...    # are they granted on the cluster?
 //! <operator> crd [-o yaml|json]                      # the CRDs of its own resources
 //! <operator> olm --image IMAGE [--dir bundle]         # an OLM bundle
-//! <operator> fake-apiserver [--port N] [--tls] [--kubeconfig PATH] [--apply FILE]...
+//! <operator> fake-apiserver [--port N] [--tls] [--kubeconfig PATH] [--apply FILE]... [--simulate-pods]
 //! <operator> --version                               # my-operator 1.2.0 (kopf-rs 0.1.0)
 //! ```
 //!
@@ -624,6 +624,24 @@ pub struct FakeApiserverArgs {
     /// certificate-authority-data (as a cluster's API server does; plain HTTP otherwise).
     #[arg(long, env = "KOPF_FAKE_APISERVER_TLS")]
     pub tls: bool,
+    /// Simulate the scheduler and the kubelets for Pods, in kwok's manner of stages: a new
+    /// Pod is bound to the Node `kopf-fake-node` (created at start) after 100 ms, and is
+    /// Running and Ready 200 ms later (IPs, conditions, containerStatuses); a Job's Pod
+    /// (restartPolicy Never or OnFailure) then ends Succeeded after --pod-job-run-ms; a deleted
+    /// Pod's containers stop at once, and it goes after its grace period (at most 1 s). Each
+    /// stage is a write that watchers see. Off by default: Pods stay Pending.
+    #[arg(long, env = "KOPF_FAKE_APISERVER_SIMULATE_PODS")]
+    pub simulate_pods: bool,
+    /// With --simulate-pods: milliseconds a Job's Pod runs before it succeeds.
+    #[arg(
+        long,
+        env = "KOPF_FAKE_APISERVER_POD_JOB_RUN_MS",
+        value_name = "MILLISECONDS",
+        default_value_t = 1000,
+        value_parser = parse_delay_ms,
+        allow_negative_numbers = true
+    )]
+    pub pod_job_run_ms: u64,
 }
 
 fn parse_version(s: &str) -> Result<(String, String), String> {
@@ -699,6 +717,24 @@ mod tests {
             Command::Run(a) => a,
             other => panic!("not run: {other:?}"),
         })
+    }
+
+    #[test]
+    fn the_pod_simulator_is_off_unless_asked_for() {
+        let fake = |args: &[&str]| {
+            let mut all = vec!["operator", "fake-apiserver"];
+            all.extend_from_slice(args);
+            match Cli::try_parse_from(all).expect("parses").command {
+                Command::FakeApiserver(a) => a,
+                other => panic!("not fake-apiserver: {other:?}"),
+            }
+        };
+        let off = fake(&[]);
+        assert!(!off.simulate_pods);
+        assert_eq!(off.pod_job_run_ms, 1000);
+        let on = fake(&["--simulate-pods", "--pod-job-run-ms", "250"]);
+        assert!(on.simulate_pods);
+        assert_eq!(on.pod_job_run_ms, 250);
     }
 
     #[test]
@@ -964,6 +1000,7 @@ mod tests {
                 "history-limit",
                 "bookmark-interval",
                 "crd-establish-delay-ms",
+                "pod-job-run-ms",
             ],
         ),
     ];
@@ -1062,6 +1099,7 @@ mod tests {
             Command::FakeApiserver(a) => {
                 later(Duration::from_secs(a.bookmark_interval));
                 later(Duration::from_millis(a.crd_establish_delay_ms));
+                later(Duration::from_millis(a.pod_job_run_ms));
             }
             Command::Rbac(_) | Command::Crd(_) | Command::Olm(_) | Command::Probe => {}
         }
@@ -1208,6 +1246,10 @@ mod tests {
             ),
             (
                 &["fake-apiserver", "--crd-establish-delay-ms=-5"],
+                "(milliseconds, up to a year)",
+            ),
+            (
+                &["fake-apiserver", "--pod-job-run-ms=-5"],
                 "(milliseconds, up to a year)",
             ),
         ] {

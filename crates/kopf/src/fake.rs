@@ -16,15 +16,20 @@ pub async fn fake_apiserver(args: cli::FakeApiserverArgs) -> Result<(), Error> {
     {
         use std::io::Write;
         let (major, minor) = &args.kube_version;
-        let server = kopf_testing::FakeApiServer::builder()
+        let mut builder = kopf_testing::FakeApiServer::builder()
             .port(args.port)
             .version(major, minor)
             .history_limit(args.history_limit)
             .bookmark_interval(Duration::from_secs(args.bookmark_interval.max(1)))
             .crd_establish_delay(Duration::from_millis(args.crd_establish_delay_ms))
-            .tls(args.tls)
-            .start()
-            .await?;
+            .tls(args.tls);
+        if args.simulate_pods {
+            builder = builder.simulate_pods(
+                kopf_testing::PodSimulation::default()
+                    .job_run_time(Duration::from_millis(args.pod_job_run_ms)),
+            );
+        }
+        let server = builder.start().await?;
         if let Some(path) = &args.kubeconfig {
             server.write_kubeconfig(path)?;
         }

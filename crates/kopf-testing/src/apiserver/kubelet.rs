@@ -136,6 +136,7 @@ impl Kubelet {
             let gone = |k: &ContainerKey| k.0 == namespace && k.1 == pod;
             logs.current.retain(|k, _| !gone(k));
             logs.previous.retain(|k, _| !gone(k));
+            logs.terminated.retain(|k| !gone(k));
         }
         self.bump();
     }

@@ -30,6 +30,7 @@ pub mod schema;
 pub mod selectors;
 pub mod semantics;
 pub mod shards;
+pub mod simulation;
 pub mod storage;
 pub(crate) mod sync;
 pub mod tables;

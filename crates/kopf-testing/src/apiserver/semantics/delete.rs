@@ -272,16 +272,26 @@ impl State {
         }))
     }
 
-    /// The simulated kubelet: removes a terminating Pod whose grace period is over, unless
-    /// finalizers still hold it.
+    /// The simulated kubelet: removes a terminating Pod whose grace period is over; one that
+    /// finalizers still hold gets a grace period of 0 (as the kubelet's final DELETE with
+    /// `gracePeriodSeconds=0` sets it), so that the update removing its last finalizer
+    /// removes it.
     pub fn reap(&mut self, res: &ResKey, key: &ObjKey) {
         let Some(obj) = self.store.get(res, key) else {
             return;
         };
-        if meta(&obj).get("deletionTimestamp").is_none() || !finalizers(&obj).is_empty() {
+        if meta(&obj).get("deletionTimestamp").is_none() {
             return;
         }
-        self.store.remove(res, key);
-        self.reconcile();
+        if finalizers(&obj).is_empty() {
+            self.store.remove(res, key);
+            self.reconcile();
+            return;
+        }
+        if meta(&obj).get("deletionGracePeriodSeconds") != Some(&json!(0)) {
+            let mut held = Arc::unwrap_or_clone(obj);
+            meta_mut(&mut held).insert("deletionGracePeriodSeconds".into(), json!(0));
+            self.store.put(res, key, held);
+        }
     }
 }

@@ -268,7 +268,13 @@ impl State {
         let res = Self::res_key(def);
         let key = Self::key_of(def, meta_str(old, "namespace"), &name);
         let terminating = meta(&new).get("deletionTimestamp").is_some();
-        let deletes = terminating && finalizers(&new).is_empty() && {
+        // As kube's `ShouldDeleteDuringUpdate`: not while a grace period runs (a Pod waiting
+        // for its kubelet is written to, e.g. its containers' states, and stays).
+        let in_grace = meta(old)
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .is_some_and(|g| g > 0);
+        let deletes = terminating && !in_grace && finalizers(&new).is_empty() && {
             // A namespace also waits for its spec.finalizers.
             !(def.group.is_empty() && def.plural == "namespaces")
                 || new
