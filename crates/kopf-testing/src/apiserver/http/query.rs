@@ -170,10 +170,18 @@ fn supported_field(def: &ResourceDef, field: &str) -> bool {
     }
 }
 
+/// The value of `field` in the object's field set, as kube-apiserver's `*ToSelectableFields`
+/// compute them: Go's zero values for the absent booleans and counts (`fmt.Sprint(false)`,
+/// `strconv.Itoa(0)`), so `spec.unschedulable==false` selects a Node without the field.
 fn object_field(obj: &Value, field: &str) -> Option<String> {
+    let or = |path: &str, zero: &str| Some(field_value(obj, path).unwrap_or_else(|| zero.into()));
     match field {
         "source" => field_value(obj, "source.component"),
-        "spec.hostNetwork" => Some(field_value(obj, field).unwrap_or_else(|| "false".into())),
+        "spec.hostNetwork" | "spec.unschedulable" => or(field, "false"),
+        // Job: `strconv.Itoa(int(job.Status.Succeeded))`.
+        "status.successful" => or("status.succeeded", "0"),
+        // ReplicaSet: `strconv.Itoa(int(rs.Status.Replicas))`.
+        "status.replicas" => or(field, "0"),
         _ => field_value(obj, field),
     }
 }
@@ -189,5 +197,36 @@ mod tests {
         assert_eq!(q.bool("watch").ok().flatten(), Some(true));
         assert!(Query::parse(Some("watch=maybe")).bool("watch").is_err());
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+
+    fn selects(selector: &str, obj: Value) -> bool {
+        FieldSelector::parse(selector)
+            .expect("parses")
+            .matches(|f| object_field(&obj, f))
+    }
+
+    #[test]
+    fn field_sets_have_go_zero_values() {
+        use serde_json::json;
+        // A Node without spec.unschedulable is schedulable: kube-rs' cordon test selects
+        // nodes with `spec.unschedulable==false`.
+        let node = json!({"metadata": {"name": "n"}});
+        assert!(selects("spec.unschedulable==false", node.clone()));
+        assert!(!selects("spec.unschedulable==true", node));
+        assert!(selects(
+            "spec.unschedulable==true",
+            json!({"spec": {"unschedulable": true}})
+        ));
+        // Job's `status.successful` is the count of succeeded pods.
+        assert!(selects("status.successful=0", json!({"status": {}})));
+        assert!(selects(
+            "status.successful=2",
+            json!({"status": {"succeeded": 2}})
+        ));
+        assert!(selects("status.replicas=0", json!({})));
+        assert!(selects(
+            "status.replicas=3",
+            json!({"status": {"replicas": 3}})
+        ));
     }
 }
