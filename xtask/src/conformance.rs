@@ -442,3 +442,72 @@ async fn run_one(binary: &Path, scratch: &Path, test: &str, timeout: u64) -> Res
         Some(_) => Outcome::Failed(tail(&text)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_as_listed() -> Vec<(&'static str, String, Outcome, Duration)> {
+        EXPECTED
+            .iter()
+            .map(|e| {
+                (
+                    e.krate,
+                    e.test.to_string(),
+                    Outcome::Failed("x".into()),
+                    Duration::ZERO,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_list_is_checked_both_ways() {
+        let mut results = all_as_listed();
+        assert_eq!(report(&results, true), 0, "every listed test failed");
+
+        results.push((
+            "kube",
+            "test::other".into(),
+            Outcome::Passed,
+            Duration::ZERO,
+        ));
+        assert_eq!(report(&results, true), 0, "an unlisted pass is fine");
+
+        results.push((
+            "kube",
+            "test::broken".into(),
+            Outcome::Failed("boom".into()),
+            Duration::ZERO,
+        ));
+        assert_eq!(report(&results, true), 1, "an unlisted failure counts");
+
+        results[0].2 = Outcome::Passed;
+        assert_eq!(report(&results, true), 2, "a listed pass counts");
+
+        let without_one = all_as_listed()[1..].to_vec();
+        assert_eq!(
+            report(&without_one, true),
+            1,
+            "a listed test not found counts"
+        );
+        assert_eq!(report(&without_one, false), 0, "unless --test chose some");
+    }
+
+    #[test]
+    fn manifests_get_the_dev_dependency_publishing_removed() {
+        let published = "[package]\nname = \"kube-client\"\nresolver = \"2\"\n";
+        let m = manifest_for("kube-client", published);
+        assert!(!m.contains("resolver"));
+        assert!(m.contains("[dev-dependencies.kube]\npath = \"../kube-5.0.0\""));
+        assert!(m.contains(r#"features = ["derive", "client", "ws"]"#));
+        assert!(!manifest_for("kube", published).contains("dev-dependencies.kube"));
+    }
+
+    #[test]
+    fn every_listed_test_names_a_crate_that_runs() {
+        for e in EXPECTED {
+            assert!(CRATES.contains(&e.krate), "{} is not run", e.krate);
+        }
+    }
+}
