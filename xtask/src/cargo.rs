@@ -70,11 +70,21 @@ pub fn run(root: &Path, args: &[&str], who: &str) -> Result<()> {
 /// [`run`] with these variables set in cargo's environment (and so its tests').
 pub fn run_with_env(root: &Path, args: &[&str], env: &[(&str, &str)], who: &str) -> Result<()> {
     println!("{who}: cargo {}", args.join(" "));
+    let mut command = command(root, args);
+    command.envs(env.iter().copied());
+    let status = command
+        .status()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// `cargo <args>` in `root`, not started, without xtask's package variables (see [`run`]).
+pub fn command(root: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(cargo_program());
-    command
-        .args(args)
-        .current_dir(root)
-        .envs(env.iter().copied());
+    command.args(args).current_dir(root);
     for (key, _) in std::env::vars_os() {
         let key_text = key.to_string_lossy();
         if [
@@ -91,11 +101,5 @@ pub fn run_with_env(root: &Path, args: &[&str], env: &[(&str, &str)], who: &str)
             command.env_remove(&key);
         }
     }
-    let status = command
-        .status()
-        .with_context(|| format!("running cargo {}", args.join(" ")))?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
+    command
 }

@@ -9,6 +9,10 @@
 //! (`xtask/chaos-operator`) SIGKILLed at random moments while the fake API server fails its
 //! writes, then invariants checked on what it leaves behind (see `chaos.rs`).
 //!
+//! `cargo xtask conformance [--test NAME]... [--timeout SECONDS] [--update-lock]` runs the
+//! `#[ignore]`d cluster tests of kube-rs 5.0's published crates against the fake API server
+//! and checks the outcome against the list of expected failures (see `conformance.rs`).
+//!
 //! `cargo xtask layout` checks the house rules: no import circle between a crate's modules,
 //! no source file over 800 lines of non-test code, no module named in ARCHITECTURE.md that
 //! the code lacks (see `layout.rs`).
@@ -31,6 +35,7 @@
 mod bench;
 mod cargo;
 mod chaos;
+mod conformance;
 mod coverage;
 mod e2e;
 mod image;
@@ -70,6 +75,19 @@ enum Cmd {
     /// delete handlers run, duplicates only after a crash or a failed write), as a table.
     /// Exits non-zero on any FAIL.
     Chaos(chaos::ChaosArgs),
+    /// A client suite nobody here wrote, against the fake API server: the `#[ignore]`d
+    /// cluster tests of kube-rs 5.0 (the published crates kube, kube-client, kube-runtime).
+    ///
+    /// Copies the crates' sources cargo downloaded into target/conformance (a workspace with
+    /// the lock xtask/conformance/Cargo.lock), builds their unit tests
+    /// (`cargo test --locked --lib --no-run`), then runs each ignored test alone with
+    /// KUBECONFIG at a fresh in-process fake API server. Prints a table (crate, test,
+    /// outcome, reason) and the line "kube-rs 5.0 cluster tests: N passed, M expected
+    /// failures (...), of T". Exits non-zero when a test fails that is not on the list of
+    /// expected failures (xtask/src/conformance/expected.rs: the tests that need a kubelet,
+    /// each with its reason), or when a listed test passes or no longer exists. About 80 s
+    /// of tests, plus the first build of kube-rs' tests (about 3 minutes on 2 cores).
+    Conformance(conformance::ConformanceArgs),
     /// Line coverage per crate of `cargo test --workspace`, measured with cargo-llvm-cov.
     ///
     /// Runs the README's test command instrumented (in target/llvm-cov-target, so
@@ -158,6 +176,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Chaos(args) => {
             if let Err(e) = chaos::run(args).await {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::Conformance(args) => {
+            if let Err(e) = conformance::run(args).await {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }

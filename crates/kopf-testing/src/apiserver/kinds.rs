@@ -322,7 +322,7 @@ pub const KINDS: &[Kind] = &[
         status: true,
         scale: true,
         generation: true,
-        fields: &[field("status.replicas")],
+        fields: &[field_or("status.replicas", "0")],
         ..BASE
     },
     Kind {
@@ -368,7 +368,7 @@ pub const KINDS: &[Kind] = &[
         status: true,
         scale: true,
         generation: true,
-        fields: &[field("status.replicas")],
+        fields: &[field_or("status.replicas", "0")],
         ..BASE
     },
     Kind {
@@ -399,7 +399,12 @@ pub const KINDS: &[Kind] = &[
         categories: ALL,
         status: true,
         generation: true,
-        fields: &[field("status.successful")],
+        // Job: `strconv.Itoa(int(job.Status.Succeeded))`.
+        fields: &[FieldLabel {
+            label: "status.successful",
+            path: Some("status.succeeded"),
+            default: Some("0"),
+        }],
         ..BASE
     },
     Kind {

@@ -207,4 +207,42 @@ mod tests {
         assert_eq!(parse_int("-5"), Ok(-5));
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
     }
+
+    fn selects(group: &str, plural: &str, selector: &str, obj: Value) -> bool {
+        let kind = crate::apiserver::kinds::kind_of(group, plural).expect("a built-in kind");
+        FieldSelector::parse(selector)
+            .expect("parses")
+            .matches(|f| kind.field_of(&obj, f))
+    }
+
+    #[test]
+    fn field_sets_have_go_zero_values() {
+        use serde_json::json;
+        // A Node without spec.unschedulable is schedulable: kube-rs' cordon test selects
+        // nodes with `spec.unschedulable==false`.
+        let node = json!({"metadata": {"name": "n"}});
+        assert!(selects(
+            "",
+            "nodes",
+            "spec.unschedulable==false",
+            node.clone()
+        ));
+        assert!(!selects("", "nodes", "spec.unschedulable==true", node));
+        assert!(selects(
+            "",
+            "nodes",
+            "spec.unschedulable==true",
+            json!({"spec": {"unschedulable": true}})
+        ));
+        // Job's `status.successful` is the count of succeeded pods.
+        let jobs = |sel: &str, obj: Value| selects("batch", "jobs", sel, obj);
+        assert!(jobs("status.successful=0", json!({"status": {}})));
+        assert!(jobs(
+            "status.successful=2",
+            json!({"status": {"succeeded": 2}})
+        ));
+        let rs = |sel: &str, obj: Value| selects("apps", "replicasets", sel, obj);
+        assert!(rs("status.replicas=0", json!({})));
+        assert!(rs("status.replicas=3", json!({"status": {"replicas": 3}})));
+    }
 }
