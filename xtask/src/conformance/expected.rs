@@ -7,12 +7,10 @@
 /// Why a cluster test cannot pass against the fake API server (yet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
-    /// It needs a kubelet: a container that really runs (exec, attach, logs, a pod that
-    /// becomes Running, the kubelet's own port). The fake API server has none, by design.
+    /// It needs a kubelet: a container that really runs (exec, attach, its logs, the
+    /// kubelet's own port). The fake API server's pod simulator makes Pods Running, but
+    /// runs no container, by design.
     Kubelet(&'static str),
-    /// It needs a part of the fake API server that another P14 branch builds (named in the
-    /// text); the row goes when that branch is merged.
-    Pending(&'static str),
 }
 
 impl Why {
@@ -20,7 +18,6 @@ impl Why {
     pub fn text(self) -> String {
         match self {
             Why::Kubelet(t) => format!("needs a kubelet: {t}"),
-            Why::Pending(t) => t.to_string(),
         }
     }
 }
@@ -43,75 +40,24 @@ const fn row(krate: &'static str, test: &'static str, why: Why) -> Expected {
 /// The expected failures.
 pub const EXPECTED: &[Expected] = &[
     row(
-        "kube",
-        "test::pod_can_await_conditions",
-        Why::Kubelet(
-            "waits 15 s for the busybox pod to be Running (the optional pod simulator of \
-             P14 branch p14-podsim could make it Running)",
-        ),
-    ),
-    row(
         "kube-client",
         "test::pod_can_exec_and_write_to_stdin",
-        Why::Kubelet("waits for the busybox pod to be Running, then execs `sh` in it"),
+        Why::Kubelet(
+            "execs `sh` in the busybox container and writes to its stdin (the pod simulator \
+             makes the Pod Running, but no container runs)",
+        ),
     ),
     row(
         "kube-client",
         "test::can_get_pod_logs_and_evict",
         Why::Kubelet(
-            "reads the logs the container's `echo` wrote (then evicts: pods/eviction, \
-             P14 branch p14-bootstrap)",
+            "reads the lines the container's `echo` wrote (simulated containers write \
+             nothing; the eviction step passes)",
         ),
     ),
     row(
         "kube-client",
         "test::pod_can_exec_and_write_to_stdin_from_node_proxy",
         Why::Kubelet("connects to the kubelet's own port (127.0.0.1:10250, kubelet-debug)"),
-    ),
-    row(
-        "kube-client",
-        "api::util::test::create_token_request",
-        Why::Pending(
-            "needs serviceaccounts/{name}/token (TokenRequest) and TokenReview \
-             (P14 branch p14-bootstrap)",
-        ),
-    ),
-    row(
-        "kube-client",
-        "test::can_operate_on_ephemeral_containers",
-        Why::Pending("needs pods/{name}/ephemeralcontainers (P14 branch p14-bootstrap)"),
-    ),
-    row(
-        "kube-client",
-        "test::csr_can_be_approved",
-        Why::Pending(
-            "needs certificates.k8s.io/v1 CertificateSigningRequests with /approval \
-             (P14 branch p14-bootstrap)",
-        ),
-    ),
-    row(
-        "kube-client",
-        "test::group_discovery_oneshot",
-        Why::Pending(
-            "needs the apiregistration.k8s.io group (APIServices) (P14 branch p14-bootstrap)",
-        ),
-    ),
-    row(
-        "kube-client",
-        "test::can_operate_on_pod_metadata",
-        Why::Pending(
-            "needs a PATCH answered as PartialObjectMetadata (as=PartialObjectMetadata \
-             negotiation, P14 branch p14-negotiation)",
-        ),
-    ),
-    row(
-        "kube-runtime",
-        "events::test::event_recorder_attaches_events",
-        Why::Pending("needs the Service default/kubernetes (P14 branch p14-bootstrap)"),
-    ),
-    row(
-        "kube-runtime",
-        "events::test::event_recorder_attaches_events_without_namespace",
-        Why::Pending("needs componentstatuses (`scheduler`) (P14 branch p14-bootstrap)"),
     ),
 ];
