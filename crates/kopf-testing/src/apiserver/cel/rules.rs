@@ -419,6 +419,10 @@ pub(super) fn normalize_field_path(fp: &str, schema: &Value) -> String {
         let (name, quoted, after) = if let Some(r) = rest.strip_prefix("['") {
             let end = r.find("']").unwrap_or(r.len());
             (&r[..end], true, r.get(end + 2..).unwrap_or(""))
+        } else if let Some(r) = rest.strip_prefix('[') {
+            // `[0]`, `[key]`: every step consumes at least its bracket.
+            let end = r.find(']').unwrap_or(r.len());
+            (&r[..end], false, r.get(end + 1..).unwrap_or(""))
         } else {
             let r = rest.strip_prefix('.').unwrap_or(rest);
             let end = r.find(['.', '[']).unwrap_or(r.len());
@@ -448,6 +452,14 @@ pub(super) fn normalize_field_path(fp: &str, schema: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn field_paths_with_brackets_end() {
+        let schema = json!({"properties": {"items": {"type": "array"}}});
+        assert_eq!(normalize_field_path(".items[0]", &schema), "items[0]");
+        assert_eq!(normalize_field_path(".items[", &schema), "items[]");
+        assert_eq!(normalize_field_path("['a']", &schema), "[a]");
+    }
 
     #[test]
     fn field_paths_are_normalized() {
