@@ -240,6 +240,13 @@ fn cases() -> Vec<Case> {
             .answer(400, "BadRequest", "=Incorrect version specified in apply patch. Specified patch version: v2, expected: v1"),
         case("apply patch without a field manager", "PATCH", existing.clone()).raw(APPLY, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: existing\n")
             .answer(422, "Invalid", "fieldManager: Required value: is required for apply patch"),
+        // Request objects of subresources and reviews.
+        case("a TokenRequest that is a list", "POST", "/api/v1/namespaces/default/serviceaccounts/default/token").json(json!([]))
+            .answer(400, "BadRequest", "couldn't get version/kind; json parse error: json: cannot unmarshal array"),
+        case("a TokenRequest whose spec is a string", "POST", "/api/v1/namespaces/default/serviceaccounts/default/token").json(json!({"spec": "x"}))
+            .answer(400, "BadRequest", "=TokenRequest in version \"v1\" cannot be handled as a TokenRequest: json: cannot unmarshal string into Go struct field TokenRequest.spec of type v1.TokenRequestSpec"),
+        case("a TokenReview that is a number", "POST", "/apis/authentication.k8s.io/v1/tokenreviews").json(json!(1))
+            .answer(400, "BadRequest", "couldn't get version/kind; json parse error: json: cannot unmarshal number"),
         // The fake's own fault control.
         case("a fault with code 0", "POST", "/__kopf/faults/respond").json(json!({"code": 0}))
             .answer(400, "BadRequest", "=bad fault rule: code 0 is not an HTTP error status: a fault answers with 400 to 599"),

@@ -64,17 +64,17 @@ pub(super) async fn serve(
     let response = match (def.group.as_str(), def.plural.as_str(), sub) {
         ("", "componentstatuses", None) => component_statuses(rr.name.as_deref())?,
         (AUTHN, "tokenreviews", None) => {
-            let review = decode_body(&content_type, body, false)?;
+            let review = typed_body(decode_body(&content_type, body, false)?, "TokenReview")?;
             let answer = token_review(&lock(&shared.state), review)?;
             json_response(201, &answer, &[])
         }
         ("", "serviceaccounts", Some("token")) => {
-            let request = decode_body(&content_type, body, false)?;
+            let request = typed_body(decode_body(&content_type, body, false)?, "TokenRequest")?;
             let answer = token_request(&lock(&shared.state), def, ns, name, request)?;
             json_response(201, &answer, &[])
         }
         ("", "pods", Some("eviction")) => {
-            let eviction = decode_body(&content_type, body, false)?;
+            let eviction = typed_body(decode_body(&content_type, body, false)?, "Eviction")?;
             return evict(shared, def, ns, name, query, eviction)
                 .await
                 .map(Some);
@@ -134,6 +134,32 @@ fn signing_key(state: &State) -> String {
 fn signature(key: &str, signed: &str) -> String {
     let digest = Sha256::digest(format!("{key}.{signed}").as_bytes());
     URL_SAFE_NO_PAD.encode(digest)
+}
+
+/// A body kube decodes into a typed request object: an object whose `spec`, when given, is an
+/// object too (anything else is the decoder's 400, never a write into a non-object).
+fn typed_body(body: Value, kind: &str) -> ApiResult<Value> {
+    let type_name = |v: &Value| match v {
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "bool",
+        Value::Null => "null",
+        Value::Object(_) => "object",
+    };
+    if !body.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
+            type_name(&body)
+        )));
+    }
+    match body.get("spec") {
+        Some(spec) if !(spec.is_object() || spec.is_null()) => Err(ApiError::bad_request(format!(
+            "{kind} in version \"v1\" cannot be handled as a {kind}: json: cannot unmarshal {} into Go struct field {kind}.spec of type v1.{kind}Spec",
+            type_name(spec)
+        ))),
+        _ => Ok(body),
+    }
 }
 
 fn token_request(
