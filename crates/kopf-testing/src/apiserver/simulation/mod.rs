@@ -331,8 +331,19 @@ impl Simulator {
 /// (as `POST pods/{name}/binding` makes it: no managedFields entry of its own).
 fn bind(state: &mut State, def: &ResourceDef, pod: &Value, node: &str, at: &str) -> ApiResult<()> {
     let mut bound = pod.clone();
-    bound["spec"]["nodeName"] = json!(node);
-    let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+    match bound.get_mut("spec") {
+        Some(Value::Object(spec)) => {
+            spec.insert("nodeName".into(), json!(node));
+        }
+        // Not a Pod a scheduler could bind (see `stages::next_stage`).
+        Some(other) if !other.is_null() => return Ok(()),
+        _ => bound["spec"] = json!({"nodeName": node}),
+    }
+    let mut status = match pod.get("status") {
+        Some(Value::Object(s)) => Value::Object(s.clone()),
+        Some(other) if !other.is_null() => return Ok(()),
+        _ => json!({}),
+    };
     let mut conditions: Vec<Value> = status
         .get("conditions")
         .and_then(Value::as_array)

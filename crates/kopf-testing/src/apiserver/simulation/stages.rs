@@ -61,8 +61,19 @@ fn any_container_running(pod: &Value) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.pointer("/state/running").is_some()))
 }
 
+/// Whether a kubelet could read the Pod: `spec` and `status` are objects (kube decodes Pods
+/// into typed structs; the fake checks only their metadata, so the simulator leaves a Pod of
+/// another shape alone rather than writing into it).
+fn well_formed(pod: &Value) -> bool {
+    let object_or_absent = |p: &str| pod.pointer(p).is_none_or(|v| v.is_object() || v.is_null());
+    object_or_absent("/spec") && object_or_absent("/status")
+}
+
 /// The stage that comes next for a Pod as it is now, if any.
 pub fn next_stage(pod: &Value) -> Option<Stage> {
+    if !well_formed(pod) {
+        return None;
+    }
     let phase = str_at(pod, "/status/phase").unwrap_or("Pending");
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
         return any_container_running(pod).then_some(Stage::Stop);
@@ -375,6 +386,13 @@ mod tests {
             "status": {"phase": "Pending"}});
         kopf_diff::apply_merge_patch(&mut p, &extra);
         p
+    }
+
+    #[test]
+    fn a_pod_of_another_shape_is_left_alone() {
+        assert_eq!(next_stage(&json!({"spec": []})), None);
+        assert_eq!(next_stage(&json!({"spec": {}, "status": "x"})), None);
+        assert_eq!(next_stage(&json!({"spec": {}})), Some(Stage::Schedule));
     }
 
     #[test]
