@@ -96,6 +96,8 @@ impl ServingTls {
         let key = KeyPair::generate().map_err(failed("the serving key"))?;
         let names: Vec<String> = SERVING_NAMES.iter().map(|s| s.to_string()).collect();
         let mut params = CertificateParams::new(names).map_err(failed("the serving names"))?;
+        // OpenSSL's strict mode (Python 3.13's default context, urllib3 2.3+) wants it.
+        params.use_authority_key_identifier_extension = true;
         params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");

@@ -83,6 +83,12 @@ impl GoLikeVerifier {
     }
 }
 
+/// Whether webpki refused a certificate for being a CA used as an end entity.
+fn is_ca_as_end_entity(e: &Error) -> bool {
+    matches!(e, Error::InvalidCertificate(CertificateError::Other(other))
+        if format!("{other:?}").contains("CaUsedAsEndEntity"))
+}
+
 impl ServerCertVerifier for GoLikeVerifier {
     fn verify_server_cert(
         &self,
@@ -100,15 +106,18 @@ impl ServerCertVerifier for GoLikeVerifier {
             now,
         ) {
             Ok(verified) => Ok(verified),
-            Err(e) if self.roots.iter().any(|r| r.as_ref() == end_entity.as_ref()) => {
+            // Only webpki's refusal of a CA certificate as the end entity: any other failure
+            // (a wrong key usage, a bad signature) stands, as it does in Go.
+            Err(e)
+                if is_ca_as_end_entity(&e)
+                    && self.roots.iter().any(|r| r.as_ref() == end_entity.as_ref()) =>
+            {
                 tracing::debug!(error = %e, "the webhook's certificate is one of the caBundle's roots: checked as Go does");
                 self.verify_trusted_root(end_entity, server_name, now)
             }
             // A CA certificate that is not a root: webpki stops at its CA-ness before looking
             // for its issuer; Go (whose bundle has no such certificate) names the issuer.
-            Err(Error::InvalidCertificate(CertificateError::Other(other)))
-                if format!("{other:?}").contains("CaUsedAsEndEntity") =>
-            {
+            Err(e) if is_ca_as_end_entity(&e) => {
                 Err(Error::InvalidCertificate(CertificateError::UnknownIssuer))
             }
             Err(e) => Err(e),
@@ -187,7 +196,7 @@ fn validity(cert: &[u8]) -> Option<(u64, u64)> {
 /// seconds.
 fn time(tag: u8, text: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(text).ok()?;
-    let digits = text.strip_suffix('Z')?;
+    let digits = text.strip_suffix('Z').filter(|d| d.is_ascii())?;
     let (year, rest) = match tag {
         0x17 if digits.len() == 12 => {
             let yy: i16 = digits[..2].parse().ok()?;
