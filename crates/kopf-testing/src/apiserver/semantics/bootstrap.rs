@@ -19,16 +19,8 @@ const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
 pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
 const RW: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
-const RWX: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+/// Every verb of a stored resource.
+const RWX: &[&str] = crate::apiserver::kinds::ALL_VERBS;
 const READ: &[&str] = &["get", "list", "watch"];
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {

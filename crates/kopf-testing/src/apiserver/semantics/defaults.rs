@@ -104,14 +104,16 @@ pub(crate) fn apply_create_defaults(def: &ResourceDef, obj: &mut Value) {
         }
         ("batch", "jobs") => {
             if let Some(spec) = spec_mut(obj) {
+                // Both 1 only when neither is given: `parallelism: 5` alone is a work queue.
+                if !spec.contains_key("completions") && !spec.contains_key("parallelism") {
+                    spec.insert("completions".into(), json!(1));
+                    spec.insert("parallelism".into(), json!(1));
+                }
                 or(spec, "parallelism", json!(1));
                 or(spec, "backoffLimit", json!(6));
                 or(spec, "completionMode", json!("NonIndexed"));
                 or(spec, "suspend", json!(false));
                 or(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
-                if !spec.contains_key("completions") {
-                    spec.insert("completions".into(), json!(1));
-                }
             }
         }
         ("batch", "cronjobs") => {
@@ -152,6 +154,9 @@ mod tests {
         let mut j = json!({"spec": {"completions": 3}});
         apply_create_defaults(&def("batch", "jobs"), &mut j);
         assert_eq!(j["spec"]["completions"], 3);
+        let mut queue = json!({"spec": {"parallelism": 5}});
+        apply_create_defaults(&def("batch", "jobs"), &mut queue);
+        assert!(queue["spec"].get("completions").is_none(), "{queue}");
         assert_eq!(j["spec"]["backoffLimit"], 6);
     }
 }

@@ -197,10 +197,21 @@ impl NameRule {
 
     /// kube's messages for a name (`prefix`: a generateName, whose trailing `-` is allowed).
     pub(crate) fn check(self, name: &str, prefix: bool) -> Vec<String> {
+        // kube's maskTrailingDash: a generateName's last two characters, when it ends in
+        // `-`, stand for one alphanumeric character.
+        let masked;
         let name = match (prefix, self) {
             (true, NameRule::PathSegment) => name,
-            (true, _) => name.strip_suffix('-').unwrap_or(name),
-            (false, _) => name,
+            // (A non-ASCII character before the dash is invalid masked or not.)
+            (true, _)
+                if name.len() > 1
+                    && name.ends_with('-')
+                    && name.is_char_boundary(name.len() - 2) =>
+            {
+                masked = format!("{}a", &name[..name.len() - 2]);
+                masked.as_str()
+            }
+            _ => name,
         };
         match self {
             NameRule::Subdomain => dns1123_subdomain(name),
@@ -243,5 +254,9 @@ mod tests {
         assert!(path_segment("system:discovery").is_empty());
         assert_eq!(path_segment("a/b"), vec!["may not contain '/'"]);
         assert!(NameRule::Subdomain.check("gen-", true).is_empty());
+        // kube masks the last two characters: "A-" is fine as a prefix, "Ab-" is not.
+        assert!(NameRule::Subdomain.check("A-", true).is_empty());
+        assert!(!NameRule::Subdomain.check("Ab-", true).is_empty());
+        assert!(!NameRule::Subdomain.check("é-", true).is_empty());
     }
 }
