@@ -333,9 +333,12 @@ fn build(workspace: &Workspace, scratch: &Path) -> Result<BTreeMap<String, PathB
         // The workspace's target directory: the dependencies it shares are built already.
         .env("CARGO_TARGET_DIR", &target)
         // The workspace's .cargo/config.toml picks 1.33 for crates that pick no k8s-openapi
-        // version (`cargo xtask` passes it on); kube-rs' dev-dependencies pick `latest`,
-        // and both at once are refused.
-        .env_remove("K8S_OPENAPI_ENABLED_VERSION")
+        // version (`cargo xtask` passes it on, and cargo reads the same file again for the
+        // scratch crates below the workspace's target directory); kube-rs' dev-dependencies
+        // pick `latest`, and both at once are refused. An empty value is set rather than
+        // none: cargo's `[env]` fills in only variables the environment does not have, and
+        // k8s-openapi ignores a value that names no version.
+        .env("K8S_OPENAPI_ENABLED_VERSION", "")
         .stderr(Stdio::inherit())
         .output()
         .context("running cargo test --no-run")?;
