@@ -139,19 +139,9 @@ fn signature(key: &str, signed: &str) -> String {
 /// A body kube decodes into a typed request object: an object whose `spec`, when given, is an
 /// object too (anything else is the decoder's 400, never a write into a non-object).
 fn typed_body(body: Value, kind: &str) -> ApiResult<Value> {
-    let type_name = |v: &Value| match v {
-        Value::Array(_) => "array",
-        Value::String(_) => "string",
-        Value::Number(_) => "number",
-        Value::Bool(_) => "bool",
-        Value::Null => "null",
-        Value::Object(_) => "object",
-    };
+    use crate::apiserver::semantics::objectmeta::{json_kind as type_name, not_an_object};
     if !body.is_object() {
-        return Err(ApiError::bad_request(format!(
-            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
-            type_name(&body)
-        )));
+        return Err(not_an_object(&body));
     }
     match body.get("spec") {
         Some(spec) if !(spec.is_object() || spec.is_null()) => Err(ApiError::bad_request(format!(

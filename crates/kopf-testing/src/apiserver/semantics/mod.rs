@@ -17,7 +17,7 @@ mod gc;
 mod meta;
 mod names;
 mod namespaces;
-mod objectmeta;
+pub(crate) mod objectmeta;
 mod options;
 mod patching;
 mod state;

@@ -37,7 +37,7 @@ fn json_type(v: &Value) -> String {
 }
 
 /// Go's "number" without the literal for types that are not integers.
-fn json_kind(v: &Value) -> String {
+pub(crate) fn json_kind(v: &Value) -> String {
     match v {
         Value::Number(_) => "number".into(),
         other => json_type(other),
@@ -217,14 +217,20 @@ fn check_metadata(kind: &str, meta: &Value) -> Result<(), TypeError> {
     }
 }
 
+/// A request body that is not a JSON object: the serializer's 400 as it reads apiVersion
+/// and kind.
+pub(crate) fn not_an_object(body: &Value) -> ApiError {
+    ApiError::bad_request(format!(
+        "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
+        json_kind(body)
+    ))
+}
+
 /// Decoding as kube's serializer does it: `apiVersion` and `kind` first (any failure there
 /// is "couldn't get version/kind"), then the metadata's Go types. 400 BadRequest.
 pub(crate) fn check_types(def: &ResourceDef, body: &Value) -> ApiResult<()> {
     let Some(top) = body.as_object() else {
-        return Err(ApiError::bad_request(format!(
-            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
-            json_kind(body)
-        )));
+        return Err(not_an_object(body));
     };
     for key in ["apiVersion", "kind"] {
         if let Some(v) = top.get(key).filter(|v| !is_string_or_null(v)) {

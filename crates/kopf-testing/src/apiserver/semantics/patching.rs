@@ -40,13 +40,7 @@ fn parse_apply_body(def: &ResourceDef, body: &[u8]) -> ApiResult<Value> {
         }
     };
     if !parsed.is_object() {
-        let kind = match &parsed {
-            Value::Array(_) => "array",
-            Value::String(_) => "string",
-            Value::Bool(_) => "bool",
-            Value::Number(_) => "number",
-            _ => "null",
-        };
+        let kind = super::objectmeta::json_kind(&parsed);
         if !parsed.is_null() {
             return Err(ApiError::bad_request(format!(
                 "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {kind} into Go value of type map[string]interface {{}}"
