@@ -100,6 +100,25 @@ fn the_guide_shows_this_crates_dependencies() -> TestResult {
             "the guide's {line:?} is not in Cargo.toml"
         );
     }
+    // The kopf line resolves: a path into a clone of this repository named `kopf-rs`,
+    // beside the user's crate (the guide's step 1), that points at the facade's manifest.
+    let kopf = block
+        .lines()
+        .find(|l| l.starts_with("kopf "))
+        .ok_or("the guide's block has no kopf line")?;
+    let path = kopf
+        .split("path = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .ok_or_else(|| format!("the guide's kopf line is not a path dependency: {kopf}"))?;
+    let inside_clone = path
+        .strip_prefix("../kopf-rs/")
+        .ok_or_else(|| format!("{path} is not in a clone named kopf-rs beside the crate"))?;
+    let manifest = std::fs::read_to_string(format!("{root}/{inside_clone}/Cargo.toml"))?;
+    assert!(
+        manifest.contains("name = \"kopf\""),
+        "{path} is not the kopf crate"
+    );
     Ok(())
 }
 
