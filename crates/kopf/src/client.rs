@@ -12,9 +12,13 @@
 //!   safely be repeated), and no answer at all (a refused or reset connection, the request
 //!   timeout). It waits 0.2 s, 0.4 s, 0.8 s, then 1 s between attempts (each randomly
 //!   shortened by up to a half), so that a recovered API server is noticed within about a
-//!   second, and gives up after 5 retries: the caller gets the last answer or error. Every
-//!   such failure is one WARNING line (the request, the status and the API server's message,
-//!   what happens next), and every retry is counted in `kopf_api_retries_total`.
+//!   second, and gives up after 5 retries: the caller gets the last answer or error. The
+//!   first failure of an outage is one WARNING line (the request, the status and the API
+//!   server's message, what happens next); the next ones are summarised every 10 s (see
+//!   [`failures`]), and every retry is counted in `kopf_api_retries_total`;
+//! - does not retry a request that got no answer while the API server has never answered
+//!   this client: a server that was never reached (a wrong URL, nothing listening) fails
+//!   the operator's start at once with one clear line.
 //!
 //! Watch requests are never sent again here (the watch engine restarts its streams itself),
 //! and other answers (`404`, `409`, ...) go to the caller unchanged. kube's own hidden retry
@@ -34,6 +38,9 @@ use kopf_core::extract::FromCause;
 use kopf_core::handler::{Cause, HandlerError};
 
 use crate::error::one_line;
+
+mod failures;
+use failures::Failures;
 
 /// Retries of one request after transient failures (so at most 6 attempts).
 pub(crate) const MAX_RETRIES: u32 = 5;
@@ -231,6 +238,7 @@ pub(crate) struct Settings {
 struct Limited {
     inner: kube::Client,
     settings: Arc<Settings>,
+    failures: Arc<Failures>,
 }
 
 impl tower::Service<Request<kube::client::Body>> for Limited {
@@ -315,6 +323,13 @@ impl Limited {
             if let Some(m) = &self.settings.metrics {
                 m.api_request(verb, result.as_ref().map_or(0, |r| r.status().as_u16()));
             }
+            match &result {
+                Ok(response) if transient(response.status()) => {
+                    self.failures.answered_with_failure()
+                }
+                Ok(_) => self.failures.answered(),
+                Err(_) => {}
+            }
             if watch {
                 return result;
             }
@@ -328,31 +343,32 @@ impl Limited {
                     let (response, message) = self.buffered(response).await;
                     let failure = Failure::Answer { status, message };
                     if !retried(method, status) {
-                        tracing::warn!(
+                        self.failures.failed(&format!(
                             "API request {method} {path} failed: {failure}; not sent again (a {method} may have taken effect)."
-                        );
+                        ));
                         return Ok(response);
                     }
                     (failure, wait, Ok(response))
                 }
-                Err(error) if no_answer(&error) => {
+                // A server that never answered is not there: the caller says so at once.
+                Err(error) if no_answer(&error) && self.failures.reached() => {
                     (Failure::NoAnswer(describe(&error)), None, Err(error))
                 }
                 Err(error) => return Err(error),
             };
             if attempt >= attempts {
-                tracing::warn!(
+                self.failures.failed(&format!(
                     "API request {method} {path} failed: {failure}; giving up (attempt {attempt} of {attempts})."
-                );
+                ));
                 return outcome;
             }
             drop(outcome);
             let delay = wait.unwrap_or_else(|| backoff(attempt));
             attempt += 1;
-            tracing::warn!(
+            self.failures.failed(&format!(
                 "API request {method} {path} failed: {failure}; retrying in {} (attempt {attempt} of {attempts}).",
                 seconds(delay)
-            );
+            ));
             if let Some(m) = &self.settings.metrics {
                 m.api_retry(verb, failure.code());
             }
@@ -448,6 +464,7 @@ pub(crate) fn wrap(client: kube::Client, settings: Settings) -> kube::Client {
         Limited {
             inner: client,
             settings: Arc::new(settings),
+            failures: Arc::default(),
         },
         namespace,
     )
@@ -682,9 +699,13 @@ mod tests {
         }
 
         fn warnings(&self) -> Vec<String> {
+            self.at("WARN")
+        }
+
+        fn at(&self, level: &str) -> Vec<String> {
             String::from_utf8_lossy(&self.0.lock().expect("logs"))
                 .lines()
-                .filter(|l| l.contains("WARN"))
+                .filter(|l| l.contains(level))
                 .map(String::from)
                 .collect()
         }
@@ -727,8 +748,10 @@ mod tests {
             waited >= Duration::from_millis(300) && waited <= Duration::from_millis(620),
             "0.2 s then 0.4 s, jittered: {waited:?}"
         );
+        // The first failure is a WARNING, the second (within 10 s) is counted, and the
+        // answer that ends the outage is said once.
         let warnings = logs.warnings();
-        assert_eq!(warnings.len(), 2, "{warnings:#?}");
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
         assert!(
             warnings[0].contains(
                 "GET /api/v1/pods failed: 503 Service Unavailable: scripted 503; retrying in"
@@ -737,8 +760,12 @@ mod tests {
             "{}",
             warnings[0]
         );
+        let infos = logs.at("INFO");
+        assert_eq!(infos.len(), 1, "{infos:#?}");
         assert!(
-            warnings[1].contains("502 Bad Gateway") && warnings[1].contains("(attempt 3 of 6)")
+            infos[0].contains("The API server answers again, after 2 failed attempt(s) over 0."),
+            "{}",
+            infos[0]
         );
         let text = metrics.encode();
         for line in [
@@ -777,12 +804,14 @@ mod tests {
             &body[..],
             br#"{"kind":"Status","code":504,"message":"scripted 504"}"#
         );
+        // One WARNING for the first failure; the other five (within 3.5 s) are DEBUG
+        // lines, counted in the next summary.
         let warnings = logs.warnings();
-        assert_eq!(warnings.len(), 6, "{warnings:#?}");
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
         assert!(
-            warnings[5].contains("giving up (attempt 6 of 6)"),
+            warnings[0].contains("failed: 504 Gateway Timeout: scripted 504; retrying in"),
             "{}",
-            warnings[5]
+            warnings[0]
         );
     }
 
@@ -826,6 +855,7 @@ mod tests {
             assert_eq!(response.status(), expected, "{method} {code}");
             assert_eq!(server.calls(), calls, "{method} {code}");
         }
+        // A client of its own for each request: each one's first failure is a WARNING.
         let warnings = logs.warnings();
         assert_eq!(
             warnings.len(),
@@ -861,13 +891,18 @@ mod tests {
     async fn connection_errors_are_retried() {
         let (logs, _guard) = Logs::capture();
         let metrics = Metrics::new();
-        let server = Scripted::new(&[Answer::Refused, Answer::Refused]);
-        let response = client(&server, Some(metrics.clone()))
+        let server = Scripted::new(&[Answer::Status(200), Answer::Refused, Answer::Refused]);
+        let client = client(&server, Some(metrics.clone()));
+        client
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect("reached");
+        let response = client
             .send(request(Method::DELETE, "/api/v1/namespaces/a/pods/b"))
             .await
             .expect("answered");
         assert_eq!(response.status(), 200);
-        assert_eq!(server.calls(), 3);
+        assert_eq!(server.calls(), 4);
         let warnings = logs.warnings();
         assert!(
             warnings[0].contains(
@@ -885,14 +920,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_server_times_out_and_is_retried() {
         let (logs, _guard) = Logs::capture();
-        let server = Scripted::new(&[Answer::Hang; 10]);
+        let mut script = vec![Answer::Status(200)];
+        script.extend([Answer::Hang; 10]);
+        let server = Scripted::new(&script);
+        let client = client(&server, None);
+        client
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect("reached");
         let start = Instant::now();
-        let error = client(&server, None)
+        let error = client
             .send(request(Method::GET, "/api/v1/pods"))
             .await
             .expect_err("no answer");
         let waited = start.elapsed();
-        assert_eq!(server.calls(), 6);
+        assert_eq!(server.calls(), 7);
         assert!(
             waited >= Duration::from_millis(6 * 30_000 + 1700)
                 && waited <= Duration::from_millis(6 * 30_000 + 3450),
@@ -914,16 +956,27 @@ mod tests {
             })
             .count();
         assert_eq!(waiting, 6, "{warnings:#?}");
+        // Failures 30 s apart: each is reported, the later ones as summaries.
         assert_eq!(warnings.len(), 12, "{warnings:#?}");
         assert!(warnings.iter().any(|l| l.contains(
             "failed: no answer: the API server at https://10.0.0.1:6443 did not answer GET /api/v1/pods within 30 s; retrying in"
         )));
+        // The last: 150 s of attempts and 1.7 to 3.45 s of backoff after the first failure.
+        assert!(
+            warnings.iter().any(|l| l
+                .contains("API requests keep failing: 6 failed attempt(s) in 15")
+                && l.contains(
+                    " s (1 since the last report); the last: API request GET /api/v1/pods failed"
+                )
+                && l.contains("giving up (attempt 6 of 6)")),
+            "{warnings:#?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_short_request_timeout_warns_after_a_third_of_it() {
         let (logs, _guard) = Logs::capture();
-        let server = Scripted::new(&[Answer::Hang]);
+        let server = Scripted::new(&[Answer::Status(200), Answer::Hang]);
         let client = wrap(
             kube::Client::new(server.clone(), "default"),
             Settings {
@@ -933,6 +986,10 @@ mod tests {
                 server: None,
             },
         );
+        client
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect("reached");
         let response = client
             .send(request(Method::GET, "/api"))
             .await
@@ -947,6 +1004,94 @@ mod tests {
         assert!(
             warnings[1].contains("no answer: the API server did not answer GET /api within 3 s"),
             "{warnings:#?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_never_reached_is_not_retried() {
+        let (logs, _guard) = Logs::capture();
+        let metrics = Metrics::new();
+        let server = Scripted::new(&[Answer::Refused, Answer::Refused]);
+        let start = Instant::now();
+        let error = client(&server, Some(metrics.clone()))
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "no backoff: it fails at once"
+        );
+        assert_eq!(server.calls(), 1);
+        assert!(error.to_string().contains("connection refused"), "{error}");
+        assert_eq!(logs.warnings(), Vec::<String>::new(), "the caller says it");
+        assert!(
+            !metrics
+                .encode()
+                .contains(r#"kopf_api_retries_total{verb="get""#)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_outage_of_many_requests_logs_a_summary_every_10_s() {
+        let (logs, _guard) = Logs::capture();
+        // Reached once, then a minute of 503s for 20 requests at a time.
+        let mut script = vec![Answer::Status(200)];
+        script.extend([Answer::Status(503); 10_000]);
+        let server = Scripted::new(&script);
+        let client = client(&server, None);
+        client
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect("reached");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            let requests = (0..20).map(|i| {
+                let client = client.clone();
+                async move {
+                    client
+                        .send(request(
+                            Method::GET,
+                            &format!("/api/v1/namespaces/n{i}/pods"),
+                        ))
+                        .await
+                }
+            });
+            for answer in futures::future::join_all(requests).await {
+                assert_eq!(answer.expect("answered").status(), 503);
+            }
+        }
+        let failed = server.calls() - 1;
+        assert!(failed >= 20 * 6 * 10, "a minute of failures: {failed}");
+        let warnings = logs.warnings();
+        assert!(
+            (6..=8).contains(&warnings.len()),
+            "the first failure, then a summary every 10 s: {warnings:#?}"
+        );
+        assert!(warnings[0].contains("503 Service Unavailable: scripted 503; retrying in"));
+        for summary in &warnings[1..] {
+            assert!(
+                summary.contains("API requests keep failing: ")
+                    && summary.contains(
+                        " since the last report); the last: API request GET /api/v1/namespaces/n"
+                    ),
+                "{summary}"
+            );
+        }
+        // The outage ends: one line says so.
+        server.script.lock().expect("script").clear();
+        client
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect("answered");
+        let infos = logs.at("INFO");
+        assert_eq!(infos.len(), 1, "{infos:#?}");
+        assert!(
+            infos[0].contains(&format!(
+                "The API server answers again, after {failed} failed attempt(s) over 6"
+            )),
+            "{}",
+            infos[0]
         );
     }
 }

@@ -362,6 +362,14 @@ async fn with_leader_election_the_probe_and_metrics_say_who_leads() {
 
 /// The operator's output when it fails at start: exit status 1 and the error's line.
 async fn failing_start(dir: &tempfile::TempDir, kubeconfig: &std::path::Path) -> String {
+    failing_start_logs(dir, kubeconfig).await.0
+}
+
+/// [`failing_start`], with all the lines the operator wrote.
+async fn failing_start_logs(
+    dir: &tempfile::TempDir,
+    kubeconfig: &std::path::Path,
+) -> (String, String) {
     let mut op = OperatorRunner::command(example_binary("minimal"))
         .args(["run", "-A"])
         .env("KUBECONFIG", kubeconfig)
@@ -377,7 +385,7 @@ async fn failing_start(dir: &tempfile::TempDir, kubeconfig: &std::path::Path) ->
     );
     let errors: Vec<&str> = logs.lines().filter(|l| l.contains("Error")).collect();
     assert_eq!(errors.len(), 1, "one error line: {logs}");
-    errors[0].to_string()
+    (errors[0].to_string(), logs)
 }
 
 #[tokio::test]
@@ -398,11 +406,16 @@ async fn a_wrong_setup_gives_one_clear_line() {
     // A server that is not there (a port nobody listens on).
     let (server, down) = cluster().await;
     server.shutdown().await;
-    let line = failing_start(&dir, &down.path().join("kubeconfig")).await;
+    let (line, logs) = failing_start_logs(&dir, &down.path().join("kubeconfig")).await;
     assert!(
         line.contains("cannot reach the Kubernetes API server at http://127.0.0.1:")
             && line.contains("Connection refused"),
         "{line}"
+    );
+    // Never reached: not retried (no backoff, no retry WARNINGs), at most 3 lines.
+    assert!(
+        logs.lines().count() <= 3 && !logs.contains("API request") && !logs.contains("retrying"),
+        "{logs}"
     );
 
     // No CRD.

@@ -15,7 +15,8 @@ impl Operator {
     /// The client is rate-limited ([`rate_limit`](Self::rate_limit)), gives up on an attempt
     /// after the [`request_timeout`](Self::request_timeout), sends requests again after
     /// transient failures (429, 502, 503, 504, 500 for GET and PATCH, no answer; up to 5 times,
-    /// with a WARNING line for each failure), and counts its requests and retries in the
+    /// with a WARNING for the first failure of an outage and a summary every 10 s; not while
+    /// the server has never answered), and counts its requests and retries in the
     /// [`metrics`](Self::metrics) if they are on.
     pub async fn connect(&self) -> Result<kube::Client, Error> {
         Ok(self.connect_to().await?.0)
@@ -48,7 +49,8 @@ impl Operator {
     /// The operator's client behaviour around `client`: the [rate limit](Self::rate_limit),
     /// the [request timeout](Self::request_timeout), retries of transient failures (`429 Too
     /// Many Requests` after its `Retry-After`; 502, 503, 504; 500 for GET and PATCH; no
-    /// answer) with a WARNING line for each failure, and the request
+    /// answer; once the server has answered) with a WARNING for the first failure of an
+    /// outage and a summary every 10 s, and the request
     /// [metrics](Self::metrics). [`connect`](Self::connect) and `run --fake` use it; use it
     /// for a client given to [`run_until`](Self::run_until). The client should not retry by
     /// itself (kube's `default_retry` off, as [`client_config`] sets it), or failures are
