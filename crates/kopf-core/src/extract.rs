@@ -375,52 +375,52 @@ impl<K: Send + 'static, V: Send + 'static> FromCause for Index<K, V> {
     }
 }
 
-/// A logger for the object being handled: every line carries its namespace and name
-/// (target `kopf.objects`, as Kopf's per-object logger).
+/// A logger for the object being handled: every line carries its namespace, name, kind and
+/// uid, as the framework's own lines about the object do (target `kopf.objects`, as Kopf's
+/// per-object logger).
 #[derive(Debug, Clone)]
 pub struct Logger {
-    namespace: Option<String>,
+    namespace: String,
     name: String,
+    kind: String,
+    uid: String,
 }
 
 impl Logger {
     /// A logger for an object.
     pub fn for_body(body: &Value) -> Self {
-        Logger {
-            namespace: body
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            name: body
-                .pointer("/metadata/name")
+        let field = |pointer: &str| {
+            body.pointer(pointer)
                 .and_then(Value::as_str)
                 .unwrap_or("")
-                .to_string(),
+                .to_string()
+        };
+        Logger {
+            namespace: field("/metadata/namespace"),
+            name: field("/metadata/name"),
+            kind: field("/kind"),
+            uid: field("/metadata/uid"),
         }
-    }
-
-    fn ns(&self) -> &str {
-        self.namespace.as_deref().unwrap_or("")
     }
 
     /// Logs at debug level.
     pub fn debug(&self, message: impl std::fmt::Display) {
-        tracing::debug!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+        tracing::debug!(target: "kopf.objects", namespace = %self.namespace, name = %self.name, kind = %self.kind, uid = %self.uid, "{message}");
     }
 
     /// Logs at info level.
     pub fn info(&self, message: impl std::fmt::Display) {
-        tracing::info!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+        tracing::info!(target: "kopf.objects", namespace = %self.namespace, name = %self.name, kind = %self.kind, uid = %self.uid, "{message}");
     }
 
     /// Logs at warning level.
     pub fn warn(&self, message: impl std::fmt::Display) {
-        tracing::warn!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+        tracing::warn!(target: "kopf.objects", namespace = %self.namespace, name = %self.name, kind = %self.kind, uid = %self.uid, "{message}");
     }
 
     /// Logs at error level.
     pub fn error(&self, message: impl std::fmt::Display) {
-        tracing::error!(target: "kopf.objects", namespace = self.ns(), name = %self.name, "{message}");
+        tracing::error!(target: "kopf.objects", namespace = %self.namespace, name = %self.name, kind = %self.kind, uid = %self.uid, "{message}");
     }
 }
 

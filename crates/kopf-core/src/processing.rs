@@ -622,8 +622,8 @@ impl Exec<'_> {
                 Some(Ok(record)) => Some(record),
                 Some(Err(e)) => {
                     self.out.corrupt_records.push(format!(
-                        "The progress record of handler '{}' is not readable ({}: {}); it is treated as absent.",
-                        h.id, e.key, e.source
+                        "The progress record of handler '{}' is not readable: {} is '{}' ({}); it is treated as absent.",
+                        h.id, e.key, e.value, e.problem
                     ));
                     None
                 }

@@ -45,20 +45,83 @@ pub struct ProgressRecord {
     pub subrefs: Option<Vec<String>>,
 }
 
-/// A stored record that cannot be read.
+/// A stored record that cannot be read: not JSON, not an object, a field of the wrong type,
+/// a time that is not a time, an empty purpose or sub-handler id.
 #[derive(Debug, thiserror::Error)]
-#[error("the progress record in annotation {key} is not valid ({source}); the handler starts over")]
+#[error("the progress record in {key} is not valid ({problem}): {value}")]
 pub struct ProgressError {
-    /// The annotation.
+    /// Where it is: the annotation's key, or `status.<name>.progress.<id>`.
     pub key: String,
-    /// The cause.
-    pub source: serde_json::Error,
+    /// The stored value, as stored (cut to 200 bytes).
+    pub value: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// The longest excerpt of a corrupt stored value quoted in a message.
+const VALUE_EXCERPT: usize = 200;
+
+impl ProgressError {
+    fn new(key: String, value: &str, problem: impl Into<String>) -> Self {
+        ProgressError {
+            key,
+            value: crate::text::excerpt(value, VALUE_EXCERPT).into_owned(),
+            problem: problem.into(),
+        }
+    }
 }
 
 impl ProgressRecord {
     /// Compact JSON, fields in Kopf's order.
     pub fn encode(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Reads a stored record (`text` is the annotation's value or the status field as
+    /// JSON) from `key`; every corrupt form is an error naming the key, the value and what is
+    /// wrong, so that it is reported instead of being read as something else.
+    pub fn decode(key: &str, value: &Value) -> Result<ProgressRecord, ProgressError> {
+        let text = match value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        let error = |problem: String| ProgressError::new(key.to_string(), &text, problem);
+        let parsed = match value {
+            Value::String(text) => {
+                serde_json::from_str::<Value>(text).map_err(|e| error(format!("not JSON: {e}")))?
+            }
+            other => other.clone(),
+        };
+        if !parsed.is_object() {
+            return Err(error("not a JSON object".into()));
+        }
+        let record: ProgressRecord =
+            serde_json::from_value(parsed).map_err(|e| error(e.to_string()))?;
+        record.check().map_err(error)?;
+        Ok(record)
+    }
+
+    /// What serde accepts but Kopf never writes: times that are not times, an empty
+    /// purpose, empty sub-handler ids.
+    fn check(&self) -> Result<(), String> {
+        for (field, time) in [
+            ("started", &self.started),
+            ("stopped", &self.stopped),
+            ("delayed", &self.delayed),
+        ] {
+            if let Some(time) = time
+                && parse_time(time).is_none()
+            {
+                return Err(format!("{field} is not a time: {time:?}"));
+            }
+        }
+        if self.purpose.as_deref() == Some("") {
+            return Err("purpose is empty".into());
+        }
+        if self.subrefs.iter().flatten().any(String::is_empty) {
+            return Err("subrefs has an empty id".into());
+        }
+        Ok(())
     }
 
     /// Whether the handler finished (success or permanent failure).
@@ -170,12 +233,10 @@ impl ProgressStorage {
     pub fn fetch(&self, id: &str, body: &Value) -> Option<Result<ProgressRecord, ProgressError>> {
         let from_status = |name: &str| {
             let value = status_progress(body, name)?.get(id)?;
-            Some(
-                serde_json::from_value(value.clone()).map_err(|source| ProgressError {
-                    key: format!("status.{name}.progress.{id}"),
-                    source,
-                }),
-            )
+            Some(ProgressRecord::decode(
+                &format!("status.{name}.progress.{id}"),
+                value,
+            ))
         };
         match &self.location {
             ProgressLocation::Status { name } => from_status(name),
@@ -185,11 +246,8 @@ impl ProgressStorage {
                         .make_keys(id, Some(body))
                         .into_iter()
                         .find_map(|key| {
-                            let text = ann.get(&key)?.as_str()?;
-                            Some(
-                                serde_json::from_str(text)
-                                    .map_err(|source| ProgressError { key, source }),
-                            )
+                            let value = ann.get(&key)?;
+                            Some(ProgressRecord::decode(&key, value))
                         })
                 });
                 in_annotations.or_else(|| from_status(LEGACY_STATUS))
@@ -421,6 +479,54 @@ mod tests {
                 .fetch("create_fn", &broken)
                 .is_some_and(|r| r.is_err())
         );
+    }
+
+    #[test]
+    fn every_corrupt_record_is_an_error_naming_its_key_value_and_problem() {
+        let storage = ProgressStorage::default();
+        for (text, problem) in [
+            ("{", "not JSON"),
+            ("", "not JSON"),
+            ("null", "not a JSON object"),
+            ("[]", "not a JSON object"),
+            (r#"["2026-01-01T00:00:00+00:00"]"#, "not a JSON object"),
+            ("5", "not a JSON object"),
+            (
+                r#"{"retries":"3"}"#,
+                "invalid type: string \"3\", expected u32",
+            ),
+            (r#"{"success":"yes"}"#, "expected a boolean"),
+            (r#"{"subrefs":[1]}"#, "expected a string"),
+            (r#"{"started":""}"#, "started is not a time: \"\""),
+            (r#"{"delayed":"soon"}"#, "delayed is not a time: \"soon\""),
+            (r#"{"stopped":"2026-13-45"}"#, "stopped is not a time"),
+            (r#"{"purpose":""}"#, "purpose is empty"),
+            (r#"{"subrefs":["a",""]}"#, "subrefs has an empty id"),
+        ] {
+            let body = json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": text}}});
+            let error = match storage.fetch("create_fn", &body) {
+                Some(Err(e)) => e,
+                other => panic!("{text:?} is corrupt, read as {other:?}"),
+            };
+            assert_eq!(error.key, "kopf.zalando.org/create_fn", "{text:?}");
+            assert_eq!(error.value, text);
+            assert!(
+                error.problem.contains(problem),
+                "{text:?}: {}",
+                error.problem
+            );
+        }
+        // What Kopf writes (nulls included) is read.
+        let kopf = r#"{"started":"2026-11-22T05:04:57.126136+00:00","stopped":null,"delayed":null,"purpose":"create","retries":0,"success":false,"failure":false,"message":null,"subrefs":null}"#;
+        let body = json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": kopf}}});
+        assert!(matches!(storage.fetch("create_fn", &body), Some(Ok(_))));
+        // The status storage reads objects, and says where the corrupt one is.
+        let status = ProgressStorage::status("kopf");
+        let body = json!({"status": {"kopf": {"progress": {"create_fn": {"delayed": 1}}}}});
+        let error = status.fetch("create_fn", &body).and_then(Result::err);
+        assert!(error.is_some_and(
+            |e| e.key == "status.kopf.progress.create_fn" && e.value == r#"{"delayed":1}"#
+        ),);
     }
 
     #[test]

@@ -475,7 +475,9 @@ impl Writer<'_> {
             };
             let conflict = match &error {
                 kube::Error::Api(s) if s.code == 404 => return Err(Applied::Gone),
-                kube::Error::Api(s) if s.code == 422 || s.code == 409 => s.message.clone(),
+                kube::Error::Api(s) if failed_test(s) => s.message.clone(),
+                // Any other 422 is the server refusing the content (a field too long, ...):
+                // a failure with the server's words, not a change of the object.
                 other => return Err(Applied::Failed(self.failure("object", other))),
             };
             if !releasing || attempt >= RELEASE_ATTEMPTS {
@@ -583,6 +585,16 @@ fn segments(field: &str) -> Vec<&str> {
 /// Whether one path is a prefix of the other (segment-wise).
 fn related(a: &[&str], b: &[&str]) -> bool {
     a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// Whether a refusal of the guarded JSON patch means that its `resourceVersion` test failed
+/// (the object changed since it was read): a 409, or the 422 with which kube-apiserver
+/// answers a JSON patch that does not apply (its generic message; the patch's own error is
+/// in the causes). Another 422 refuses the content.
+fn failed_test(s: &kube::core::Status) -> bool {
+    s.code == 409
+        || (s.code == 422
+            && s.message == "the server rejected our request due to an error in our request")
 }
 
 /// The fields a 422 names: its causes', else `status.…` words of its message.

@@ -55,14 +55,24 @@ pub(crate) fn crd_fix(embedded: Embedded, given: &[PathBuf], defaults: &[PathBuf
 }
 
 /// A resource that the embedded API server does not serve, as [`Error::MissingCrd`](crate::Error::MissingCrd) with
-/// the fix for the command (other errors are returned as they are).
+/// the fix for the command (other errors are returned as they are). When resources of a
+/// similar name are served, the name is likelier misspelt than the CRD missing: the fix
+/// says so first.
 pub(crate) fn missing_crd(error: Error, fix: impl FnOnce() -> String) -> Error {
     match error {
         Error::Watch(kopf_watch::WatchError::UnknownResource { selector, hint }) => {
+            let fix = if hint.is_empty() {
+                fix()
+            } else {
+                format!(
+                    "if the name is misspelt, correct it where the handler is registered; if not, {}",
+                    fix()
+                )
+            };
             Error::MissingCrd {
                 selector,
                 similar: hint,
-                fix: fix(),
+                fix,
             }
         }
         other => other,
@@ -112,5 +122,35 @@ pub(crate) fn remove_fake_kubeconfig(path: &std::path::Path) {
     {
         // Fails, and keeps the directory, when something else was put in it.
         let _ = std::fs::remove_dir(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_similar_name_is_hinted_as_a_typo_before_the_missing_crd() {
+        let unknown = |hint: &str| {
+            Error::Watch(kopf_watch::WatchError::UnknownResource {
+                selector: "kopfexampels".into(),
+                hint: hint.into(),
+            })
+        };
+        let fix = || crd_fix(Embedded::Rbac, &[], &[PathBuf::from("crd.yaml")]);
+        let typo = missing_crd(unknown("; similar: kopfexamples.kopf.dev"), fix).to_string();
+        assert!(
+            typo.starts_with(
+                r#"no served resource matches "kopfexampels"; similar: kopfexamples.kopf.dev; if the name is misspelt, correct it where the handler is registered; if not, none of the operator's development manifests"#
+            ),
+            "{typo}"
+        );
+        let missing = missing_crd(unknown(""), fix).to_string();
+        assert!(
+            missing.starts_with(
+                r#"no served resource matches "kopfexampels"; none of the operator's development manifests applied to the embedded API server of `rbac` (crd.yaml) defines its CustomResourceDefinition: give"#
+            ),
+            "{missing}"
+        );
     }
 }

@@ -398,6 +398,9 @@ mod tests {
             );
             span.record("reason", "create");
             span.in_scope(|| tracing::warn!("Handler 'create_fn' failed temporarily: later"));
+            // A handler's `Logger`, outside any span (a handler may log from its own task).
+            let body = json!({"kind": "KopfExample", "metadata": {"namespace": "default", "name": "kex-2", "uid": "u-2"}});
+            kopf_core::extract::Logger::for_body(&body).info("from the handler");
         });
         let bytes = buffer.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         String::from_utf8(bytes).unwrap_or_default()
@@ -408,7 +411,7 @@ mod tests {
         let plain = capture(LogFormat::Plain, true);
         assert_eq!(
             plain,
-            "watching resource=kopfexamples\n[default/kex-1] Handler 'create_fn' failed temporarily: later\n"
+            "watching resource=kopfexamples\n[default/kex-1] Handler 'create_fn' failed temporarily: later\n[default/kex-2] from the handler\n"
         );
         assert!(!capture(LogFormat::Plain, false).contains("[default/kex-1]"));
         let full = capture(LogFormat::Full, true);
@@ -429,6 +432,18 @@ mod tests {
         assert_eq!(
             lines[1]["k8s"],
             json!({"kind": "KopfExample", "namespace": "default", "name": "kex-1", "uid": "u-1"})
+        );
+        // The Logger's lines carry the object as the framework's do, and nothing else.
+        assert_eq!(lines[2]["logger"], "kopf.objects");
+        assert_eq!(
+            lines[2]["k8s"],
+            json!({"kind": "KopfExample", "namespace": "default", "name": "kex-2", "uid": "u-2"})
+        );
+        assert_eq!(
+            lines[2].as_object().map(|o| o.len()),
+            Some(5),
+            "{}",
+            lines[2]
         );
     }
 }

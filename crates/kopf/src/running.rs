@@ -115,6 +115,10 @@ impl Operator {
             let _ = stopped.await;
         };
         let result = self.run_process(&args, &given, shutdown).await;
+        if result.is_ok() {
+            // The last line of a graceful stop (an error ends with its own line instead).
+            tracing::info!("Stopped.");
+        }
         signals.abort();
         for task in endpoints {
             task.abort();

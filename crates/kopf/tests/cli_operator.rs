@@ -418,7 +418,7 @@ async fn rbac_verify_shows_the_missing_permissions_until_they_are_granted() {
         .apply_object(serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": "kopf-operator"},
+            "metadata": {"name": "minimal"},
             "rules": [
                 {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples"], "verbs": ["list", "watch"]},
@@ -436,7 +436,7 @@ async fn rbac_verify_shows_the_missing_permissions_until_they_are_granted() {
                         "rbac",
                         "--verify",
                         "--as",
-                        "system:serviceaccount:default:kopf-operator",
+                        "system:serviceaccount:default:minimal",
                     ],
                     &[("KUBECONFIG", &kubeconfig)],
                 )
@@ -471,7 +471,7 @@ async fn rbac_verify_shows_the_missing_permissions_until_they_are_granted() {
     );
     assert!(
         error_line(&out).contains(
-            "2 of the 15 permissions the operator needs are missing for system:serviceaccount:default:kopf-operator"
+            "2 of the 15 permissions the operator needs are missing for system:serviceaccount:default:minimal"
         ),
         "{}",
         text(&out.stderr)

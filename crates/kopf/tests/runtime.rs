@@ -97,6 +97,12 @@ async fn sigterm_lets_a_running_handler_finish_and_exits_0() {
         json!({"worked": "2s"}),
         "the result is stored: {body}"
     );
+    let logs = op.logs();
+    let last = logs.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with("[INFO    ] Stopped."),
+        "the last line: {logs}"
+    );
 }
 
 #[tokio::test]

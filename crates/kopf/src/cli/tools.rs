@@ -8,9 +8,11 @@ use clap::ValueEnum;
 /// Options of `rbac`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RbacArgs {
-    /// The name of the ServiceAccount, ClusterRole and ClusterRoleBinding.
-    #[arg(long, env = "KOPF_RBAC_NAME", default_value = "kopf-operator")]
-    pub name: String,
+    /// The name of the ServiceAccount, ClusterRole and ClusterRoleBinding (default: the
+    /// operator's own name, its Cargo package's or binary's, in lowercase with `-` for
+    /// other characters).
+    #[arg(long, env = "KOPF_RBAC_NAME")]
+    pub name: Option<String>,
     /// The namespace of the ServiceAccount.
     #[arg(
         long = "account-namespace",
@@ -120,7 +122,7 @@ impl RbacArgs {
     /// The options of `rbac` that make the rules of an OLM bundle.
     pub(crate) fn for_bundle(name: &str, apply: &[PathBuf], cluster: bool) -> Self {
         RbacArgs {
-            name: name.to_string(),
+            name: Some(name.to_string()),
             account_namespace: "default".into(),
             apply: apply.to_vec(),
             cluster,
