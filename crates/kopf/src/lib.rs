@@ -19,7 +19,7 @@
 //! use serde_json::{json, Value};
 //!
 //! async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
-//!     tracing::info!("created {name} with field {}", spec["field"]);
+//!     kopf::tracing::info!("created {name} with field {}", spec["field"]);
 //!     Ok(json!({"message": "hello world"}))       // lands in status.create_fn
 //! }
 //!
@@ -101,7 +101,9 @@
 //! # let _ = operator;
 //! ```
 //!
-//! Peering is not there yet.
+//! Several replicas of one operator coordinate: Kopf's peering ([`peering`],
+//! [`PeeringMode`]), leader election on a Lease ([`LeaderElection`]) or sharding
+//! ([`Sharding`]); see docs/replicas.md.
 
 pub mod cli;
 pub mod logging;
@@ -135,6 +137,10 @@ pub use inventory;
 pub use jiff;
 #[doc(hidden)]
 pub use serde_json;
+/// Logging, as handlers do it: `kopf::tracing::info!("...")` without a dependency of your own
+/// on `tracing`. The operator's log output (`run --log-format`, `--verbose`) and the
+/// per-object context of handlers' log lines come from kopf's subscriber.
+pub use tracing;
 
 // This crate's own items, from the modules that define them.
 pub use client::Client;
@@ -185,26 +191,26 @@ pub use running::run;
 ///
 /// #[kopf::on::update("kopfexamples", field = "spec.field", new = present, backoff = 1.5)]
 /// async fn field_set(New(new): New) -> Result<(), HandlerError> {
-///     tracing::info!("spec.field is now {new:?}");
+///     kopf::tracing::info!("spec.field is now {new:?}");
 ///     Ok(())
 /// }
 ///
 /// /// A plain `fn`: it runs on a blocking thread.
 /// #[kopf::on::field("kopfexamples", field = "spec.items", errors = "permanent")]
 /// fn items_changed(Old(old): Old, New(new): New) -> Result<(), HandlerError> {
-///     tracing::info!("spec.items: {old:?} -> {new:?}");
+///     kopf::tracing::info!("spec.items: {old:?} -> {new:?}");
 ///     Ok(())
 /// }
 ///
 /// #[kopf::on::delete("kopfexamples", optional)]
 /// async fn delete_fn(Name(name): Name) -> Result<(), HandlerError> {
-///     tracing::info!("{name} is gone");
+///     kopf::tracing::info!("{name} is gone");
 ///     Ok(())
 /// }
 ///
 /// #[kopf::on::resume("kopfexamples", deleted, when = has_spec)]
 /// async fn resume_fn(Name(name): Name) -> Result<(), HandlerError> {
-///     tracing::info!("{name} was there before the operator started");
+///     kopf::tracing::info!("{name} was there before the operator started");
 ///     Ok(())
 /// }
 ///
@@ -235,7 +241,7 @@ pub use running::run;
 /// #[kopf::on::daemon("kopfexamples", cancellation_backoff = 5, cancellation_timeout = 10.0)]
 /// async fn monitor(Name(name): Name, stopped: Stopped) -> Result<(), HandlerError> {
 ///     while stopped.sleep(Duration::from_secs(10)).await.is_none() {
-///         tracing::info!("{name} is still there");
+///         kopf::tracing::info!("{name} is still there");
 ///     }
 ///     Ok(())
 /// }
@@ -260,7 +266,7 @@ pub use running::run;
 ///
 /// #[kopf::on::event("kopfexamples", labels(watched = present))]
 /// async fn seen(Name(name): Name, EventType(event): EventType) -> Result<(), HandlerError> {
-///     tracing::info!("{name}: {}", event.as_deref().unwrap_or("listed"));
+///     kopf::tracing::info!("{name}: {}", event.as_deref().unwrap_or("listed"));
 ///     Ok(())
 /// }
 /// # fn main() {}
@@ -285,7 +291,7 @@ pub use running::run;
 ///
 /// #[kopf::on::cleanup]
 /// async fn goodbye() -> Result<(), HandlerError> {
-///     tracing::info!("bye");
+///     kopf::tracing::info!("bye");
 ///     Ok(())
 /// }
 ///
