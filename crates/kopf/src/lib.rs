@@ -409,9 +409,65 @@ pub use kopf_macros::reconcile;
 // The framework's types, from the crates that define them.
 pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
-pub use kopf_core::conditions::{
-    AutoConditions, Condition, ConditionStatus, Conditions, ConditionsSpec,
-};
+/// # In a typed status
+///
+/// `Condition` and [`ConditionStatus`] implement `schemars::JsonSchema` (schemars 1, as kube's
+/// `derive` uses), so the status of a `#[derive(CustomResource)]` can hold the conditions
+/// the handlers set, typed, and its CRD declares them (a structural schema: every field
+/// typed, the five required ones, `metav1.Condition`'s lengths and patterns).
+/// [`condition_list_schema`] adds the list's map semantics (keyed by `type`):
+///
+/// ```
+/// use kopf::Condition;
+/// use kube::{CustomResource, CustomResourceExt};
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
+/// #[kube(group = "example.com", version = "v1", kind = "Database", namespaced,
+///        status = "DatabaseStatus")]
+/// pub struct DatabaseSpec {
+///     pub size: String,
+/// }
+///
+/// #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+/// pub struct DatabaseStatus {
+///     /// Set by the handlers through the `Conditions` extractor.
+///     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+///     #[schemars(schema_with = "kopf::condition_list_schema")]
+///     pub conditions: Vec<Condition>,
+/// }
+///
+/// # fn main() -> Result<(), serde_json::Error> {
+/// let crd = serde_json::to_value(Database::crd())?;
+/// let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+/// let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+/// assert_eq!(conditions["x-kubernetes-list-type"], "map");
+/// assert_eq!(conditions["x-kubernetes-list-map-keys"][0], "type");
+/// let fields = &conditions["items"]["properties"];
+/// for field in ["type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"] {
+///     assert!(fields[field]["type"].is_string(), "{field} is typed: {fields}");
+/// }
+/// assert_eq!(fields["status"]["enum"], serde_json::json!(["True", "False", "Unknown"]));
+///
+/// // The handlers' conditions, read back typed:
+/// let status: DatabaseStatus = serde_json::from_value(serde_json::json!({"conditions": [
+///     {"type": "Ready", "status": "True", "reason": "Created", "message": "",
+///      "lastTransitionTime": "2024-05-06T07:08:09Z", "observedGeneration": 1},
+/// ]}))?;
+/// assert_eq!(status.conditions[0].status, kopf::ConditionStatus::True);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Without [`condition_list_schema`], a plain `Vec<Condition>` is declared as a list of the
+/// same items (an atomic list). See docs/conditions.md.
+pub use kopf_core::conditions::Condition;
+/// The schema of a `Vec<`[`Condition`]`>` as the API conventions declare `status.conditions`:
+/// map semantics keyed by `type` (`x-kubernetes-list-type: map`). For a field of a status
+/// type: `#[schemars(schema_with = "kopf::condition_list_schema")]` (see [`Condition`]).
+pub use kopf_core::conditions::list_schema as condition_list_schema;
+pub use kopf_core::conditions::{AutoConditions, ConditionStatus, Conditions, ConditionsSpec};
 pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
 pub use kopf_core::extract::{
     Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,
