@@ -12,6 +12,7 @@
 //! * **ARCHITECTURE.md names only what exists**: every module path it names
 //!   (`kopf_core::layers::finalizer`, `apiserver::http`; a last segment may be an item of the
 //!   module) and every source file (`kopf-core/src/extract.rs`).
+//! * **The facade's doc examples name only `kopf::` paths** (see `docpaths.rs`).
 //!
 //! Every crate of the workspace is read (its `src/`); the report lists the circles, the long
 //! files and the missing names, and the command fails if there is any.
@@ -695,12 +696,13 @@ pub fn run() -> Result<()> {
         failures += 1;
         println!("  MISSING: ARCHITECTURE.md names `{m}`, which is not in the code (keep it true)");
     }
+    failures += crate::docpaths::check(&root)?;
     if failures > 0 {
         bail!("{failures} layout problem(s)");
     }
     println!(
         "layout: no circles, no file over {MAX_LINES} lines without a reason, every module \
-         ARCHITECTURE.md names exists"
+         ARCHITECTURE.md names exists, kopf's doc examples use kopf:: paths"
     );
     Ok(())
 }

@@ -15,7 +15,8 @@
 //!
 //! `cargo xtask layout` checks the house rules: no import circle between a crate's modules,
 //! no source file over 800 lines of non-test code, no module named in ARCHITECTURE.md that
-//! the code lacks (see `layout.rs`).
+//! the code lacks (see `layout.rs`), no doc example of `kopf` that names an inner crate or
+//! `tracing` directly (see `docpaths.rs`).
 //!
 //! `cargo xtask image [--example NAME] [--profile P] [--no-testcontainers]` builds the
 //! operator image of an example with `deploy/Dockerfile` on a base made here (no registry
@@ -37,6 +38,7 @@ mod cargo;
 mod chaos;
 mod conformance;
 mod coverage;
+mod docpaths;
 mod e2e;
 mod image;
 mod layout;
@@ -120,8 +122,8 @@ enum Cmd {
     Image(image::ImageArgs),
     /// The house rules of the source tree: no import circle between the modules of a crate,
     /// no source file over 800 lines of non-test code (unless it says why with a
-    /// `// layout: ...` comment), every module and file ARCHITECTURE.md names exists. Exits
-    /// non-zero on any problem.
+    /// `// layout: ...` comment), every module and file ARCHITECTURE.md names exists, the
+    /// facade's doc examples use `kopf::` paths only. Exits non-zero on any problem.
     Layout,
 }
 

@@ -53,7 +53,7 @@ async fn defaults(
     DryRun(dry_run): DryRun,
     patch: Patch,
 ) -> Result<(), AdmissionError> {
-    tracing::info!("Mutating on {operation} (dry run: {dry_run}).");
+    kopf::tracing::info!("Mutating on {operation} (dry run: {dry_run}).");
     patch.merge(json!({"metadata": {"labels": {"kopf.dev/checked": "yes"}}}));
     if spec.get("duration").is_none() {
         patch.merge(json!({"spec": {"duration": "1m"}}));

@@ -44,7 +44,7 @@ async fn create_fn(Name(name): Name, conditions: Conditions) -> Result<Value, Ha
         "Provisioned",
         format!("{name} is ready"),
     )?;
-    tracing::info!("{name} is provisioned.");
+    kopf::tracing::info!("{name} is provisioned.");
     Ok(json!({"message": format!("{name} is provisioned")}))
 }
 

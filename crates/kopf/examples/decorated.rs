@@ -10,13 +10,13 @@ use serde_json::{Value, json};
 
 #[kopf::on::create("kopfexamples")]
 async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
-    tracing::info!("created {name} with field {}", spec["field"]);
+    kopf::tracing::info!("created {name} with field {}", spec["field"]);
     Ok(json!({"message": "hello world"})) // lands in status.create_fn
 }
 
 #[kopf::on::field("kopfexamples", field = "spec.field")]
 async fn field_fn(Old(old): Old, New(new): New) -> Result<(), HandlerError> {
-    tracing::info!("spec.field changed: {old:?} -> {new:?}");
+    kopf::tracing::info!("spec.field changed: {old:?} -> {new:?}");
     Ok(())
 }
 

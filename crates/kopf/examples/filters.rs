@@ -13,7 +13,7 @@ use kopf::{HandlerError, MetaFilter, Name, New, Old, Operator, Options, Reason};
 use serde_json::{Value, json};
 
 async fn matched(Name(name): Name) -> Result<Value, HandlerError> {
-    tracing::info!("{name} matched");
+    kopf::tracing::info!("{name} matched");
     Ok(json!("matched"))
 }
 

@@ -34,13 +34,13 @@ async fn work_fn(Spec(spec): Spec) -> Result<Value, HandlerError> {
     let duration = parse_duration(text).ok_or_else(|| {
         HandlerError::permanent(format!("spec.duration {text:?} is not like 30s, 2m or 1h"))
     })?;
-    tracing::info!("Working for {text}.");
+    kopf::tracing::info!("Working for {text}.");
     let step = Duration::from_millis(500);
     let mut done = Duration::ZERO;
     while done < duration {
         tokio::time::sleep(step.min(duration - done)).await;
         done += step;
-        tracing::info!("Worked {:.1}s of {text}.", done.min(duration).as_secs_f64());
+        kopf::tracing::info!("Worked {:.1}s of {text}.", done.min(duration).as_secs_f64());
     }
     Ok(json!({"worked": text}))
 }

@@ -10,27 +10,27 @@ use kopf::{Diff, HandlerError, Name, New, Old, Operator, Reason, Spec};
 use serde_json::{Value, json};
 
 async fn create_fn(Name(name): Name, Spec(spec): Spec) -> Result<Value, HandlerError> {
-    tracing::info!("creating {name} with spec {spec}");
+    kopf::tracing::info!("creating {name} with spec {spec}");
     Ok(json!({"message": "created"}))
 }
 
 async fn update_fn(Diff(diff): Diff) -> Result<Value, HandlerError> {
-    tracing::info!("updating: {}", diff.to_kopf_json());
+    kopf::tracing::info!("updating: {}", diff.to_kopf_json());
     Ok(json!({"message": "updated"}))
 }
 
 async fn delete_fn(Name(name): Name) -> Result<(), HandlerError> {
-    tracing::info!("deleting {name}");
+    kopf::tracing::info!("deleting {name}");
     Ok(())
 }
 
 async fn resume_fn(reason: Reason) -> Result<(), HandlerError> {
-    tracing::info!("resuming ({reason:?}) after an operator restart");
+    kopf::tracing::info!("resuming ({reason:?}) after an operator restart");
     Ok(())
 }
 
 async fn field_fn(Old(old): Old<String>, New(new): New<String>) -> Result<Value, HandlerError> {
-    tracing::info!("spec.field: {old:?} -> {new:?}");
+    kopf::tracing::info!("spec.field: {old:?} -> {new:?}");
     Ok(json!({"old": old, "new": new}))
 }
 

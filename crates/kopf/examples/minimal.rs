@@ -17,7 +17,7 @@ use kopf::{Cause, HandlerResult, Operator};
 use serde_json::json;
 
 async fn create_fn(cause: Cause) -> HandlerResult {
-    tracing::info!(
+    kopf::tracing::info!(
         "And here we are! Creating {} with spec {}",
         cause.name(),
         cause.spec()
@@ -71,12 +71,12 @@ async fn show_status(kubeconfig: PathBuf) {
         if let Ok(list) = api.list(&Default::default()).await
             && let Some(o) = list.items.iter().find(|o| o.data.get("status").is_some())
         {
-            tracing::info!(
+            kopf::tracing::info!(
                 "status of {}: {}",
                 o.metadata.name.clone().unwrap_or_default(),
                 o.data["status"]
             );
-            tracing::info!(
+            kopf::tracing::info!(
                 "Serving until Ctrl-C. Try: KUBECONFIG={} kubectl get kopfexamples",
                 kubeconfig.display()
             );

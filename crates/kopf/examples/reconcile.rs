@@ -66,7 +66,7 @@ async fn reconcile(obj: Arc<Example>, ctx: ReconcileContext) -> Result<Action, H
     let api: Api<ConfigMap> = Api::namespaced(client, namespace);
     let params = PatchParams::apply("kopf-reconcile-example").force();
     api.patch(&child, &params, &Patch::Apply(&cm)).await?;
-    tracing::info!(
+    kopf::tracing::info!(
         "Reconciled ({}): {child} holds {:?}.",
         ctx.trigger(),
         obj.spec.field
@@ -80,7 +80,7 @@ async fn reconcile(obj: Arc<Example>, ctx: ReconcileContext) -> Result<Action, H
 /// Runs once when the object is deleted (the ConfigMap goes with its owner anyway: this is
 /// where external resources would be released).
 async fn cleanup(obj: Arc<Example>, _ctx: ReconcileContext) -> Result<(), HandlerError> {
-    tracing::info!(
+    kopf::tracing::info!(
         "Cleaning up after {}.",
         obj.metadata.name.as_deref().unwrap_or_default()
     );

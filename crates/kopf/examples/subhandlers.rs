@@ -40,7 +40,7 @@ async fn create_fn(
                         delay: Some(Duration::from_millis(200)),
                     });
                 }
-                tracing::info!("=== Handling creation for {item} (attempt {retry}). ===");
+                kopf::tracing::info!("=== Handling creation for {item} (attempt {retry}). ===");
                 Ok(json!({"created": item}))
             }
         });
@@ -75,7 +75,7 @@ async fn delete_fn(
     for item in spec.items {
         let name = name.clone();
         subhandlers.register(&item.clone(), move || -> Result<(), HandlerError> {
-            tracing::info!("=== Cleaning up {item} of {name}. ===");
+            kopf::tracing::info!("=== Cleaning up {item} of {name}. ===");
             Ok(())
         });
     }

@@ -19,7 +19,7 @@
 //! use serde_json::{json, Value};
 //!
 //! async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
-//!     tracing::info!("created {name} with field {}", spec["field"]);
+//!     kopf::tracing::info!("created {name} with field {}", spec["field"]);
 //!     Ok(json!({"message": "hello world"}))       // lands in status.create_fn
 //! }
 //!
@@ -101,7 +101,9 @@
 //! # let _ = operator;
 //! ```
 //!
-//! Peering is not there yet.
+//! Several replicas of one operator coordinate: Kopf's peering ([`peering`],
+//! [`PeeringMode`]), leader election on a Lease ([`LeaderElection`]) or sharding
+//! ([`Sharding`]); see docs/replicas.md.
 
 pub mod cli;
 pub mod logging;
@@ -135,6 +137,10 @@ pub use inventory;
 pub use jiff;
 #[doc(hidden)]
 pub use serde_json;
+/// Logging, as handlers do it: `kopf::tracing::info!("...")` without a dependency of your own
+/// on `tracing`. The operator's log output (`run --log-format`, `--verbose`) and the
+/// per-object context of handlers' log lines come from kopf's subscriber.
+pub use tracing;
 
 // This crate's own items, from the modules that define them.
 pub use client::Client;
@@ -185,26 +191,26 @@ pub use running::run;
 ///
 /// #[kopf::on::update("kopfexamples", field = "spec.field", new = present, backoff = 1.5)]
 /// async fn field_set(New(new): New) -> Result<(), HandlerError> {
-///     tracing::info!("spec.field is now {new:?}");
+///     kopf::tracing::info!("spec.field is now {new:?}");
 ///     Ok(())
 /// }
 ///
 /// /// A plain `fn`: it runs on a blocking thread.
 /// #[kopf::on::field("kopfexamples", field = "spec.items", errors = "permanent")]
 /// fn items_changed(Old(old): Old, New(new): New) -> Result<(), HandlerError> {
-///     tracing::info!("spec.items: {old:?} -> {new:?}");
+///     kopf::tracing::info!("spec.items: {old:?} -> {new:?}");
 ///     Ok(())
 /// }
 ///
 /// #[kopf::on::delete("kopfexamples", optional)]
 /// async fn delete_fn(Name(name): Name) -> Result<(), HandlerError> {
-///     tracing::info!("{name} is gone");
+///     kopf::tracing::info!("{name} is gone");
 ///     Ok(())
 /// }
 ///
 /// #[kopf::on::resume("kopfexamples", deleted, when = has_spec)]
 /// async fn resume_fn(Name(name): Name) -> Result<(), HandlerError> {
-///     tracing::info!("{name} was there before the operator started");
+///     kopf::tracing::info!("{name} was there before the operator started");
 ///     Ok(())
 /// }
 ///
@@ -235,7 +241,7 @@ pub use running::run;
 /// #[kopf::on::daemon("kopfexamples", cancellation_backoff = 5, cancellation_timeout = 10.0)]
 /// async fn monitor(Name(name): Name, stopped: Stopped) -> Result<(), HandlerError> {
 ///     while stopped.sleep(Duration::from_secs(10)).await.is_none() {
-///         tracing::info!("{name} is still there");
+///         kopf::tracing::info!("{name} is still there");
 ///     }
 ///     Ok(())
 /// }
@@ -260,7 +266,7 @@ pub use running::run;
 ///
 /// #[kopf::on::event("kopfexamples", labels(watched = present))]
 /// async fn seen(Name(name): Name, EventType(event): EventType) -> Result<(), HandlerError> {
-///     tracing::info!("{name}: {}", event.as_deref().unwrap_or("listed"));
+///     kopf::tracing::info!("{name}: {}", event.as_deref().unwrap_or("listed"));
 ///     Ok(())
 /// }
 /// # fn main() {}
@@ -285,7 +291,7 @@ pub use running::run;
 ///
 /// #[kopf::on::cleanup]
 /// async fn goodbye() -> Result<(), HandlerError> {
-///     tracing::info!("bye");
+///     kopf::tracing::info!("bye");
 ///     Ok(())
 /// }
 ///
@@ -403,9 +409,65 @@ pub use kopf_macros::reconcile;
 // The framework's types, from the crates that define them.
 pub use kopf_core::activities::{Probes, StartupFailed};
 pub use kopf_core::causes::Reason;
-pub use kopf_core::conditions::{
-    AutoConditions, Condition, ConditionStatus, Conditions, ConditionsSpec,
-};
+/// # In a typed status
+///
+/// `Condition` and [`ConditionStatus`] implement `schemars::JsonSchema` (schemars 1, as kube's
+/// `derive` uses), so the status of a `#[derive(CustomResource)]` can hold the conditions
+/// the handlers set, typed, and its CRD declares them (a structural schema: every field
+/// typed, the five required ones, `metav1.Condition`'s lengths and patterns).
+/// [`condition_list_schema`] adds the list's map semantics (keyed by `type`):
+///
+/// ```
+/// use kopf::Condition;
+/// use kube::{CustomResource, CustomResourceExt};
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
+/// #[kube(group = "example.com", version = "v1", kind = "Database", namespaced,
+///        status = "DatabaseStatus")]
+/// pub struct DatabaseSpec {
+///     pub size: String,
+/// }
+///
+/// #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+/// pub struct DatabaseStatus {
+///     /// Set by the handlers through the `Conditions` extractor.
+///     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+///     #[schemars(schema_with = "kopf::condition_list_schema")]
+///     pub conditions: Vec<Condition>,
+/// }
+///
+/// # fn main() -> Result<(), serde_json::Error> {
+/// let crd = serde_json::to_value(Database::crd())?;
+/// let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+/// let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+/// assert_eq!(conditions["x-kubernetes-list-type"], "map");
+/// assert_eq!(conditions["x-kubernetes-list-map-keys"][0], "type");
+/// let fields = &conditions["items"]["properties"];
+/// for field in ["type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"] {
+///     assert!(fields[field]["type"].is_string(), "{field} is typed: {fields}");
+/// }
+/// assert_eq!(fields["status"]["enum"], serde_json::json!(["True", "False", "Unknown"]));
+///
+/// // The handlers' conditions, read back typed:
+/// let status: DatabaseStatus = serde_json::from_value(serde_json::json!({"conditions": [
+///     {"type": "Ready", "status": "True", "reason": "Created", "message": "",
+///      "lastTransitionTime": "2024-05-06T07:08:09Z", "observedGeneration": 1},
+/// ]}))?;
+/// assert_eq!(status.conditions[0].status, kopf::ConditionStatus::True);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Without [`condition_list_schema`], a plain `Vec<Condition>` is declared as a list of the
+/// same items (an atomic list). See docs/conditions.md.
+pub use kopf_core::conditions::Condition;
+/// The schema of a `Vec<`[`Condition`]`>` as the API conventions declare `status.conditions`:
+/// map semantics keyed by `type` (`x-kubernetes-list-type: map`). For a field of a status
+/// type: `#[schemars(schema_with = "kopf::condition_list_schema")]` (see [`Condition`]).
+pub use kopf_core::conditions::list_schema as condition_list_schema;
+pub use kopf_core::conditions::{AutoConditions, ConditionStatus, Conditions, ConditionsSpec};
 pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
 pub use kopf_core::extract::{
     Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,

@@ -36,7 +36,7 @@ const OTEL_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5
 /// it before a `std::process::exit` of your own.
 ///
 /// ```
-/// tracing::info!("the last words");
+/// kopf::tracing::info!("the last words");
 /// kopf::logging::flush();
 /// ```
 pub fn flush() {

@@ -145,7 +145,7 @@ fn traces_url(set: &dyn Fn(&str) -> Option<String>) -> Option<String> {
 /// unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318") };
 /// let provider = kopf::otel::provider_from_env()?;
 /// let subscriber = tracing_subscriber::registry().with(kopf::otel::layer(&provider));
-/// tracing::subscriber::with_default(subscriber, || { /* spans go to the collector */ });
+/// kopf::tracing::subscriber::with_default(subscriber, || { /* spans go to the collector */ });
 /// provider.shutdown().ok();
 /// # Ok(()) }
 /// ```
@@ -223,8 +223,8 @@ fn exported(meta: &tracing::Metadata<'_>) -> bool {
 ///
 /// let provider = SdkTracerProvider::builder().build();
 /// let subscriber = tracing_subscriber::registry().with(kopf::otel::layer(&provider));
-/// tracing::subscriber::with_default(subscriber, || {
-///     let _span = tracing::info_span!("work").entered();
+/// kopf::tracing::subscriber::with_default(subscriber, || {
+///     let _span = kopf::tracing::info_span!("work").entered();
 /// });
 /// ```
 pub fn layer<S>(provider: &SdkTracerProvider) -> impl Layer<S> + use<S>
@@ -252,8 +252,8 @@ where
 /// let collected = kopf::otel::CollectedSpans::default();
 /// let provider = SdkTracerProvider::builder().with_simple_exporter(collected.clone()).build();
 /// let subscriber = tracing_subscriber::registry().with(kopf::otel::layer(&provider));
-/// tracing::subscriber::with_default(subscriber, || {
-///     let _span = tracing::info_span!("handler", handler = "create_fn").entered();
+/// kopf::tracing::subscriber::with_default(subscriber, || {
+///     let _span = kopf::tracing::info_span!("handler", handler = "create_fn").entered();
 /// });
 /// assert_eq!(collected.spans()[0].name, "handler");
 /// ```

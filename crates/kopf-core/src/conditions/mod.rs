@@ -13,13 +13,16 @@
 //! * `handle`: [`ConditionsHandle`], [`ConditionsSync`];
 //! * `declare`: [`ConditionsSpec`], [`AutoConditions`];
 //! * `auto`: [`auto_intents`], the conditions of handlers' outcomes;
-//! * `extractor`: the [`Conditions`] handler argument.
+//! * `extractor`: the [`Conditions`] handler argument;
+//! * `schema`: `JsonSchema` of [`Condition`] and [`ConditionStatus`] (a typed status can hold
+//!   them), [`list_schema`].
 
 mod auto;
 mod declare;
 mod extractor;
 mod handle;
 mod model;
+mod schema;
 
 pub use auto::{auto_intents, handler_condition_type};
 pub use declare::{AutoConditions, ConditionsSpec, warn_conditions_fields};
@@ -30,6 +33,7 @@ pub use model::{
     MAX_TYPE_LEN, apply_intents, format_transition_time, truncate_message, validate_reason,
     validate_type,
 };
+pub use schema::list_schema;
 
 #[cfg(test)]
 mod tests {

@@ -138,7 +138,8 @@ pub struct Options {
     /// Owner filters: each needs some owner reference that matches it.
     pub owners: Vec<OwnerFilter>,
     /// A dotted field: the handler sees the diff, old and new values relative to it, and an
-    /// update handler runs only when it changes. Also tracked in the diff-base.
+    /// update handler runs only when it changes. Also tracked in the diff-base. The handler's
+    /// id becomes `<id>/<field>` (see [`Options::field`](Options::field())).
     pub field: Option<String>,
     /// With `field`: the field's value (old or new) must pass (default: present).
     pub value: Option<FieldFilter>,
@@ -237,6 +238,31 @@ impl Options {
     }
 
     /// Restricts the handler to a dotted field (see [`Options::field`](#structfield.field)).
+    ///
+    /// **The handler's id gets the field as a suffix**, as in Kopf: `<id>/<field>`, the
+    /// field as written here. `update_fn` with `.field("spec.field")` has the id
+    /// `update_fn/spec.field`: its result lands in `status["update_fn/spec.field"]`, its
+    /// progress in the annotation `kopf.zalando.org/update_fn.spec.field` (`/` becomes `.` in
+    /// annotation keys), and its per-handler auto condition is `UpdateFnSpecFieldSucceeded`.
+    /// The same holds for the macros' `field = "spec.field"` (the function's name, or `id`,
+    /// then `/spec.field`) and for field handlers (`on_field("kopfexamples", "field_fn",
+    /// "spec.field", ...)`: `field_fn/spec.field`). A handler that has a field already (a field
+    /// handler) keeps it and its id: this option is then ignored.
+    ///
+    /// ```
+    /// use kopf_core::handler::{HandlerSpec, Options};
+    /// use kopf_core::causes::Reason;
+    ///
+    /// let noop = |_: kopf_core::handler::Cause| async { Ok(None) };
+    /// let spec = HandlerSpec::new("update_fn", Some(Reason::Update), noop)
+    ///     .with_options(Options::new().field("spec.field"));
+    /// assert_eq!(spec.id, "update_fn/spec.field");
+    /// // Where its state goes:
+    /// let keys = kopf_core::keys::StorageKeys::default();
+    /// assert_eq!(keys.v2_key(&spec.id), "kopf.zalando.org/update_fn.spec.field");
+    /// let condition = kopf_core::conditions::handler_condition_type(&spec.id);
+    /// assert_eq!(condition, "UpdateFnSpecFieldSucceeded");
+    /// ```
     pub fn field(mut self, field: &str) -> Self {
         self.field = Some(field.into());
         self

@@ -36,7 +36,7 @@ use crate::{cli, client, login};
 /// }
 ///
 /// async fn check(Name(name): Name) -> Result<(), HandlerError> {
-///     tracing::info!("{name} is still there");
+///     kopf::tracing::info!("{name} is still there");
 ///     Ok(())
 /// }
 ///

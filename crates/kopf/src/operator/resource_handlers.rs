@@ -80,7 +80,7 @@ impl Operator {
     /// use kopf::{HandlerError, Name, Operator};
     ///
     /// let operator = Operator::new().on_delete("kopfexamples", "delete_fn", |Name(name): Name| async move {
-    ///     tracing::info!("cleaning up after {name}");
+    ///     kopf::tracing::info!("cleaning up after {name}");
     ///     Ok::<_, HandlerError>(())
     /// });
     /// # let _ = operator;
@@ -173,7 +173,7 @@ impl Operator {
     ///     "pods",
     ///     "pod_of_job",
     ///     |Owner(job): Owner| async move {
-    ///         tracing::info!("a pod of {} changed", job.name);
+    ///         kopf::tracing::info!("a pod of {} changed", job.name);
     ///         Ok::<_, HandlerError>(())
     ///     },
     ///     Options::new().controller_owner("example.com/TrainingJob"),
@@ -206,7 +206,7 @@ impl Operator {
     ///     "accuracy",
     ///     r"accuracy=(?P<acc>\d+\.\d+)",
     ///     |line: LogLine, caps: Captures| async move {
-    ///         tracing::info!("{} says {:?}", line.pod, caps.name("acc"));
+    ///         kopf::tracing::info!("{} says {:?}", line.pod, caps.name("acc"));
     ///         Ok::<_, HandlerError>(())
     ///     },
     /// );

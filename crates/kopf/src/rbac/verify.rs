@@ -285,10 +285,9 @@ impl Operator {
     ///
     /// ```no_run
     /// # async fn f(operator: kopf::Operator) -> Result<(), kopf::Error> {
-    /// use clap::Parser;
-    /// let cli = kopf::cli::Cli::parse_from([
-    ///     "op", "rbac", "--verify", "--as", "system:serviceaccount:ops:my-operator",
-    /// ]);
+    /// use kopf::cli::{About, Cli};
+    /// let args = ["op", "rbac", "--verify", "--as", "system:serviceaccount:ops:my-operator"];
+    /// let cli = Cli::try_parse_for(&About::default(), args).unwrap_or_else(|e| e.exit());
     /// let kopf::cli::Command::Rbac(args) = cli.command else { unreachable!() };
     /// let report = operator.verify_rbac(&args).await?;
     /// print!("{report}");
