@@ -626,8 +626,10 @@ pub struct FakeApiserverArgs {
     pub tls: bool,
     /// Simulate the scheduler and the kubelets for Pods, in kwok's manner of stages: a new
     /// Pod is bound to the Node `kopf-fake-node` (created at start) after 100 ms, and is
-    /// Running and Ready 200 ms later (IPs, conditions, containerStatuses); a Job's Pod
-    /// (restartPolicy Never or OnFailure) then ends Succeeded after --pod-job-run-ms; a deleted
+    /// Running and Ready 200 ms later (IPs, conditions, containerStatuses); a container whose
+    /// command is `echo` or `sh -c` with `echo` and `sleep` prints those lines into its log;
+    /// a Job's Pod (restartPolicy Never or OnFailure) then ends Succeeded after
+    /// --pod-job-run-ms (a Pod of printing containers, when they end); a deleted
     /// Pod's containers stop at once, and it goes after its grace period (at most 1 s). Each
     /// stage is a write that watchers see. Off by default: Pods stay Pending.
     #[arg(long, env = "KOPF_FAKE_APISERVER_SIMULATE_PODS")]
