@@ -1,7 +1,7 @@
 //! The command line of operator binaries and of the `kopf` command: one definition for both.
 //!
 //! ```text
-//! <operator> run [-n NS]... [-A] [--fake [--apply FILE]...] [--liveness URL] [--metrics ADDR] ...
+//! <operator> run [-n NS]... [-A] [--fake [--apply FILE]... [--simulate-pods]] [--liveness URL] [--metrics ADDR] ...
 //! <operator> rbac [--apply FILE]... [--cluster]     # the RBAC manifests it needs
 //! <operator> rbac --verify [--as USER] [-n NS]...    # are they granted on the cluster?
 //! <operator> crd [-o yaml|json]                      # the CRDs of its own resources
@@ -465,6 +465,10 @@ pub struct RunArgs {
     /// (as a cluster's API server does; plain HTTP otherwise).
     #[arg(long, env = "KOPF_RUN_FAKE_TLS", requires = "fake")]
     pub fake_tls: bool,
+    /// With --fake: simulate the scheduler and the kubelets for Pods, as `fake-apiserver
+    /// --simulate-pods` does (Pods become Running; `echo` scripts print into their logs).
+    #[arg(long, env = "KOPF_RUN_SIMULATE_PODS", requires = "fake")]
+    pub simulate_pods: bool,
     /// With --fake: manifests to apply at start (CRDs first). Repeatable.
     #[arg(
         long = "apply",
@@ -943,6 +947,16 @@ mod tests {
         assert!(
             parse(&["run", "--fake-tls"]).is_err(),
             "--fake-tls needs --fake"
+        );
+        assert!(!f.simulate_pods);
+        assert!(
+            parse(&["run", "--fake", "--simulate-pods"])
+                .expect("parses")
+                .simulate_pods
+        );
+        assert!(
+            parse(&["run", "--simulate-pods"]).is_err(),
+            "--simulate-pods needs --fake"
         );
         let served = |args: &[&str]| {
             let mut all = vec!["operator", "fake-apiserver"];
