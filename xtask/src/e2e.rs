@@ -14,7 +14,10 @@
 //! 5. stop: SIGTERM again, exit status 0.
 //!
 //! The expectations per example are the table `SCENARIOS`. `KOPF_E2E_ECHO=1` echoes the
-//! operators' output.
+//! operators' output. An example with a resource of its own (the pod-log example
+//! `training`: a TrainingJob whose trainer Pod's log lines make its status) goes through the
+//! same steps with its own CRD and object (`Setup::object`). The fake API server runs with
+//! its pod simulator (`--simulate-pods`): Pods run, and their `echo` scripts print.
 //!
 //! After the examples, the scenario `replicas` (`replicas.rs`) runs three processes of the
 //! minimal example with Lease leader election: one leads, the others stand by; the failover
@@ -150,6 +153,8 @@ pub async fn run(args: E2eArgs) -> Result<()> {
             println!("e2e: starting the {kind} cluster");
             Cluster::builder(kind)
                 .kopf_binary(&paths.kopf)
+                // Pods run, and print (the pod-log example's trainer).
+                .simulate_pods()
                 .start()
                 .await?
         }
@@ -223,15 +228,24 @@ async fn run_all(
                 let mut r = match prepare(cluster, paths, &scenario.setup).await {
                     Ok(run_args) => {
                         e2e.run_args = run_args;
-                        e2e.run(&template)
-                            .await
-                            .with_context(|| format!("step {}", e2e.step))
+                        let own = scenario.setup.object.map(|o| {
+                            let path = paths.root.join(o.file.0);
+                            std::fs::read_to_string(&path)
+                                .with_context(|| format!("reading {}", path.display()))
+                        });
+                        match own.transpose() {
+                            Ok(own) => e2e
+                                .run(own.as_deref().unwrap_or(&template))
+                                .await
+                                .with_context(|| format!("step {}", e2e.step)),
+                            Err(e) => Err(e.context("step setup")),
+                        }
                     }
                     Err(e) => Err(e.context("step setup")),
                 };
                 // Leave nothing behind for the next example, even after a failure.
                 if r.is_err() {
-                    force_delete(cluster, &name).await;
+                    force_delete_of(cluster, e2e.resource(), &name).await;
                 }
                 if let Err(e) = restore(cluster, paths, &scenario.setup).await
                     && r.is_ok()

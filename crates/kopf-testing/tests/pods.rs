@@ -379,3 +379,68 @@ async fn a_restarted_container_of_a_simulated_pod_gets_a_new_id_and_count() {
         .expect("last state");
     assert_eq!(last.container_id, before.container_id);
 }
+
+/// A container whose command is `echo`, or `sh -c` with `echo` and `sleep`, writes those
+/// lines into its log, with the pauses; its Pod (restartPolicy Never) ends Succeeded when
+/// the script does, the log complete. Under Always, the container stays running.
+#[tokio::test]
+async fn a_containers_echo_script_is_its_log_and_its_pod_ends_with_it() {
+    let server = simulated().await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let script = "echo step=1 'loss=0.5'; sleep 1; echo \"step=2 loss=0.25\"; echo done";
+    let scripted = |policy: &str| {
+        json!({"spec": {"restartPolicy": policy, "containers": [
+            {"name": "main", "image": "busybox", "command": ["sh", "-c", script]},
+            {"name": "side", "image": "busybox", "command": ["echo", "side", "car"]},
+        ]}})
+    };
+    pods.create(&PostParams::default(), &pod("trainer", scripted("Never")))
+        .await
+        .expect("create");
+    pods.create(&PostParams::default(), &pod("service", scripted("Always")))
+        .await
+        .expect("create");
+    let log = |name: &'static str, container: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let params = kube::api::LogParams {
+                container: Some(container.into()),
+                ..Default::default()
+            };
+            pods.logs(name, &params).await.expect("logs")
+        }
+    };
+
+    // Running, with the first line only: the script pauses.
+    wait_for(&pods, "trainer", |p| phase(p) == "Running").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while log("trainer", "main").await.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no line printed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(log("trainer", "main").await, "step=1 loss=0.5\n");
+    assert_eq!(phase(&pods.get("trainer").await.expect("get")), "Running");
+
+    let done = wait_for(&pods, "trainer", |p| phase(p) == "Succeeded").await;
+    assert_eq!(
+        log("trainer", "main").await,
+        "step=1 loss=0.5\nstep=2 loss=0.25\ndone\n"
+    );
+    assert_eq!(log("trainer", "side").await, "side car\n");
+    let statuses = done.status.and_then(|s| s.container_statuses);
+    assert!(
+        statuses.iter().flatten().all(|c| c
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)),
+        "every container ended with 0: {statuses:?}"
+    );
+
+    // The same script under Always: printed, and the Pod keeps running.
+    assert_eq!(
+        log("service", "main").await,
+        "step=1 loss=0.5\nstep=2 loss=0.25\ndone\n"
+    );
+    assert_eq!(phase(&pods.get("service").await.expect("get")), "Running");
+}

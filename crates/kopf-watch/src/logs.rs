@@ -171,6 +171,15 @@ struct Watermark {
 }
 
 impl Watermark {
+    /// A follower that starts at an instant (the operator's start, for a Pod older than
+    /// it): the lines before it, in the second `sinceTime` brings back, are not new.
+    fn starting_at(at: Timestamp) -> Self {
+        Watermark {
+            at: Some(at),
+            count: 0,
+        }
+    }
+
     /// Whether a line of a stream (re)started at `sinceTime` is new; `seen_at` counts the
     /// lines of this stream with the watermark's timestamp so far.
     fn admit(&mut self, at: Timestamp, seen_at: &mut usize) -> bool {
@@ -313,7 +322,7 @@ enum Ended {
 
 impl Follower {
     async fn run(mut self, mut since: Option<Timestamp>) {
-        let mut watermark = Watermark::default();
+        let mut watermark = since.map_or_else(Watermark::default, Watermark::starting_at);
         let mut delay = Duration::from_secs(1);
         loop {
             let from = watermark.at.or(since).map(floor_to_second);
@@ -498,6 +507,20 @@ mod tests {
             floor_to_second(at("2026-01-01T00:00:01.5Z")),
             at("2026-01-01T00:00:01Z")
         );
+    }
+
+    #[test]
+    fn a_follower_from_the_operators_start_drops_the_earlier_lines_of_that_second() {
+        let mut w = Watermark::starting_at(at("2026-01-01T00:00:01.5Z"));
+        let mut seen = 0;
+        // `sinceTime` is the whole second: its earlier lines come too.
+        for (t, new) in [
+            ("2026-01-01T00:00:01.1Z", false),
+            ("2026-01-01T00:00:01.5Z", true),
+            ("2026-01-01T00:00:01.7Z", true),
+        ] {
+            assert_eq!(w.admit(at(t), &mut seen), new, "{t}");
+        }
     }
 
     #[test]

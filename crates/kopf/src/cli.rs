@@ -1,7 +1,7 @@
 //! The command line of operator binaries and of the `kopf` command: one definition for both.
 //!
 //! ```text
-//! <operator> run [-n NS]... [-A] [--fake [--apply FILE]...] [--liveness URL] [--metrics ADDR] ...
+//! <operator> run [-n NS]... [-A] [--fake [--apply FILE]... [--simulate-pods]] [--liveness URL] [--metrics ADDR] ...
 //! <operator> rbac [--apply FILE]... [--cluster]     # the RBAC manifests it needs
 //! <operator> rbac --verify [--as USER] [-n NS]...    # are they granted on the cluster?
 //! <operator> crd [-o yaml|json]                      # the CRDs of its own resources
@@ -465,6 +465,10 @@ pub struct RunArgs {
     /// (as a cluster's API server does; plain HTTP otherwise).
     #[arg(long, env = "KOPF_RUN_FAKE_TLS", requires = "fake")]
     pub fake_tls: bool,
+    /// With --fake: simulate the scheduler and the kubelets for Pods, as `fake-apiserver
+    /// --simulate-pods` does (Pods become Running; `echo` scripts print into their logs).
+    #[arg(long, env = "KOPF_RUN_SIMULATE_PODS", requires = "fake")]
+    pub simulate_pods: bool,
     /// With --fake: manifests to apply at start (CRDs first). Repeatable.
     #[arg(
         long = "apply",
@@ -626,8 +630,10 @@ pub struct FakeApiserverArgs {
     pub tls: bool,
     /// Simulate the scheduler and the kubelets for Pods, in kwok's manner of stages: a new
     /// Pod is bound to the Node `kopf-fake-node` (created at start) after 100 ms, and is
-    /// Running and Ready 200 ms later (IPs, conditions, containerStatuses); a Job's Pod
-    /// (restartPolicy Never or OnFailure) then ends Succeeded after --pod-job-run-ms; a deleted
+    /// Running and Ready 200 ms later (IPs, conditions, containerStatuses); a container whose
+    /// command is `echo` or `sh -c` with `echo` and `sleep` prints those lines into its log;
+    /// a Job's Pod (restartPolicy Never or OnFailure) then ends Succeeded after
+    /// --pod-job-run-ms (a Pod of printing containers, when they end); a deleted
     /// Pod's containers stop at once, and it goes after its grace period (at most 1 s). Each
     /// stage is a write that watchers see. Off by default: Pods stay Pending.
     #[arg(long, env = "KOPF_FAKE_APISERVER_SIMULATE_PODS")]
@@ -941,6 +947,16 @@ mod tests {
         assert!(
             parse(&["run", "--fake-tls"]).is_err(),
             "--fake-tls needs --fake"
+        );
+        assert!(!f.simulate_pods);
+        assert!(
+            parse(&["run", "--fake", "--simulate-pods"])
+                .expect("parses")
+                .simulate_pods
+        );
+        assert!(
+            parse(&["run", "--simulate-pods"]).is_err(),
+            "--simulate-pods needs --fake"
         );
         let served = |args: &[&str]| {
             let mut all = vec!["operator", "fake-apiserver"];

@@ -158,10 +158,11 @@ impl Operator {
         }
         #[cfg(feature = "testing")]
         {
-            let server = kopf_testing::FakeApiServer::builder()
-                .tls(args.fake_tls)
-                .start()
-                .await?;
+            let mut builder = kopf_testing::FakeApiServer::builder().tls(args.fake_tls);
+            if args.simulate_pods {
+                builder = builder.simulate_pods(kopf_testing::PodSimulation::default());
+            }
+            let server = builder.start().await?;
             self.apply_crds(&server)?;
             for m in &args.apply {
                 let n = server.apply_file(m)?;

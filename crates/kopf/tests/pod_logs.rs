@@ -10,6 +10,9 @@ use kopf_testing::FakeApiServer;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
+#[path = "../examples/training.rs"]
+mod training_example;
+
 mod common;
 
 use common::{Running, eventually};
@@ -178,5 +181,79 @@ async fn a_terminated_container_is_not_asked_in_a_loop() {
         "a few attempts in 4 s (after 1, 2 and 4 s), not a loop: {requests}"
     );
     assert_eq!(total(&handled), 1, "nothing handled twice");
+    running.stop().await;
+}
+
+/// The pod-log example: a TrainingJob's trainer Pod (run by the pod simulator, its `echo`
+/// script printing) reports its steps, then `done`; the job's status follows, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_training_example_writes_its_trainers_lines_into_the_jobs_status() {
+    let server = FakeApiServer::builder()
+        .simulate_pods(kopf_testing::PodSimulation::default())
+        .start()
+        .await
+        .expect("start");
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    server
+        .apply_file(examples.join("trainingjob-crd.yaml"))
+        .expect("the CRD");
+    let running = Running::start(&server, training_example::operator().expect("regex")).await;
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("kopf.dev", "v1", "TrainingJob"),
+        "trainingjobs",
+    );
+    let jobs: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(server.client(), "default", &resource);
+    let job: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kopf.dev/v1", "kind": "TrainingJob",
+        "metadata": {"name": "job"}, "spec": {"steps": 2},
+    }))
+    .expect("a TrainingJob");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create");
+
+    // Each patch of the status is kept: the steps in order, then Done.
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    eventually("the job done", async || {
+        let status = jobs.get("job").await.expect("get").data["status"].clone();
+        let now = json!([status["phase"], status["step"], status["loss"]]);
+        if status["phase"].is_string() && seen.last() != Some(&now) {
+            seen.push(now);
+        }
+        status["phase"] == "Done"
+    })
+    .await;
+    let (first, last) = (seen.first().cloned(), seen.last().cloned());
+    assert_eq!(first, Some(json!(["Training", 1, 0.5])), "{seen:?}");
+    assert_eq!(last, Some(json!(["Done", 2, 0.333])), "{seen:?}");
+
+    // The trainer: owned by the job, its log as the example's script printed it.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(server.client(), "default");
+    let trainers = pods
+        .list(&kube::api::ListParams::default().labels("kopf.dev/training-job=job"))
+        .await
+        .expect("list");
+    assert_eq!(trainers.items.len(), 1);
+    let trainer = &trainers.items[0];
+    let owners = trainer
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o.kind == "TrainingJob" && o.name == "job"),
+        "{owners:?}"
+    );
+    let log = pods
+        .logs(
+            trainer.metadata.name.as_deref().unwrap_or_default(),
+            &kube::api::LogParams::default(),
+        )
+        .await
+        .expect("logs");
+    assert_eq!(log, "step=1 loss=0.500\nstep=2 loss=0.333\ndone\n");
     running.stop().await;
 }

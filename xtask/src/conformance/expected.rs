@@ -51,8 +51,9 @@ pub const EXPECTED: &[Expected] = &[
         "kube-client",
         "test::can_get_pod_logs_and_evict",
         Why::Kubelet(
-            "reads the lines the container's `echo` wrote (simulated containers write \
-             nothing; the eviction step passes)",
+            "reads the lines the container's `for i in $(seq 1 5); do echo ...` loop wrote \
+             (simulated containers print only scripts of `echo` and `sleep`; the eviction \
+             step passes)",
         ),
     ),
     row(

@@ -80,6 +80,8 @@ pub(crate) struct Setup {
     /// A log line each operator process shows once it is ready (before the object is
     /// created, and before the restarted process is checked).
     pub(crate) ready: Option<&'static str>,
+    /// The example's own resource, instead of a KopfExample.
+    pub(crate) object: Option<Object>,
 }
 
 /// Nothing special: `examples/crd.yaml` and the operator.
@@ -87,6 +89,26 @@ pub(crate) const PLAIN: Setup = Setup {
     crd: None,
     webhooks: None,
     ready: None,
+    object: None,
+};
+
+/// A resource of an example's own: its CRD (applied before the scenario, and left in place)
+/// and an object of it, which the steps create, patch and delete.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Object {
+    /// The CRD's file, and its name (waited for until Established).
+    pub(crate) crd: (&'static str, &'static str),
+    /// The resource for kubectl, in its stored version.
+    pub(crate) resource: &'static str,
+    /// The object's file, and the name in it (replaced by `e2e-<example>`).
+    pub(crate) file: (&'static str, &'static str),
+}
+
+/// The TrainingJob of the pod-log example.
+pub(crate) const TRAINING_JOB: Object = Object {
+    crd: ("examples/trainingjob-crd.yaml", "trainingjobs.kopf.dev"),
+    resource: "trainingjobs.v1.kopf.dev",
+    file: ("examples/trainingjob.yaml", "training-1"),
 };
 
 /// One example's scenario: what each step must lead to.
@@ -384,6 +406,7 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
             crd: Some("examples/admission-crd.yaml"),
             webhooks: Some("kopf.dev"),
             ready: Some("converts through this operator"),
+            object: None,
         },
         // Without a duration: the mutating webhook sets the default.
         edits: &[("duration: 1m", "")],
@@ -409,5 +432,30 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         ],
         deleted: &[],
         never_after_restart: &[],
+    },
+    Scenario {
+        example: "training",
+        // The trainer Pod prints its lines (the fake's pod simulator runs its `echo` script).
+        setup: Setup {
+            object: Some(TRAINING_JOB),
+            ..PLAIN
+        },
+        // Six steps, a second each: time for a restart while it trains.
+        edits: &[("steps: 3", "steps: 6")],
+        // Stopped once the first lines are handled.
+        created: &[AtLeast("/status/step", 1), Log("{name} (Pod ")],
+        stopped: &[],
+        // The next process follows the (older) Pod from its own start, to the end.
+        resumed: &[
+            Eq("/status/phase", r#""Done""#),
+            Eq("/status/step", "6"),
+            Eq("/status/loss", "0.143"),
+            Log("{name} (Pod "),
+        ],
+        update: r#"{"spec":{"image":"busybox:stable"}}"#,
+        updated: &[Handled],
+        deleted: &[],
+        // The lines the first process handled are not handled again.
+        never_after_restart: &["Handler 'create_fn'", "step=1 loss=0.500"],
     },
 ];

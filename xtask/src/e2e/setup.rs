@@ -34,6 +34,18 @@ pub(crate) async fn prepare(
     if let Some(crd) = setup.crd {
         cluster.apply_file(paths.root.join(crd)).await?;
     }
+    if let Some(object) = setup.object {
+        let (file, name) = object.crd;
+        cluster.apply_file(paths.root.join(file)).await?;
+        cluster
+            .kubectl([
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{name}"),
+                "--timeout=60s",
+            ])
+            .await?;
+    }
     Ok(args)
 }
 

@@ -69,8 +69,9 @@ pub(crate) struct E2e<'a> {
 impl E2e<'_> {
     pub(crate) async fn run(&mut self, template: &str) -> Result<()> {
         let sc = self.scenario;
-        let object = object_yaml(template, &self.name, sc.edits)?;
-        force_delete(self.cluster, &self.name).await;
+        let named = sc.setup.object.map_or(TEMPLATE_NAME, |o| o.file.1);
+        let object = object_yaml_from(template, named, &self.name, sc.edits)?;
+        force_delete_of(self.cluster, self.resource(), &self.name).await;
 
         let t = self.begin("create");
         let mut first = self.start_operator(1)?;
@@ -122,7 +123,7 @@ impl E2e<'_> {
         for line in &never {
             if logs.contains(line.as_str()) {
                 bail!(
-                    "after the restart, the operator logged {line:?} (the creation was handled again); its logs:\n{logs}"
+                    "after the restart, the operator logged {line:?} (what the first process did was done again); its logs:\n{logs}"
                 );
             }
         }
@@ -159,8 +160,13 @@ impl E2e<'_> {
             .with_context(|| format!("starting the operator {}", self.binary.display()))
     }
 
+    /// The resource of the scenario's object, for kubectl.
+    pub(crate) fn resource(&self) -> &'static str {
+        self.scenario.setup.object.map_or(RESOURCE, |o| o.resource)
+    }
+
     async fn kubectl_object(&self, args: &[&str]) -> Result<String> {
-        let mut all = vec![args[0], RESOURCE, &self.name, "-n", NAMESPACE];
+        let mut all = vec![args[0], self.resource(), &self.name, "-n", NAMESPACE];
         all.extend_from_slice(&args[1..]);
         Ok(self.cluster.kubectl(all).await?)
     }
@@ -361,7 +367,7 @@ impl E2e<'_> {
                     let mut command = self.cluster.kubectl_command([
                         "wait".to_string(),
                         format!("--for=condition={type_}"),
-                        format!("{RESOURCE}/{}", self.name),
+                        format!("{}/{}", self.resource(), self.name),
                         "-n".into(),
                         NAMESPACE.into(),
                         "--timeout=60s".into(),
@@ -535,7 +541,7 @@ impl E2e<'_> {
     async fn dry_run_patch(&self, patch: &str) -> Result<(bool, String), String> {
         let args = [
             "patch",
-            RESOURCE,
+            self.resource(),
             &self.name,
             "-n",
             NAMESPACE,
@@ -569,15 +575,28 @@ pub(crate) fn brief(mut object: Value) -> String {
     object.to_string()
 }
 
+/// The name of the object in `examples/obj.yaml`.
+const TEMPLATE_NAME: &str = "kopf-example-1";
+
 /// `examples/obj.yaml` renamed, with the scenario's edits.
 pub(crate) fn object_yaml(template: &str, name: &str, edits: &[(&str, &str)]) -> Result<String> {
-    let rename = format!("name: {name}");
+    object_yaml_from(template, TEMPLATE_NAME, name, edits)
+}
+
+/// An object's YAML (named `named`) renamed, with the scenario's edits.
+fn object_yaml_from(
+    template: &str,
+    named: &str,
+    name: &str,
+    edits: &[(&str, &str)],
+) -> Result<String> {
+    let (named, rename) = (format!("name: {named}"), format!("name: {name}"));
     let mut text = template.to_string();
     for (from, to) in
-        std::iter::once(("name: kopf-example-1", rename.as_str())).chain(edits.iter().copied())
+        std::iter::once((named.as_str(), rename.as_str())).chain(edits.iter().copied())
     {
         if text.matches(from).count() != 1 {
-            bail!("examples/obj.yaml no longer has exactly one `{from}` to replace");
+            bail!("the object's YAML no longer has exactly one `{from}` to replace");
         }
         text = text.replace(from, to);
     }
@@ -586,7 +605,12 @@ pub(crate) fn object_yaml(template: &str, name: &str, edits: &[(&str, &str)]) ->
 
 /// Removes the object even if no operator releases its finalizer (after a failure).
 pub(crate) async fn force_delete(cluster: &Cluster, name: &str) {
-    let object = [RESOURCE, name, "-n", NAMESPACE];
+    force_delete_of(cluster, RESOURCE, name).await;
+}
+
+/// Removes an object of this resource even if no operator releases its finalizer.
+pub(crate) async fn force_delete_of(cluster: &Cluster, resource: &str, name: &str) {
+    let object = [resource, name, "-n", NAMESPACE];
     let _ = cluster
         .kubectl(
             ["delete"]

@@ -203,6 +203,7 @@ pub struct ClusterBuilder {
     search_path: Option<OsString>,
     name: Option<String>,
     kind_wait: Duration,
+    simulate_pods: bool,
     #[cfg(feature = "testcontainers")]
     container: Option<ContainerCluster>,
 }
@@ -230,6 +231,13 @@ impl ClusterBuilder {
     /// How long `kind create cluster` waits for the control plane (default 120 s).
     pub fn kind_wait(mut self, wait: Duration) -> Self {
         self.kind_wait = wait;
+        self
+    }
+
+    /// The fake cluster simulates Pods (`kopf fake-apiserver --simulate-pods`: they run, and
+    /// containers' `echo` scripts print into their logs). Other kinds have their kubelets.
+    pub fn simulate_pods(mut self) -> Self {
+        self.simulate_pods = true;
         self
     }
 
@@ -326,12 +334,14 @@ impl ClusterBuilder {
                 ),
             });
         }
-        let mut server = OperatorRunner::command(&kopf)
+        let mut command = OperatorRunner::command(&kopf)
             .args(["fake-apiserver", "--port", "0", "--kubeconfig"])
             .arg(&cluster.kubeconfig)
-            .name("fake-apiserver")
-            .start()
-            .map_err(ClusterError::Fake)?;
+            .name("fake-apiserver");
+        if self.simulate_pods {
+            command = command.arg("--simulate-pods");
+        }
+        let mut server = command.start().map_err(ClusterError::Fake)?;
         const LISTENING: &str = "listening on http://";
         server
             .wait_for_log(LISTENING, Duration::from_secs(30))
@@ -578,6 +588,7 @@ impl Cluster {
             search_path: None,
             name: None,
             kind_wait: Duration::from_secs(120),
+            simulate_pods: false,
             #[cfg(feature = "testcontainers")]
             container: None,
         }

@@ -12,10 +12,16 @@
 //!   the `PodScheduled` condition in one write, as the `binding` subresource does.
 //! * Start: a scheduled `Pending` Pod becomes `Running` and ready (IPs, start time,
 //!   conditions, `containerStatuses` with image and container ids, running since now).
+//! * Print: once started, a container whose command the simulator understands (`echo`, or
+//!   `sh -c` with a script of `echo` and `sleep`: see [`script`]) writes its lines into its
+//!   log, with the script's pauses, as `GET .../log` serves them. Other containers print
+//!   nothing (the fake runs no image).
 //! * Complete: a Job's Pod (owned by a `batch/v1` Job, or labelled
 //!   `batch.kubernetes.io/job-name` / `job-name`) with `restartPolicy` `Never` or
 //!   `OnFailure` ends `Succeeded` after its run time, its containers terminated with exit
-//!   code 0 (`Completed`).
+//!   code 0 (`Completed`). A Pod of such a `restartPolicy` whose containers all run
+//!   understood scripts ends so when the last script ends (a Job's or not). A script's
+//!   container under `Always` is not restarted: it stays running, silent.
 //! * Stop: a deleted Pod (with a `deletionTimestamp`) gets its containers terminated at
 //!   once; the removal itself stays with the server's Pod termination (after the Pod's
 //!   grace period, capped by the builder's `pod_termination_cap`), as without the simulator.
@@ -23,6 +29,7 @@
 //! Deployments, ReplicaSets, StatefulSets and Jobs' own status are not simulated: only the
 //! Pods that exist are.
 
+pub mod script;
 pub mod stages;
 
 use std::collections::HashSet;
@@ -36,6 +43,7 @@ use tokio::sync::broadcast;
 use crate::apiserver::catalog::ResourceDef;
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::http::Shared;
+use crate::apiserver::kubelet::ContainerKey;
 use crate::apiserver::semantics::{PatchType, State, WriteOptions, now};
 use crate::apiserver::storage::{Change, ChangeType};
 use crate::apiserver::sync::lock;
@@ -98,6 +106,18 @@ impl PodSimulation {
             Stage::Stop => Duration::ZERO,
         }
     }
+}
+
+/// What a stage's write did.
+enum Written {
+    /// Nothing: the Pod is gone, or has moved on.
+    Nothing,
+    /// The containers started.
+    Started,
+    /// The containers of these names ended.
+    Ended(Vec<String>),
+    /// Something else (the binding).
+    Other,
 }
 
 /// The simulator's own state, shared by its task and its timers.
@@ -213,6 +233,10 @@ impl Simulator {
         let Some(stage) = stages::next_stage(pod) else {
             return;
         };
+        if stage == Stage::Complete && stages::scripted(pod) {
+            // Fired when the scripts end (see `print`).
+            return;
+        }
         let uid = uid_of(pod);
         if !lock(&self.planned).insert((uid.clone(), stage)) {
             return;
@@ -236,7 +260,7 @@ impl Simulator {
     }
 
     /// Writes a planned stage, if the Pod is still there and still at that stage.
-    fn fire(&self, namespace: &str, name: &str, uid: &str, stage: Stage) {
+    fn fire(self: &Arc<Self>, namespace: &str, name: &str, uid: &str, stage: Stage) {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
@@ -245,13 +269,14 @@ impl Simulator {
             self.write(&mut state, namespace, name, uid, stage)
         };
         match written {
-            Ok(Some(containers)) => {
+            Ok(Written::Ended(containers)) => {
                 for container in containers {
                     let key = (namespace.to_string(), name.to_string(), container);
                     shared.kubelet.terminate(&key);
                 }
             }
-            Ok(None) => {}
+            Ok(Written::Started) => self.print(&shared, namespace, name, uid),
+            Ok(Written::Other | Written::Nothing) => {}
             Err(e) => {
                 tracing::debug!(namespace, name, ?stage, error = %e.message, "the pod simulator's write failed");
                 // Planned again at the Pod's next change.
@@ -260,7 +285,7 @@ impl Simulator {
         }
     }
 
-    /// The write of a stage; the names of the containers that ended, if any.
+    /// The write of a stage, and what it did.
     fn write(
         &self,
         state: &mut State,
@@ -268,19 +293,19 @@ impl Simulator {
         name: &str,
         uid: &str,
         stage: Stage,
-    ) -> ApiResult<Option<Vec<String>>> {
+    ) -> ApiResult<Written> {
         let def = pods_def(state)?;
         let Ok(pod) = state.get_stored(&def, Some(namespace), name) else {
-            return Ok(None);
+            return Ok(Written::Nothing);
         };
         if uid_of(&pod) != uid || stages::next_stage(&pod) != Some(stage) {
-            return Ok(None);
+            return Ok(Written::Nothing);
         }
         let at = now();
         let status = match stage {
             Stage::Schedule => {
                 bind(state, &def, &pod, stages::NODE_NAME, &at)?;
-                return Ok(None);
+                return Ok(Written::Other);
             }
             Stage::Start => {
                 let ip = self.pod_ip();
@@ -309,16 +334,95 @@ impl Simulator {
             patch.to_string().as_bytes(),
             &kubelet_options(),
         )?;
-        let ended = matches!(stage, Stage::Complete | Stage::Stop).then(|| {
+        if stage == Stage::Start {
+            return Ok(Written::Started);
+        }
+        Ok(Written::Ended(
             pod.pointer("/spec/containers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
                 .filter_map(|c| c.get("name").and_then(Value::as_str))
                 .map(str::to_string)
-                .collect()
+                .collect(),
+        ))
+    }
+
+    /// Runs the scripts of the started Pod's containers (those the simulator understands),
+    /// each writing its lines into its container's log; then, if the Pod ends with them,
+    /// its `Complete` stage.
+    fn print(self: &Arc<Self>, shared: &Arc<Shared>, namespace: &str, name: &str, uid: &str) {
+        let pod = {
+            let state = lock(&shared.state);
+            let Ok(def) = pods_def(&state) else { return };
+            match state.get_stored(&def, Some(namespace), name) {
+                Ok(pod) if uid_of(&pod) == uid => pod,
+                _ => return,
+            }
+        };
+        let scripts: Vec<(String, Vec<script::Step>)> = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                let container = c.get("name").and_then(Value::as_str)?;
+                Some((container.to_string(), script::steps(c)?))
+            })
+            .collect();
+        if scripts.is_empty() {
+            return;
+        }
+        let completes = stages::completes(&pod) && stages::scripted(&pod);
+        let (sim, namespace, name, uid) = (
+            self.clone(),
+            namespace.to_string(),
+            name.to_string(),
+            uid.to_string(),
+        );
+        tokio::spawn(async move {
+            let runs: Vec<_> = scripts
+                .into_iter()
+                .map(|(container, steps)| {
+                    let key = (namespace.clone(), name.clone(), container);
+                    tokio::spawn(sim.clone().run_script(key, uid.clone(), steps))
+                })
+                .collect();
+            for run in runs {
+                let _ = run.await;
+            }
+            if completes && lock(&sim.planned).insert((uid.clone(), Stage::Complete)) {
+                sim.fire(&namespace, &name, &uid, Stage::Complete);
+            }
         });
-        Ok(ended)
+    }
+
+    /// One container's script: its lines into its log, while its Pod runs.
+    async fn run_script(self: Arc<Self>, key: ContainerKey, uid: String, steps: Vec<script::Step>) {
+        for step in steps {
+            match step {
+                script::Step::Sleep(d) => tokio::time::sleep(d).await,
+                script::Step::Line(line) => {
+                    let Some(shared) = self.shared.upgrade() else {
+                        return;
+                    };
+                    // A deleted (or replaced) Pod's containers print no more.
+                    let running = {
+                        let state = lock(&shared.state);
+                        pods_def(&state)
+                            .and_then(|def| state.get_stored(&def, Some(&key.0), &key.1))
+                            .is_ok_and(|pod| {
+                                uid_of(&pod) == uid
+                                    && pod.pointer("/metadata/deletionTimestamp").is_none()
+                            })
+                    };
+                    if !running {
+                        return;
+                    }
+                    shared.kubelet.append(&key, &[&line]);
+                }
+            }
+        }
     }
 
     fn pod_ip(&self) -> String {

@@ -15,7 +15,8 @@ pub enum Stage {
     Schedule,
     /// The kubelet starts its containers: `Running`, ready.
     Start,
-    /// A Job's Pod (restartPolicy `Never`/`OnFailure`) ends: `Succeeded`.
+    /// A Job's Pod, or one of scripted containers (restartPolicy `Never`/`OnFailure`),
+    /// ends: `Succeeded`.
     Complete,
     /// A deleted Pod's containers stop (the removal itself follows the grace period).
     Stop,
@@ -47,12 +48,20 @@ pub fn is_job_pod(pod: &Value) -> bool {
     owned || labelled
 }
 
-/// Whether the Pod's containers end by themselves: a Job's Pod that is not restarted.
-fn completes(pod: &Value) -> bool {
+/// Whether every container of the Pod runs a command the simulator understands (see
+/// [`script`](super::script)): the Pod then ends when their scripts do, not after a set time.
+pub fn scripted(pod: &Value) -> bool {
+    let mut all = containers(pod, "containers").peekable();
+    all.peek().is_some() && all.all(|c| super::script::steps(c).is_some())
+}
+
+/// Whether the Pod's containers end by themselves: a Job's Pod, or one whose containers all
+/// run scripts, that is not restarted.
+pub fn completes(pod: &Value) -> bool {
     matches!(
         str_at(pod, "/spec/restartPolicy"),
         Some("Never" | "OnFailure")
-    ) && is_job_pod(pod)
+    ) && (is_job_pod(pod) || scripted(pod))
 }
 
 fn any_container_running(pod: &Value) -> bool {
