@@ -523,7 +523,7 @@ impl Engine {
                             "the resource is not served anymore (its CRD was deleted?); waiting for it to come back"
                         );
                     } else if !not_found {
-                        outage.failed(&plural, &e);
+                        outage.failed(&plural, &crate::outage::describe(&e));
                     }
                     let delay = backoff.next().unwrap_or_default();
                     tokio::select! {

@@ -45,6 +45,32 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// A watch stream's failure in words, with the API server's answer as `503 Service
+/// Unavailable: its message` (kube's own text of it ends with a dump of the Status).
+pub(crate) fn describe(error: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error;
+    fn answer(error: &kube::Error) -> String {
+        match error {
+            kube::Error::Api(s) => status(s),
+            other => other.to_string(),
+        }
+    }
+    fn status(s: &kube::core::Status) -> String {
+        let reason = http::StatusCode::from_u16(s.code)
+            .ok()
+            .and_then(|c| c.canonical_reason())
+            .unwrap_or(s.reason.as_str());
+        format!("{} {reason}: {}", s.code, s.message)
+    }
+    match error {
+        Error::InitialListFailed(e) => format!("the list failed: {}", answer(e)),
+        Error::WatchStartFailed(e) => format!("the watch did not start: {}", answer(e)),
+        Error::WatchError(s) => format!("the watch ended with an error: {}", status(s)),
+        Error::WatchFailed(e) => format!("the watch failed: {}", answer(e)),
+        other => other.to_string(),
+    }
+}
+
 /// What the log says about one resource's watch stream.
 #[derive(Debug, Default)]
 pub(crate) struct FailureLog {
@@ -115,6 +141,28 @@ impl FailureLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_are_described_without_kubes_status_dump() {
+        use kube::runtime::watcher::Error;
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 503, "reason": "ServiceUnavailable",
+            "message": "injected fault: 503",
+        }))
+        .expect("a Status");
+        let listed = describe(&Error::InitialListFailed(kube::Error::Api(Box::new(
+            status.clone(),
+        ))));
+        assert_eq!(
+            listed,
+            "the list failed: 503 Service Unavailable: injected fault: 503"
+        );
+        let ended = describe(&Error::WatchError(Box::new(status)));
+        assert_eq!(
+            ended,
+            "the watch ended with an error: 503 Service Unavailable: injected fault: 503"
+        );
+    }
 
     #[test]
     fn the_backoff_is_short_capped_jittered_and_resets() {
