@@ -19,6 +19,10 @@ pub(super) fn write_options(
     headers: &HeaderMap,
     options_kind: &str,
 ) -> ApiResult<WriteOptions> {
+    let manager = params::field_manager(query.get("fieldManager").unwrap_or(""));
+    if !manager.is_empty() {
+        return Err(params::options_invalid(options_kind, manager));
+    }
     let dry_run = params::dry_run(&query.all("dryRun"), options_kind)?;
     Ok(WriteOptions {
         dry_run,
