@@ -245,6 +245,10 @@ fn cases() -> Vec<Case> {
             .answer(422, "Invalid", "=PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes").field("fieldManager"),
         case("create with a control character in fieldManager", "POST", format!("{CM}?fieldManager=a%01b")).json(cm_named("fm"))
             .answer(422, "Invalid", "=CreateOptions.meta.k8s.io \"\" is invalid: fieldManager: Invalid value: \"a\\x01b\": invalid character U+0001 (at position 1)").field("fieldManager"),
+        case("create with fieldValidation=Bogus", "POST", format!("{CM}?fieldValidation=Bogus")).json(cm_named("fv"))
+            .answer(422, "Invalid", "=CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"Bogus\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"").field("fieldValidation"),
+        case("create with a long fieldManager and dryRun=Bogus", "POST", format!("{CM}?dryRun=Bogus&fieldManager={}", "m".repeat(129))).json(cm_named("fm"))
+            .answer(422, "Invalid", "=CreateOptions.meta.k8s.io \"\" is invalid: [fieldManager: Too long: may not be more than 128 bytes, dryRun: Unsupported value: []string{\"Bogus\"}: supported values: \"All\"]").field("fieldManager"),
         // metav1.Time's decoder: a string must be an RFC 3339 time, anything else a string.
         case("create with a creationTimestamp that is not a time", "POST", CM).json(cm_meta(json!({"creationTimestamp": "yesterday"})))
             .answer(400, "BadRequest", "=ConfigMap in version \"v1\" cannot be handled as a ConfigMap: parsing time \"yesterday\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"yesterday\" as \"2006\""),

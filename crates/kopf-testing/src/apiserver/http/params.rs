@@ -157,22 +157,37 @@ pub(super) fn too_large_rv(asked: u64, current: u64) -> ApiError {
 /// `dryRun` of a write: absent, empty or `All`; anything else is kube's 422 on the options
 /// object (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`).
 pub(super) fn dry_run(values: &[&str], options_kind: &str) -> ApiResult<bool> {
+    dry_run_values(values).map_err(|c| options_invalid(options_kind, vec![c]))
+}
+
+/// `ValidateDryRun`: only `All` (empty values ignored); the cause when another is given.
+pub(super) fn dry_run_values(values: &[&str]) -> Result<bool, Cause> {
     let values: Vec<&str> = values.iter().copied().filter(|v| !v.is_empty()).collect();
     if values.iter().all(|v| *v == "All") {
         return Ok(!values.is_empty());
     }
     let list: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
-    Err(options_invalid(
-        options_kind,
-        vec![cause(
-            "FieldValueNotSupported",
-            "dryRun",
-            format!(
-                "Unsupported value: []string{{{}}}: supported values: \"All\"",
-                list.join(", ")
-            ),
-        )],
+    Err(cause(
+        "FieldValueNotSupported",
+        "dryRun",
+        format!(
+            "Unsupported value: []string{{{}}}: supported values: \"All\"",
+            list.join(", ")
+        ),
     ))
+}
+
+/// `ValidateFieldValidation`: empty, `Ignore`, `Warn` or `Strict`.
+pub(super) fn field_validation(value: Option<&str>) -> Result<Option<String>, Cause> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(v @ ("Ignore" | "Warn" | "Strict")) => Ok(Some(v.to_string())),
+        Some(other) => Err(not_supported(
+            "fieldValidation",
+            other,
+            &["", "Ignore", "Strict", "Warn"],
+        )),
+    }
 }
 
 /// kube's longest `fieldManager` (`FieldManagerMaxLength`), in bytes.
