@@ -252,6 +252,9 @@ fn cases() -> Vec<Case> {
         // metav1.Time's decoder: a string must be an RFC 3339 time, anything else a string.
         case("create with a creationTimestamp that is not a time", "POST", CM).json(cm_meta(json!({"creationTimestamp": "yesterday"})))
             .answer(400, "BadRequest", "=ConfigMap in version \"v1\" cannot be handled as a ConfigMap: parsing time \"yesterday\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"yesterday\" as \"2006\""),
+        case("update with a creationTimestamp that is not a time", "PUT", existing.clone())
+            .json(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "existing", "creationTimestamp": "2024-01-01"}}))
+            .answer(400, "BadRequest", "=ConfigMap in version \"v1\" cannot be handled as a ConfigMap: parsing time \"2024-01-01\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"\" as \"T\""),
         case("create with a creationTimestamp that is a number", "POST", CM).json(cm_meta(json!({"creationTimestamp": 5})))
             .answer(400, "BadRequest", "=ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go value of type string"),
         case("merge patch with a creationTimestamp that is not a time", "PATCH", existing.clone()).raw(MERGE, r#"{"metadata": {"creationTimestamp": "2024-13-01T00:00:00Z"}}"#)
