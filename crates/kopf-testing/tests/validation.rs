@@ -230,6 +230,39 @@ fn cases() -> Vec<Case> {
         // Patches.
         case("merge patch with force", "PATCH", format!("{existing}?force=true")).raw(MERGE, "{}")
             .answer(422, "Invalid", "=PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch").field("force"),
+        // kube reads a boolean parameter that is not "0" or "false" as true, and any force
+        // at all (even false) on a non-apply patch is refused.
+        case("merge patch with force=maybe", "PATCH", format!("{existing}?force=maybe")).raw(MERGE, "{}")
+            .answer(422, "Invalid", "=PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch").field("force"),
+        case("merge patch with force=false", "PATCH", format!("{existing}?force=false")).raw(MERGE, "{}")
+            .answer(422, "Invalid", "=PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch").field("force"),
+        // ValidateFieldManager: at most 128 bytes, printable characters only.
+        case("create with a fieldManager of 129 bytes", "POST", format!("{CM}?fieldManager={}", "m".repeat(129))).json(cm_named("fm"))
+            .answer(422, "Invalid", "=CreateOptions.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes").field("fieldManager"),
+        case("update with a fieldManager of 129 bytes", "PUT", format!("{existing}?fieldManager={}", "m".repeat(129))).json(cm_named("existing"))
+            .answer(422, "Invalid", "=UpdateOptions.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes").field("fieldManager"),
+        case("patch with a fieldManager of 129 bytes", "PATCH", format!("{existing}?fieldManager={}", "m".repeat(129))).raw(MERGE, "{}")
+            .answer(422, "Invalid", "=PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes").field("fieldManager"),
+        case("create with a control character in fieldManager", "POST", format!("{CM}?fieldManager=a%01b")).json(cm_named("fm"))
+            .answer(422, "Invalid", "=CreateOptions.meta.k8s.io \"\" is invalid: fieldManager: Invalid value: \"a\\x01b\": invalid character U+0001 (at position 1)").field("fieldManager"),
+        case("create with fieldValidation=Bogus", "POST", format!("{CM}?fieldValidation=Bogus")).json(cm_named("fv"))
+            .answer(422, "Invalid", "=CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"Bogus\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"").field("fieldValidation"),
+        case("create with a long fieldManager and dryRun=Bogus", "POST", format!("{CM}?dryRun=Bogus&fieldManager={}", "m".repeat(129))).json(cm_named("fm"))
+            .answer(422, "Invalid", "=CreateOptions.meta.k8s.io \"\" is invalid: [fieldManager: Too long: may not be more than 128 bytes, dryRun: Unsupported value: []string{\"Bogus\"}: supported values: \"All\"]").field("fieldManager"),
+        // metav1.Time's decoder: a string must be an RFC 3339 time, anything else a string.
+        case("create with a creationTimestamp that is not a time", "POST", CM).json(cm_meta(json!({"creationTimestamp": "yesterday"})))
+            .answer(400, "BadRequest", "=ConfigMap in version \"v1\" cannot be handled as a ConfigMap: parsing time \"yesterday\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"yesterday\" as \"2006\""),
+        case("update with a creationTimestamp that is not a time", "PUT", existing.clone())
+            .json(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "existing", "creationTimestamp": "2024-01-01"}}))
+            .answer(400, "BadRequest", "=ConfigMap in version \"v1\" cannot be handled as a ConfigMap: parsing time \"2024-01-01\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"\" as \"T\""),
+        case("create with a creationTimestamp that is a number", "POST", CM).json(cm_meta(json!({"creationTimestamp": 5})))
+            .answer(400, "BadRequest", "=ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go value of type string"),
+        case("merge patch with a creationTimestamp that is not a time", "PATCH", existing.clone()).raw(MERGE, r#"{"metadata": {"creationTimestamp": "2024-13-01T00:00:00Z"}}"#)
+            .answer(422, "Invalid", ": parsing time \"2024-13-01T00:00:00Z\": month out of range").field("patch"),
+        case("merge patch with a deletionTimestamp that is not a time", "PATCH", existing.clone()).raw(MERGE, r#"{"metadata": {"deletionTimestamp": "soon"}}"#)
+            .answer(422, "Invalid", ": parsing time \"soon\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"soon\" as \"2006\"").field("patch"),
+        case("merge patch with a creationTimestamp that is a list", "PATCH", existing.clone()).raw(MERGE, r#"{"metadata": {"creationTimestamp": []}}"#)
+            .answer(422, "Invalid", ": json: cannot unmarshal array into Go value of type string").field("patch"),
         case("merge patch making a label a number", "PATCH", existing.clone()).raw(MERGE, r#"{"metadata": {"labels": {"a": 1}}}"#)
             .answer(422, "Invalid", "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string").field("patch"),
         case("apply patch that is not YAML", "PATCH", format!("{existing}?fieldManager=t")).raw(APPLY, "{{{")
@@ -340,6 +373,65 @@ async fn a_watch_from_a_future_resource_version_ends_with_kubes_timeout() {
         "ResourceVersionTooLarge"
     );
     assert_eq!(event["object"]["details"]["retryAfterSeconds"], 1);
+}
+
+#[tokio::test]
+async fn what_kube_accepts_in_query_parameters_the_fake_accepts() {
+    let server = server_with_crd().await;
+    let raw = Raw::new(&server);
+    for name in ["a", "b", "c"] {
+        let made = raw.post_json(CM, &cm_named(name)).await;
+        assert_eq!(made.status, 201, "{}", made.body);
+    }
+    // A negative limit is no limit (kube's storage pages only for a limit above 0).
+    let r = raw.get(&format!("{CM}?limit=-1")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let list = r.json();
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(3));
+    assert!(list["metadata"].get("continue").is_none(), "{list}");
+    // allowWatchBookmarks=maybe asks for bookmarks (the watch ends with one); =false not.
+    let r = raw
+        .get(&format!(
+            "{CM}?watch=1&allowWatchBookmarks=maybe&timeoutSeconds=1"
+        ))
+        .await;
+    assert!(r.body.contains("\"BOOKMARK\""), "{}", r.body);
+    let r = raw
+        .get(&format!(
+            "{CM}?watch=1&allowWatchBookmarks=false&timeoutSeconds=1"
+        ))
+        .await;
+    assert!(!r.body.contains("\"BOOKMARK\""), "{}", r.body);
+    // force=maybe is a forced apply: it takes a field another manager owns.
+    let apply = |manager: &str, force: &str| format!("{CM}/a?fieldManager={manager}{force}");
+    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: one\n";
+    let r = raw
+        .send("PATCH", &apply("first", ""), APPLY, body.as_bytes())
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let other = body.replace("one", "two");
+    let r = raw
+        .send("PATCH", &apply("second", ""), APPLY, other.as_bytes())
+        .await;
+    assert_eq!(r.status, 409, "a conflict without force: {}", r.body);
+    let r = raw
+        .send(
+            "PATCH",
+            &apply("second", "&force=maybe"),
+            APPLY,
+            other.as_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["data"]["k"], "two");
+    // A fieldManager of exactly 128 bytes is fine.
+    let r = raw
+        .post_json(
+            &format!("{CM}?fieldManager={}", "m".repeat(128)),
+            &cm_named("d"),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
 }
 
 #[tokio::test]

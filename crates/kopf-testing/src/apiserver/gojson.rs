@@ -529,7 +529,7 @@ const SPECIAL: [bool; 256] = {
 };
 
 /// A string as Go's encoding/json writes it (HTML-safe).
-fn write_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
     out.push(b'"');

@@ -10,7 +10,8 @@
 //! The building blocks those layers use: [`catalog`] (resource definitions) with
 //! [`kinds`] (the built-in kinds and their storage properties, one row each), [`error`]
 //! (API errors as `Status`), [`patch`], [`selectors`], [`schema`], [`managed_fields`],
-//! [`shards`] (KEP-5866 shard selectors), [`tables`], [`protobuf`], [`discovery`] and [`openapi`] (documents of the served
+//! [`shards`] (KEP-5866 shard selectors), [`tables`] with [`jsonpath`] (kube's JSONPath
+//! dialect of printer columns), [`protobuf`], [`discovery`] and [`openapi`] (documents of the served
 //! resources) and [`control`] (faults, request log, counters).
 
 pub mod catalog;
@@ -20,6 +21,7 @@ pub mod discovery;
 pub mod error;
 pub mod gojson;
 pub mod http;
+pub mod jsonpath;
 pub mod kinds;
 pub mod kubelet;
 pub mod managed_fields;

@@ -5,6 +5,9 @@
 use serde_json::{Value, json};
 
 use crate::apiserver::catalog::ResourceDef;
+use crate::apiserver::jsonpath::JsonPath;
+
+mod cells;
 
 /// What rows carry as `object`: `None`, `Metadata` (default) or `Object`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +39,8 @@ struct Column {
     format: String,
     description: String,
     priority: i64,
-    json_path: Option<String>,
+    /// None for the Name column.
+    path: Option<JsonPath>,
 }
 
 fn columns(def: &ResourceDef, crd_columns: Option<&Value>) -> Vec<Column> {
@@ -46,7 +50,7 @@ fn columns(def: &ResourceDef, crd_columns: Option<&Value>) -> Vec<Column> {
         format: "name".into(),
         description: "Name must be unique within a namespace.".into(),
         priority: 0,
-        json_path: None,
+        path: None,
     }];
     let printer: Vec<&Value> = crd_columns
         .and_then(Value::as_array)
@@ -54,56 +58,53 @@ fn columns(def: &ResourceDef, crd_columns: Option<&Value>) -> Vec<Column> {
         .unwrap_or_default();
     if def.is_custom() && !printer.is_empty() {
         for c in printer {
+            let json_path = c["jsonPath"].as_str().unwrap_or("");
+            // kube keeps the columns before one whose path does not parse, and no others.
+            let Ok(path) = JsonPath::column(json_path) else {
+                tracing::debug!(
+                    resource = %def.plural,
+                    json_path,
+                    "printer column path does not parse; later columns left out"
+                );
+                break;
+            };
+            let description = match c["description"].as_str() {
+                Some(d) if !d.is_empty() => d.to_string(),
+                _ => format!("Custom resource definition column (in JSONPath format): {json_path}"),
+            };
             cols.push(Column {
                 name: c["name"].as_str().unwrap_or("").to_string(),
                 kind: c["type"].as_str().unwrap_or("string").to_string(),
                 format: c["format"].as_str().unwrap_or("").to_string(),
-                description: c["description"].as_str().unwrap_or("").to_string(),
+                description,
                 priority: c["priority"].as_i64().unwrap_or(0),
-                json_path: c["jsonPath"].as_str().map(str::to_string),
+                path: Some(path),
             });
         }
-    } else {
+    } else if let Ok(path) = JsonPath::column(".metadata.creationTimestamp") {
         cols.push(Column {
             name: "Age".into(),
             kind: "date".into(),
             format: String::new(),
             description: "CreationTimestamp is a timestamp representing the server time when this object was created.".into(),
             priority: 0,
-            json_path: Some(".metadata.creationTimestamp".into()),
+            path: Some(path),
         });
     }
     cols
 }
 
-/// Evaluates a simple JSONPath such as `.spec.replicas` or `.status.conditions[0].type`.
-fn eval(obj: &Value, path: &str) -> Value {
-    let mut cur = obj;
-    for part in path.trim_start_matches('.').split('.') {
-        if part.is_empty() {
-            continue;
-        }
-        let (name, index) = match part.split_once('[') {
-            Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
-            None => (part, None),
-        };
-        if !name.is_empty() {
-            match cur.get(name) {
-                Some(v) => cur = v,
-                None => return Value::Null,
-            }
-        }
-        if let Some(i) = index {
-            match cur.get(i) {
-                Some(v) => cur = v,
-                None => return Value::Null,
-            }
-        }
+/// A cell as kube-apiserver's CRD table convertor makes it from the column's first result:
+/// a `string` column prints any value (JSON text for lists and maps, `<no value>` for null);
+/// the other types take a value of their type and are null otherwise.
+fn cell(path: &JsonPath, kind: &str, obj: &Value) -> Value {
+    let Some(found) = path.first(obj) else {
+        return Value::Null;
+    };
+    if kind == "string" {
+        return Value::String(cells::text(&found));
     }
-    match cur {
-        Value::Object(_) | Value::Array(_) => Value::String(cur.to_string()),
-        other => other.clone(),
-    }
+    cells::typed(kind, &found)
 }
 
 /// Renders an age as kubectl and the API server do (`45s`, `5m3s`, `3h`, `2d4h`, `3y`).
@@ -159,14 +160,6 @@ pub fn human_duration(secs: i64) -> String {
     format!("{years}y")
 }
 
-fn age(v: &Value) -> Value {
-    let Some(ts) = v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok()) else {
-        return Value::Null;
-    };
-    let secs = jiff::Timestamp::now().as_second() - ts.as_second();
-    Value::String(human_duration(secs))
-}
-
 fn row(
     obj: &Value,
     cols: &[Column],
@@ -176,13 +169,12 @@ fn row(
 ) -> Value {
     let cells: Vec<Value> = cols
         .iter()
-        .map(|c| match &c.json_path {
+        .map(|c| match &c.path {
             None => obj
                 .pointer("/metadata/name")
                 .cloned()
                 .unwrap_or_else(|| json!("")),
-            Some(p) if c.kind == "date" => age(&eval(obj, p)),
-            Some(p) => eval(obj, p),
+            Some(p) => cell(p, &c.kind, obj),
         })
         .collect();
     let mut r = json!({"cells": cells});
@@ -230,17 +222,82 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accept_and_jsonpath() {
+    fn include_object_parses() {
         assert_eq!(IncludeObject::parse(None), Some(IncludeObject::Metadata));
         assert_eq!(
             IncludeObject::parse(Some("Object")),
             Some(IncludeObject::Object)
         );
         assert_eq!(IncludeObject::parse(Some("bogus")), None);
-        let o = json!({"spec": {"a": [{"b": 1}]}, "status": {"m": {"x": 1}}});
-        assert_eq!(eval(&o, ".spec.a[0].b"), json!(1));
-        assert_eq!(eval(&o, ".status.m"), json!("{\"x\":1}"));
-        assert_eq!(eval(&o, ".nope"), Value::Null);
+    }
+
+    fn crd_table(columns: Value, objects: &[Value]) -> Value {
+        let def = ResourceDef {
+            group: "kopf.dev".into(),
+            version: "v1".into(),
+            plural: "kopfexamples".into(),
+            singular: "kopfexample".into(),
+            kind: "KopfExample".into(),
+            namespaced: true,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            status: false,
+            scale: None,
+            generation: true,
+            crd: Some("kopfexamples.kopf.dev".into()),
+            schema: None,
+            storage_version: true,
+            return_deleted_object: false,
+            printer_columns: None,
+        };
+        table(
+            &def,
+            "meta.k8s.io/v1",
+            Some(&columns),
+            objects,
+            json!({}),
+            IncludeObject::None,
+        )
+    }
+
+    #[test]
+    fn printer_columns_take_the_first_result_of_kubes_jsonpath() {
+        let columns = json!([
+            {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+            {"name": "Hosts", "type": "string", "jsonPath": ".spec.servers[*].hosts"},
+            {"name": "First", "type": "string", "jsonPath": ".spec.servers[0].hosts[0]"},
+            {"name": "Count", "type": "integer", "jsonPath": ".spec.count"},
+            {"name": "Wrong", "type": "integer", "jsonPath": ".spec.name"},
+            {"name": "Missing", "type": "string", "jsonPath": ".spec.nope"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]);
+        let obj = json!({"metadata": {"name": "a", "creationTimestamp": "bogus"},
+            "spec": {"name": "x", "count": 3, "servers": [{"hosts": ["foo"]}, {"hosts": ["bar", "baz"]}]},
+            "status": {"conditions": [{"type": "Synced", "status": "False"}, {"type": "Ready", "status": "True"}]}});
+        let t = crd_table(columns, &[obj]);
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!(["a", "True", "[\"foo\"]", "foo", 3, null, null, "<invalid>"])
+        );
+        assert_eq!(
+            t["columnDefinitions"][1]["description"],
+            "Custom resource definition column (in JSONPath format): .status.conditions[?(@.type==\"Ready\")].status"
+        );
+    }
+
+    #[test]
+    fn columns_stop_at_a_path_that_does_not_parse() {
+        let columns = json!([
+            {"name": "A", "type": "string", "jsonPath": ".spec.a"},
+            {"name": "Bad", "type": "string", "jsonPath": ".spec[?(@.a"},
+            {"name": "C", "type": "string", "jsonPath": ".spec.c"},
+        ]);
+        let t = crd_table(
+            columns,
+            &[json!({"metadata": {"name": "n"}, "spec": {"a": "1", "c": "3"}})],
+        );
+        assert_eq!(t["rows"][0]["cells"], json!(["n", "1"]));
+        assert_eq!(t["columnDefinitions"].as_array().map(Vec::len), Some(2));
     }
 
     #[test]

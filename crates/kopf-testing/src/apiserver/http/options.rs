@@ -19,22 +19,27 @@ pub(super) fn write_options(
     headers: &HeaderMap,
     options_kind: &str,
 ) -> ApiResult<WriteOptions> {
-    let dry_run = params::dry_run(&query.all("dryRun"), options_kind)?;
+    // ValidateCreateOptions (and its Update and Patch forms): every cause in one 422.
+    let mut causes = params::field_manager(query.get("fieldManager").unwrap_or(""));
+    let dry_run = params::dry_run_values(&query.all("dryRun")).unwrap_or_else(|c| {
+        causes.push(c);
+        false
+    });
+    let field_validation =
+        params::field_validation(query.get("fieldValidation")).unwrap_or_else(|c| {
+            causes.push(c);
+            None
+        });
+    if !causes.is_empty() {
+        return Err(params::options_invalid(options_kind, causes));
+    }
     Ok(WriteOptions {
         dry_run,
         field_manager: query.get("fieldManager").map(str::to_string),
         force: query.bool("force")?,
         user_agent: header_str(headers, header::USER_AGENT),
         apply: false,
-        field_validation: match query.get("fieldValidation") {
-            None | Some("") => None,
-            Some(v @ ("Ignore" | "Warn" | "Strict")) => Some(v.to_string()),
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "fieldValidation must be one of \"Ignore\", \"Warn\" or \"Strict\", got {other:?}"
-                )));
-            }
-        },
+        field_validation,
     })
 }
 

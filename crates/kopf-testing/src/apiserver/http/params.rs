@@ -1,7 +1,7 @@
 //! The query parameters kube-apiserver checks before it reads or writes anything:
 //! `ListOptions` (`resourceVersion`, `resourceVersionMatch`, `sendInitialEvents`,
-//! `continue`, `limit`, `timeoutSeconds`), the `dryRun` of the write options and the
-//! resourceVersions a list or watch may ask for. Each refusal is kube's: the code, the
+//! `continue`, `limit`, `timeoutSeconds`), the `dryRun` and `fieldManager` of the write
+//! options and the resourceVersions a list or watch may ask for. Each refusal is kube's: the code, the
 //! `*Options.meta.k8s.io` kind and the causes.
 
 use serde_json::json;
@@ -157,22 +157,106 @@ pub(super) fn too_large_rv(asked: u64, current: u64) -> ApiError {
 /// `dryRun` of a write: absent, empty or `All`; anything else is kube's 422 on the options
 /// object (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`).
 pub(super) fn dry_run(values: &[&str], options_kind: &str) -> ApiResult<bool> {
+    dry_run_values(values).map_err(|c| options_invalid(options_kind, vec![c]))
+}
+
+/// `ValidateDryRun`: only `All` (empty values ignored); the cause when another is given.
+pub(super) fn dry_run_values(values: &[&str]) -> Result<bool, Cause> {
     let values: Vec<&str> = values.iter().copied().filter(|v| !v.is_empty()).collect();
     if values.iter().all(|v| *v == "All") {
         return Ok(!values.is_empty());
     }
     let list: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
-    Err(options_invalid(
-        options_kind,
-        vec![cause(
-            "FieldValueNotSupported",
-            "dryRun",
-            format!(
-                "Unsupported value: []string{{{}}}: supported values: \"All\"",
-                list.join(", ")
-            ),
-        )],
+    Err(cause(
+        "FieldValueNotSupported",
+        "dryRun",
+        format!(
+            "Unsupported value: []string{{{}}}: supported values: \"All\"",
+            list.join(", ")
+        ),
     ))
+}
+
+/// `ValidateFieldValidation`: empty, `Ignore`, `Warn` or `Strict`.
+pub(super) fn field_validation(value: Option<&str>) -> Result<Option<String>, Cause> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(v @ ("Ignore" | "Warn" | "Strict")) => Ok(Some(v.to_string())),
+        Some(other) => Err(not_supported(
+            "fieldValidation",
+            other,
+            &["", "Ignore", "Strict", "Warn"],
+        )),
+    }
+}
+
+/// kube's longest `fieldManager` (`FieldManagerMaxLength`), in bytes.
+const FIELD_MANAGER_MAX: usize = 128;
+
+/// `ValidateFieldManager` of the create, update and patch options: at most 128 bytes, and
+/// only printable characters (one cause per character that is not).
+pub(super) fn field_manager(value: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if value.len() > FIELD_MANAGER_MAX {
+        causes.push(cause(
+            "FieldValueTooLong",
+            "fieldManager",
+            format!("Too long: may not be more than {FIELD_MANAGER_MAX} bytes"),
+        ));
+    }
+    for (i, c) in value.char_indices().filter(|(_, c)| !go_is_print(*c)) {
+        causes.push(cause(
+            "FieldValueInvalid",
+            "fieldManager",
+            format!(
+                "Invalid value: {}: invalid character U+{:04X} (at position {i})",
+                go_quote(value),
+                c as u32
+            ),
+        ));
+    }
+    causes
+}
+
+/// Go's `unicode.IsPrint`: letters, marks, numbers, punctuation, symbols and the ASCII
+/// space. Approximated without Unicode's category tables: control, space and format
+/// characters and private use are not printable (unassigned code points count as printable
+/// here).
+fn go_is_print(c: char) -> bool {
+    if c == ' ' {
+        return true;
+    }
+    let format_or_private = matches!(c as u32,
+        0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x180E | 0x200B..=0x200F
+        | 0x202A..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB
+        | 0xE000..=0xF8FF | 0xE0001 | 0xE0020..=0xE007F | 0xF0000..);
+    !(c.is_control() || c.is_whitespace() || format_or_private)
+}
+
+/// Go's `%q` of a string (`strconv.Quote`).
+fn go_quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7F => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if go_is_print(c) => out.push(c),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// `propagationPolicy` of a delete.

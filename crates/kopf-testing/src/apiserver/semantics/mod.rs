@@ -14,6 +14,7 @@ mod defaults;
 mod delete;
 pub mod events;
 mod gc;
+mod gotime;
 mod meta;
 mod names;
 mod namespaces;

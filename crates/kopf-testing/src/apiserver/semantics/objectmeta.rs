@@ -4,7 +4,8 @@
 //! * **decoding** ([`check_types`]): the JSON types Go's decoder needs (strings, maps of
 //!   strings, lists of strings, integers, the owner references' fields). kube answers
 //!   400 BadRequest with the decoder's message; a patch whose result does not decode is
-//!   422 on the field `patch` ([`patch_decode_error`]);
+//!   422 on the field `patch` ([`patch_decode_error`]). A built-in kind's timestamps are
+//!   `metav1.Time`: a string that is not an RFC 3339 time gets Go's `time.Parse` error;
 //! * **validation** ([`validate_meta`]): `ValidateObjectMeta`: the name by the kind's rule,
 //!   generateName, label keys and values, annotation keys and their 256 KiB total,
 //!   finalizer names, owner references, a non-negative generation. kube answers 422
@@ -49,6 +50,8 @@ struct TypeError {
     value: String,
     field: String,
     go_type: &'static str,
+    /// An error of a type's own decoder (`metav1.Time`), written as it is.
+    raw: Option<String>,
 }
 
 impl TypeError {
@@ -57,10 +60,34 @@ impl TypeError {
             value: if integer { json_type(v) } else { json_kind(v) },
             field: field.into(),
             go_type,
+            raw: None,
         }
     }
 
+    /// The error of `metav1.Time`'s decoder for a timestamp that is not a JSON string or
+    /// null (it decodes the value into a Go string) or a string that is not an RFC 3339
+    /// time (Go's `time.Parse` error).
+    fn time(v: &Value) -> Option<Self> {
+        let raw = match v {
+            Value::Null => return None,
+            Value::String(s) => super::gotime::rfc3339_error(s)?,
+            other => format!(
+                "json: cannot unmarshal {} into Go value of type string",
+                json_kind(other)
+            ),
+        };
+        Some(TypeError {
+            value: String::new(),
+            field: String::new(),
+            go_type: "v1.Time",
+            raw: Some(raw),
+        })
+    }
+
     fn message(&self) -> String {
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
         format!(
             "json: cannot unmarshal {} into Go struct field {} of type {}",
             self.value, self.field, self.go_type
@@ -90,7 +117,8 @@ fn check_string_map(m: &Map<String, Value>, key: &str) -> Result<(), TypeError> 
     }
 }
 
-fn check_metadata(kind: &str, meta: &Value) -> Result<(), TypeError> {
+/// `typed`: a built-in kind, whose timestamps Go decodes as `metav1.Time`.
+fn check_metadata(kind: &str, meta: &Value, typed: bool) -> Result<(), TypeError> {
     let m = match meta {
         Value::Null => return Ok(()),
         Value::Object(m) => m,
@@ -113,6 +141,12 @@ fn check_metadata(kind: &str, meta: &Value) -> Result<(), TypeError> {
         "creationTimestamp",
         "deletionTimestamp",
     ] {
+        if typed
+            && key.ends_with("Timestamp")
+            && let Some(e) = m.get(key).and_then(TypeError::time)
+        {
+            return Err(e);
+        }
         if let Some(v) = m.get(key).filter(|v| !is_string_or_null(v)) {
             let go_type = if key.ends_with("Timestamp") {
                 "v1.Time"
@@ -241,7 +275,7 @@ pub(crate) fn check_types(def: &ResourceDef, body: &Value) -> ApiResult<()> {
         }
     }
     if let Some(meta) = top.get("metadata")
-        && let Err(e) = check_metadata(&def.kind, meta)
+        && let Err(e) = check_metadata(&def.kind, meta, !def.is_custom())
     {
         return Err(ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: {}",
@@ -257,10 +291,18 @@ pub(crate) fn check_types(def: &ResourceDef, body: &Value) -> ApiResult<()> {
 /// A patch whose result does not decode: kube's 422 on the field `patch`, with the patched
 /// object as the value.
 pub(crate) fn patch_decode_error(patched: &Value, decode: &ApiError) -> ApiError {
+    // The decoder's own error, after "<Kind> in version ... cannot be handled as a <Kind>: ".
     let detail = decode
         .message
-        .split_once(": json: ")
-        .map(|(_, rest)| format!("json: {rest}"))
+        .split_once(" cannot be handled as a ")
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .map(|(_, detail)| detail.to_string())
+        .or_else(|| {
+            decode
+                .message
+                .split_once(": json: ")
+                .map(|(_, rest)| format!("json: {rest}"))
+        })
         .unwrap_or_else(|| decode.message.clone());
     let value = patched.to_string();
     ApiError::invalid(
