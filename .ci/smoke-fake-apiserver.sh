@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Starts `kopf fake-apiserver` as a user would and drives it with kubectl 1.31 and 1.32:
-# CRD and custom resources, ConfigMaps, Services, Deployments; then stops it with SIGTERM.
+# Starts `kopf fake-apiserver` as a user would and drives it with kubectl (kubectl.1.31 and
+# kubectl.1.32 when they are installed beside the kubectl on the PATH, as the Google Cloud
+# SDK does; else the kubectl on the PATH): CRD and custom resources, ConfigMaps, Services,
+# Deployments; then stops it with SIGTERM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="$(mktemp -d)"
@@ -16,9 +18,15 @@ done
 grep 'listening on http://127.0.0.1:' "$work/out.log"
 export KUBECONFIG="$work/kubeconfig"
 kubectl_dir="$(dirname "$(readlink -f "$(command -v kubectl)")")"
-passed=0
+versions=()
 for v in 1.31 1.32; do
+  if [ -x "$kubectl_dir/kubectl.$v" ]; then versions+=("$v"); fi
+done
+[ "${#versions[@]}" -gt 0 ] || versions=(path)
+passed=0
+for v in "${versions[@]}"; do
   k="$kubectl_dir/kubectl.$v"
+  [ "$v" != path ] || k="$(command -v kubectl)"
   export HOME="$work/home-$v"
   mkdir -p "$HOME"
   echo "== kubectl $v"

@@ -13,6 +13,10 @@
 //! `#[ignore]`d cluster tests of kube-rs 5.0's published crates against the fake API server
 //! and checks the outcome against the list of expected failures (see `conformance.rs`).
 //!
+//! `cargo xtask kubectl-matrix [--kubectl PATH]...` runs kopf-testing's kubectl tests once
+//! per kubectl binary: those given, or every `kubectl.1.NN` beside the PATH's kubectl (see
+//! `kubectl_matrix.rs`).
+//!
 //! `cargo xtask layout` checks the house rules: no import circle between a crate's modules,
 //! no source file over 800 lines of non-test code, no module named in ARCHITECTURE.md that
 //! the code lacks (see `layout.rs`), no doc example of `kopf` that names an inner crate or
@@ -41,6 +45,7 @@ mod coverage;
 mod docpaths;
 mod e2e;
 mod image;
+mod kubectl_matrix;
 mod layout;
 
 use std::time::{Duration, Instant};
@@ -120,6 +125,17 @@ enum Cmd {
     /// image's size. Then runs kopf-testing's testcontainers test (`--no-testcontainers` to
     /// leave it out). Exits non-zero on any failure.
     Image(image::ImageArgs),
+    /// kopf-testing's kubectl tests (crates/kopf-testing/tests/kubectl.rs) once per kubectl
+    /// binary, each given to the tests as KOPF_TEST_KUBECTL.
+    ///
+    /// The binaries: those given with --kubectl, or else every `kubectl.1.NN` in the PATH's
+    /// directories and beside the kubectl on the PATH (symbolic links resolved; the Google
+    /// Cloud SDK installs kubectl.1.27 to kubectl.1.33 there). Fails, saying so, when it finds
+    /// none. kubectl 1.28 and older are listed as unsupported and not run (their `apply`
+    /// needs /openapi/v2, which the fake API server does not serve). Prints a table (version,
+    /// binary, test result, time) and exits non-zero when a run fails. About 12 s per binary
+    /// once the test is built.
+    KubectlMatrix(kubectl_matrix::MatrixArgs),
     /// The house rules of the source tree: no import circle between the modules of a crate,
     /// no source file over 800 lines of non-test code (unless it says why with a
     /// `// layout: ...` comment), every module and file ARCHITECTURE.md names exists, the
@@ -191,6 +207,13 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Layout => layout::run(),
+        Cmd::KubectlMatrix(args) => {
+            if let Err(e) = kubectl_matrix::run(args) {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Cmd::Image(args) => {
             if let Err(e) = image::run(args).await {
                 eprintln!("error: {e:#}");

@@ -1,9 +1,15 @@
-//! Conformance: the real kubectl (1.31 and 1.32, and the version dispatcher) drives the
-//! fake API server over HTTP, as a user would. Each test has its own HOME and cache dir.
+//! Conformance: the real kubectl drives the fake API server over HTTP, as a user would. Each
+//! test has its own HOME and cache dir.
 //!
-//! These tests need `kubectl` on the PATH (a prerequisite of the tests). Without it they
-//! fail with a message saying so; to leave them out on purpose, `cargo test --workspace --
-//! --skip kubectl` (cargo reports them as filtered out, not as passed).
+//! The kubectl is `KOPF_TEST_KUBECTL` if set (a path), else the `kubectl` on the PATH: any
+//! supported minor (1.27 to 1.33). Where kubectl's behaviour differs by minor (1.32 and later
+//! send protobuf bodies from typed commands), a test asks the kubectl which minor it is and
+//! checks that minor's behaviour. `cargo xtask kubectl-matrix` runs this file once per
+//! `kubectl.1.NN` binary found (see README.md).
+//!
+//! Without kubectl these tests fail with a message saying so; to leave them out on purpose,
+//! `cargo test --workspace -- --skip kubectl` (cargo reports them as filtered out, not as
+//! passed).
 
 mod common;
 
@@ -19,28 +25,34 @@ struct Kubectl {
     kubeconfig: PathBuf,
 }
 
-fn find_kubectl(version: Option<&str>) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let dispatcher = std::env::split_paths(&path)
-        .map(|p| p.join("kubectl"))
-        .find(|p| p.is_file())?;
-    match version {
-        None => Some(dispatcher),
-        Some(v) => {
-            let real = std::fs::canonicalize(&dispatcher).ok()?;
-            let versioned = real.parent()?.join(format!("kubectl.{v}"));
-            versioned.is_file().then_some(versioned)
-        }
+/// `KOPF_TEST_KUBECTL`, or the first `kubectl` on the PATH.
+fn find_kubectl() -> Result<PathBuf, String> {
+    if let Some(given) = std::env::var_os("KOPF_TEST_KUBECTL") {
+        let given = PathBuf::from(given);
+        return if given.is_file() {
+            Ok(given)
+        } else {
+            Err(format!(
+                "KOPF_TEST_KUBECTL={} is not a file",
+                given.display()
+            ))
+        };
     }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|p| p.join("kubectl"))
+                .find(|p| p.is_file())
+        })
+        .ok_or_else(|| "kubectl is not on the PATH".to_string())
 }
 
-fn kubectl_for(server: &FakeApiServer, version: Option<&str>) -> Kubectl {
-    let Some(bin) = find_kubectl(version) else {
-        let what = version.map_or("kubectl".to_string(), |v| format!("kubectl.{v}"));
+fn kubectl_for(server: &FakeApiServer) -> Kubectl {
+    let bin = find_kubectl().unwrap_or_else(|e| {
         panic!(
-            "{what} is not installed next to the kubectl on the PATH; install it (a prerequisite of the tests), or leave these tests out: cargo test --workspace -- --skip kubectl"
-        );
-    };
+            "{e}; install kubectl (any of 1.27 to 1.33; a prerequisite of the tests), or leave these tests out: cargo test --workspace -- --skip kubectl"
+        )
+    });
     let home = tempfile::tempdir().expect("temp home");
     let kubeconfig = home.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
@@ -49,6 +61,15 @@ fn kubectl_for(server: &FakeApiServer, version: Option<&str>) -> Kubectl {
         home,
         kubeconfig,
     }
+}
+
+/// The minor of a `version` object (`"32"`, or `"32+"` as some vendors' builds say).
+fn minor_of(version: &Value) -> u32 {
+    let minor = version["minor"].as_str().unwrap_or_default();
+    let digits: String = minor.chars().take_while(char::is_ascii_digit).collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no minor version in {version}"))
 }
 
 impl Kubectl {
@@ -104,6 +125,13 @@ impl Kubectl {
         stdout
     }
 
+    /// The minor version of the kubectl that talks to this server, from `kubectl version`
+    /// against it: a version dispatcher (one vendor's `kubectl` runs `kubectl.1.NN` after the
+    /// server's minor) reports the binary it ran, which `--client` alone cannot know.
+    async fn client_minor(&self) -> u32 {
+        minor_of(&self.json(&["version"]).await["clientVersion"])
+    }
+
     async fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
@@ -152,10 +180,13 @@ spec:
           image: busybox:1.36
 "#;
 
-/// The scenario of the acceptance criteria, for one kubectl binary.
-async fn scenario(version: Option<&str>) {
+/// The scenario of the acceptance criteria: CRDs, custom and built-in objects, patches of
+/// every type, labels, watch, explain, apply (client- and server-side), chunked lists,
+/// namespaces and deletes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scenario() {
     let server = FakeApiServer::start().await.expect("start");
-    let k = kubectl_for(&server, version);
+    let k = kubectl_for(&server);
     let crd = examples().join("crd.yaml");
     let obj = examples().join("obj.yaml");
     let crd = crd.to_str().expect("utf-8 path");
@@ -387,37 +418,37 @@ async fn scenario(version: Option<&str>) {
     assert!(String::from_utf8_lossy(&gone.stderr).contains("not found"));
 }
 
+/// `kubectl version` shows the version the server is configured with; a version dispatcher
+/// (a `kubectl` that reports itself as `-dispatcher`) runs the binary of the server's minor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_1_31_scenario() {
-    scenario(Some("1.31")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_1_32_scenario() {
-    scenario(Some("1.32")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dispatcher_picks_kubectl_by_reported_minor() {
-    let server = FakeApiServer::start().await.expect("start");
-    let k = kubectl_for(&server, None);
-    let out = k.run(&["version", "-o", "json"]).await;
-    let v: Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["serverVersion"]["minor"], "31");
-    assert_eq!(
-        v["clientVersion"]["minor"], "31",
-        "the dispatcher ran kubectl 1.31"
-    );
+async fn kubectl_version_shows_the_configured_server_version() {
+    let server = FakeApiServer::builder()
+        .version("1", "30")
+        .start()
+        .await
+        .expect("start");
+    let k = kubectl_for(&server);
+    let v = k.json(&["version"]).await;
+    assert_eq!(v["serverVersion"]["minor"], "30", "{v}");
+    assert_eq!(v["serverVersion"]["gitVersion"], "v1.30.0", "{v}");
+    let client = k.json(&["version", "--client"]).await["clientVersion"].clone();
+    let dispatcher = client["gitVersion"]
+        .as_str()
+        .is_some_and(|g| g.contains("dispatcher"));
+    if dispatcher {
+        assert_eq!(
+            v["clientVersion"]["minor"], "30",
+            "the dispatcher ran kubectl 1.30: {v}"
+        );
+    } else {
+        assert_eq!(v["clientVersion"], client, "the same binary answered");
+    }
     // Discovery-based commands.
     let resources = k.run(&["api-resources"]).await;
     assert!(
         resources.contains("configmaps") && resources.contains("deployments"),
         "{resources}"
     );
-    // Typed create works with the default (JSON-speaking) kubectl.
-    k.run(&["create", "configmap", "typed", "--from-literal=a=b"])
-        .await;
-    assert_eq!(k.json(&["get", "cm", "typed"]).await["data"]["a"], "b");
 }
 
 /// Over HTTPS kubectl verifies the fake's certificate with the kubeconfig's
@@ -430,7 +461,7 @@ async fn kubectl_over_https_verifies_the_generated_ca() {
         .await
         .expect("start");
     assert!(server.url().starts_with("https://127.0.0.1:"));
-    let k = kubectl_for(&server, None);
+    let k = kubectl_for(&server);
     k.run_in(
         &["apply", "-f", "-"],
         Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: tls}\ndata: {a: b}\n"),
@@ -477,10 +508,18 @@ async fn kubectl_over_https_verifies_the_generated_ca() {
     );
 }
 
+/// Typed commands (`kubectl create configmap` and the like): kubectl 1.32 and later send
+/// protobuf bodies, earlier ones JSON; the objects come out the same. The server says it is
+/// 1.33, so a version dispatcher runs a protobuf-speaking kubectl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_1_32_typed_commands_send_protobuf() {
-    let server = FakeApiServer::start().await.expect("start");
-    let k = kubectl_for(&server, Some("1.32"));
+async fn kubectl_typed_commands_send_protobuf_from_1_32_and_json_before() {
+    let server = FakeApiServer::builder()
+        .version("1", "33")
+        .start()
+        .await
+        .expect("start");
+    let k = kubectl_for(&server);
+    let protobuf = k.client_minor().await >= 32;
     k.run(&[
         "create",
         "configmap",
@@ -505,21 +544,39 @@ async fn kubectl_1_32_typed_commands_send_protobuf() {
     );
     k.run(&["create", "serviceaccount", "robot"]).await;
     assert_eq!(k.run(&["auth", "can-i", "get", "pods"]).await.trim(), "yes");
-    let pb = server
+    // configmap, secret, namespace, serviceaccount, the SelfSubjectAccessReview.
+    let posted: Vec<String> = server
         .requests()
         .into_iter()
-        .filter(|r| {
-            r.content_type
-                .starts_with("application/vnd.kubernetes.protobuf")
-        })
-        .count();
-    assert!(pb >= 5, "kubectl 1.32 sent protobuf bodies ({pb})");
-    let refused = k
+        .filter(|r| r.method == "POST")
+        .map(|r| r.content_type)
+        .collect();
+    let expected = if protobuf {
+        "application/vnd.kubernetes.protobuf"
+    } else {
+        "application/json"
+    };
+    assert!(
+        posted.len() >= 5 && posted.iter().all(|t| t.starts_with(expected)),
+        "every body is {expected}: {posted:?}"
+    );
+    // A kind the fake has no protobuf decoder for is refused, saying which; as JSON it is
+    // created.
+    let deployment = k
         .try_run(&["create", "deployment", "d", "--image=busybox"], None)
         .await;
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("not apps/v1 Deployment"), "{stderr}");
+    let stderr = String::from_utf8_lossy(&deployment.stderr);
+    if protobuf {
+        assert!(!deployment.status.success());
+        assert!(stderr.contains("not apps/v1 Deployment"), "{stderr}");
+    } else {
+        assert!(deployment.status.success(), "{stderr}");
+        let d = k.json(&["get", "deployment", "d"]).await;
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["image"],
+            "busybox"
+        );
+    }
 }
 
 /// Admission webhooks as kubectl users see them: denials on stderr, warnings printed.
@@ -562,7 +619,7 @@ async fn kubectl_shows_webhook_denials_and_warnings() {
             )],
         ))
         .expect("configuration");
-    let k = kubectl_for(&server, None);
+    let k = kubectl_for(&server);
     let manifest = |name: &str, tier: &str| {
         format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels:\n    tier: {tier}\ndata:\n  k: v\n"
@@ -620,7 +677,7 @@ async fn kubectl_gets_objects_converted_to_another_version() {
             "metadata": {"name": "stored-v1", "namespace": "default"}, "spec": {"field": "one"}}),
         )
         .expect("object");
-    let k = kubectl_for(&server, None);
+    let k = kubectl_for(&server);
     let got = k
         .json(&["get", "kopfexamples.v2.kopf.dev", "stored-v1"])
         .await;
@@ -679,7 +736,7 @@ async fn kubectl_auth_can_i_follows_the_rbac_objects() {
              subjects: [{kind: ServiceAccount, name: robot, namespace: default}]\n",
         )
         .expect("applied");
-    let k = kubectl_for(&server, Some("1.31"));
+    let k = kubectl_for(&server);
     let robot = "--as=system:serviceaccount:default:robot";
     let can = |out: std::process::Output| String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(
@@ -717,7 +774,7 @@ async fn kubectl_auth_can_i_follows_the_rbac_objects() {
 #[tokio::test]
 async fn kubectl_sees_the_bootstrap_content() {
     let server = FakeApiServer::start().await.expect("start");
-    let k = kubectl_for(&server, Some("1.31"));
+    let k = kubectl_for(&server);
     let svc = k
         .json(&["get", "service", "kubernetes", "-o", "json"])
         .await;

@@ -223,10 +223,12 @@ async fn python_kopf_runs_example_01_against_the_fake_server() {
     assert!(finalizer_patch.body.contains("\"test\""));
 }
 
-/// Python Kopf's admission example (its example 17, trimmed): `kopf.WebhookAutoServer`
-/// probes the API server's certificate to guess the cluster type, then serves with a
-/// self-signed certificate it generates (a CA certificate, put in the `caBundle` as is), and
-/// Kopf manages the webhook configurations.
+/// Python Kopf's admission example (its example 17: `kopf.WebhookAutoServer`, Kopf managing
+/// the webhook configurations, its validating and mutating handlers without the ones that
+/// need a cluster's client certificates). `WebhookAutoServer` first reads the API server's
+/// certificate with a TLS handshake to the kubeconfig's host and port (cluster detection,
+/// whatever the URL's scheme), then serves with a self-signed certificate it generates (a
+/// CA certificate, put in the `caBundle` as is).
 const KOPF_ADMISSION: &str = r#"
 import re
 
@@ -252,22 +254,26 @@ def config(settings: kopf.OperatorSettings, **_):
     settings.admission.server = kopf.WebhookAutoServer()
     settings.admission.managed = 'auto.kopf.dev'
 
-@kopf.on.validate('kopfexamples')
+@kopf.on.validate('kex')
 def validate1(spec, dryrun, **_):
     if not dryrun and spec.get('field') == 'wrong':
         raise kopf.AdmissionError("Meh! I don't like it. Change the field.")
 
-@kopf.on.mutate('kopfexamples')
+@kopf.on.validate('kex', field='spec.field', value='not-allowed')
+def validate2(**_):
+    raise kopf.AdmissionError("I'm too lazy anyway. Go away!", code=555)
+
+@kopf.on.mutate('kex', labels={'somelabel': 'somevalue'})
 def mutate1(patch: kopf.Patch, **_):
-    patch.spec['injected'] = True
+    patch.spec['injected'] = 123
 "#;
 
-/// Python Kopf's admission webhooks against the fake over HTTPS: the cluster detection reads
-/// the fake's certificate (it fails over plain HTTP), Kopf's own self-signed certificate is
-/// trusted by the fake's webhook client as kube-apiserver trusts it, an object is refused by
-/// the validating webhook and another one mutated.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_kopf_admission_webhooks_over_https_with_its_own_certificate() {
+/// Python Kopf's admission example against the fake over plain HTTP (the default) or HTTPS:
+/// its cluster detection completes (the plain port answers its TLS handshake too), Kopf's
+/// own self-signed certificate is trusted by the fake's webhook client as kube-apiserver
+/// trusts it, objects are refused by the validating handlers with their codes, and only the
+/// labelled one is mutated.
+async fn kopf_admission_example(tls: bool) {
     use kopf_testing::WebhookOutcome;
     use kube::api::{Api, DynamicObject, PostParams};
     use kube::core::{ApiResource, GroupVersionKind};
@@ -281,7 +287,7 @@ async fn python_kopf_admission_webhooks_over_https_with_its_own_certificate() {
         Err(e) => panic!("{e}\n(to leave the Python tests out: -- --skip python_)"),
     };
     let server = FakeApiServer::builder()
-        .tls(true)
+        .tls(tls)
         .start()
         .await
         .expect("start");
@@ -327,6 +333,9 @@ async fn python_kopf_admission_webhooks_over_https_with_its_own_certificate() {
             ready = true;
             break;
         }
+        if child.try_wait().ok().flatten().is_some() {
+            break;
+        }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     if !ready {
@@ -345,37 +354,51 @@ async fn python_kopf_admission_webhooks_over_https_with_its_own_certificate() {
         "kopfexamples",
     );
     let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
-    let mut bad = common::kex("bad");
-    bad["spec"]["field"] = "wrong".into();
-    let bad: DynamicObject = serde_json::from_value(bad).expect("obj");
-    let refused = api.create(&PostParams::default(), &bad).await;
-    let good: DynamicObject = serde_json::from_value(common::kex("good")).expect("obj");
-    let created = api.create(&PostParams::default(), &good).await;
+    let object = |name: &str, field: &str, labelled: bool| -> DynamicObject {
+        let mut o = common::kex(name);
+        o["spec"]["field"] = field.into();
+        if labelled {
+            o["metadata"]["labels"] = serde_json::json!({"somelabel": "somevalue"});
+        }
+        serde_json::from_value(o).expect("obj")
+    };
+    let pp = PostParams::default();
+    let wrong = api.create(&pp, &object("wrong", "wrong", false)).await;
+    let lazy = api.create(&pp, &object("lazy", "not-allowed", false)).await;
+    let labelled = api.create(&pp, &object("labelled", "value", true)).await;
+    let plain = api.create(&pp, &object("plain", "value", false)).await;
     let _ = child.kill();
     let _ = child.wait();
     let log = read_log();
     let calls = server.webhook_calls();
-    match refused {
-        Err(kube::Error::Api(s)) => {
-            // `kopf.AdmissionError`'s code is 500 unless given.
-            assert_eq!(s.code, 500, "{s:?}\nlog:\n{log}");
-            assert!(
-                s.message
-                    .contains("Meh! I don't like it. Change the field."),
-                "{s:?}\ncalls: {calls:?}\nlog:\n{log}"
-            );
-        }
+    let refusal = |result: Result<DynamicObject, kube::Error>| match result {
+        Err(kube::Error::Api(s)) => (s.code, s.message),
         other => {
-            panic!("the wrong object was not refused: {other:?}\ncalls: {calls:?}\nlog:\n{log}")
+            panic!("an object was not refused: {other:?}\ncalls: {calls:?}\nlog:\n{log}")
         }
-    }
-    let created = created.unwrap_or_else(|e| panic!("{e}\ncalls: {calls:?}\nlog:\n{log}"));
-    assert_eq!(created.data["spec"]["injected"], true, "mutated by Kopf");
+    };
+    // `kopf.AdmissionError`'s code is 500 unless given.
+    let (code, message) = refusal(wrong);
+    assert_eq!(code, 500, "{message}\nlog:\n{log}");
+    assert!(
+        message.contains("Meh! I don't like it. Change the field."),
+        "{message}"
+    );
+    let (code, message) = refusal(lazy);
+    assert_eq!(code, 555, "{message}");
+    assert!(
+        message.contains("I'm too lazy anyway. Go away!"),
+        "{message}"
+    );
+    let labelled = labelled.unwrap_or_else(|e| panic!("{e}\ncalls: {calls:?}\nlog:\n{log}"));
+    assert_eq!(labelled.data["spec"]["injected"], 123, "mutated by Kopf");
+    let plain = plain.unwrap_or_else(|e| panic!("{e}\ncalls: {calls:?}\nlog:\n{log}"));
+    assert!(plain.data["spec"].get("injected").is_none(), "not labelled");
     assert!(url.starts_with("https://localhost:"), "{url}");
     assert!(
         calls
             .iter()
-            .any(|c| matches!(c.outcome, WebhookOutcome::Denied { code: 500, .. })),
+            .any(|c| matches!(c.outcome, WebhookOutcome::Denied { code: 555, .. })),
         "{calls:?}"
     );
     assert!(
@@ -388,6 +411,21 @@ async fn python_kopf_admission_webhooks_over_https_with_its_own_certificate() {
             .any(|c| matches!(c.outcome, WebhookOutcome::Failed { .. })),
         "{calls:?}"
     );
+    // The detection read the certificate and found no known local cluster.
     assert!(log.contains("Cluster detection failed"), "{log}");
     assert!(!log.contains("Traceback"), "{log}");
+}
+
+/// The default server (plain HTTP), as a user starts it: Kopf's cluster detection gets its
+/// TLS handshake answered on the plain port (it used to fail there with `SSLError:
+/// WRONG_VERSION_NUMBER` and stop the operator).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_kopf_admission_example_on_the_default_plain_http_server() {
+    kopf_admission_example(false).await;
+}
+
+/// Over HTTPS (`tls(true)`), as on a cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_kopf_admission_webhooks_over_https_with_its_own_certificate() {
+    kopf_admission_example(true).await;
 }

@@ -625,7 +625,10 @@ pub struct FakeApiserverArgs {
     )]
     pub crd_establish_delay_ms: u64,
     /// Serve HTTPS with a CA generated at start, written into the kubeconfig as
-    /// certificate-authority-data (as a cluster's API server does; plain HTTP otherwise).
+    /// certificate-authority-data (as a cluster's API server does), for clients that verify
+    /// the server. Without it: plain HTTP, and a TLS handshake on the same port is answered
+    /// with a certificate nobody trusts (enough for Python Kopf's cluster detection in
+    /// `kopf.WebhookAutoServer`, which reads the certificate whatever the URL's scheme).
     #[arg(long, env = "KOPF_FAKE_APISERVER_TLS")]
     pub tls: bool,
     /// Simulate the scheduler and the kubelets for Pods, in kwok's manner of stages: a new

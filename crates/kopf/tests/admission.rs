@@ -395,7 +395,11 @@ async fn kubectl_sees_denials_warnings_mutations_and_conversions() {
     server.shutdown().await;
 }
 
+/// `KOPF_TEST_KUBECTL` (as kopf-testing's kubectl tests), or the `kubectl` on the PATH.
 fn which_kubectl() -> std::path::PathBuf {
+    if let Some(given) = std::env::var_os("KOPF_TEST_KUBECTL") {
+        return given.into();
+    }
     std::env::var_os("PATH")
         .and_then(|paths| {
             std::env::split_paths(&paths)

@@ -1,6 +1,6 @@
 //! Decoding of `application/vnd.kubernetes.protobuf` request bodies for the built-in kinds
 //! that kubectl ≥1.32 sends as protobuf from its typed commands (`kubectl create configmap`,
-//! `secret`, `namespace`, `serviceaccount`, `auth can-i`).
+//! `secret`, `namespace`, `serviceaccount`, `rolebinding`, `clusterrolebinding`, `auth can-i`).
 //!
 //! A body is the `k8s\0` magic followed by a `runtime.Unknown` message (TypeMeta, raw
 //! bytes); the raw bytes are the object's message. Kinds without a decoder here are refused
@@ -113,6 +113,26 @@ const SELF_SUBJECT_ACCESS_REVIEW: &[(u32, F)] = &[
     (2, F::Msg("spec", SSAR_SPEC)),
 ];
 
+const SUBJECT: &[(u32, F)] = &[
+    (1, F::Str("kind")),
+    (2, F::Str("apiGroup")),
+    (3, F::Str("name")),
+    (4, F::Str("namespace")),
+];
+
+const ROLE_REF: &[(u32, F)] = &[
+    (1, F::Str("apiGroup")),
+    (2, F::Str("kind")),
+    (3, F::Str("name")),
+];
+
+/// A RoleBinding, and a ClusterRoleBinding (the same fields).
+const ROLE_BINDING: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::RepMsg("subjects", SUBJECT)),
+    (3, F::Msg("roleRef", ROLE_REF)),
+];
+
 const TIME: &[(u32, F)] = &[(1, F::Int("seconds")), (2, F::Int("nanos"))];
 
 fn schema_for(api_version: &str, kind: &str) -> Option<&'static [(u32, F)]> {
@@ -122,6 +142,9 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static [(u32, F)]> {
         ("v1", "Namespace") => Some(NAMESPACE),
         ("v1", "ServiceAccount") => Some(SERVICE_ACCOUNT),
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => Some(SELF_SUBJECT_ACCESS_REVIEW),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => {
+            Some(ROLE_BINDING)
+        }
         _ => None,
     }
 }
@@ -304,7 +327,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let Some(schema) = schema_for(&api_version, &kind) else {
         let mut e = ApiError::unsupported_media_type(&["application/json", "application/yaml"]);
         e.message.push_str(&format!(
-            " (the fake API server decodes protobuf only for ConfigMap, Secret, Namespace, ServiceAccount and SelfSubjectAccessReview, not {api_version} {kind}; kubectl 1.31 sends JSON)"
+            " (the fake API server decodes protobuf only for ConfigMap, Secret, Namespace, ServiceAccount, RoleBinding, ClusterRoleBinding and SelfSubjectAccessReview, not {api_version} {kind}; kubectl 1.31 sends JSON)"
         ));
         return Err(e);
     };

@@ -8,9 +8,20 @@
 //!
 //! TLS handshakes run in tasks of their own, so a client that connects and says nothing
 //! (a port probe) delays nobody; a handshake not done in 10 s is dropped.
+//!
+//! Served as plain HTTP (the default), the port also completes a TLS handshake: a
+//! connection whose first byte opens a TLS handshake record (0x16, which no HTTP request
+//! starts with) gets a certificate made for the purpose (on the first such connection) and
+//! is then served over TLS. Python Kopf's cluster detection (`kopf.WebhookAutoServer`,
+//! `WebhookAutoTunnel`) reads the API server's certificate with a TLS handshake to the
+//! kubeconfig's host and port whatever the URL's scheme, and stops the operator with
+//! `SSLError: WRONG_VERSION_NUMBER` when the port answers in plain HTTP. No kubeconfig
+//! trusts that certificate: clients that verify TLS use `tls(true)`.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rcgen::{
@@ -18,6 +29,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -173,19 +185,16 @@ pub fn spawn_serving(
                 );
             })
         }
-        None => tokio::spawn(async move {
-            // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small writes
-            // such as watch events go out at once, not after a delayed ACK (40 ms on Linux).
-            use axum::serve::ListenerExt;
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            ended(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .await,
-            );
-        }),
+        None => {
+            let listener = PlainListener::new(listener);
+            tokio::spawn(async move {
+                ended(
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await,
+                );
+            })
+        }
     }
 }
 
@@ -266,6 +275,189 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
+/// The first byte of a TLS record carrying a handshake (a ClientHello opens with one).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// A connection of the plain HTTP port: plain, or TLS when the client opened a handshake.
+pub enum PlainOrTls {
+    /// An HTTP client.
+    Plain(TcpStream),
+    /// A client that opened with a TLS handshake (see the module's documentation).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for PlainOrTls {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            PlainOrTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            PlainOrTls::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for PlainOrTls {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            PlainOrTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            PlainOrTls::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            PlainOrTls::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            PlainOrTls::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            PlainOrTls::Plain(s) => s.is_write_vectored(),
+            PlainOrTls::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            PlainOrTls::Plain(s) => Pin::new(s).poll_flush(cx),
+            PlainOrTls::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            PlainOrTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            PlainOrTls::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The plain HTTP listener: each connection is looked at (its first byte, not consumed) in
+/// a task of its own, and served plain, or over TLS when it opens a handshake.
+pub struct PlainListener {
+    local: std::io::Result<SocketAddr>,
+    ready: mpsc::Receiver<(PlainOrTls, SocketAddr)>,
+    acceptor: JoinHandle<()>,
+}
+
+impl PlainListener {
+    fn new(listener: TcpListener) -> Self {
+        let local = listener.local_addr();
+        let (tx, ready) = mpsc::channel(64);
+        // Made on the first TLS handshake, kept for the next ones.
+        let tls: Arc<OnceLock<Option<tokio_rustls::TlsAcceptor>>> = Arc::default();
+        let task = tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small
+                // writes such as watch events go out at once, not after a delayed ACK.
+                let _ = tcp.set_nodelay(true);
+                let tx = tx.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let mut first = [0u8; 1];
+                    let peeked =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await;
+                    let conn = match peeked {
+                        // Closed before saying anything.
+                        Ok(Ok(0)) => return,
+                        Ok(Ok(_)) if first[0] == TLS_HANDSHAKE_RECORD => {
+                            match plain_port_tls(&tls, tcp, peer).await {
+                                Some(stream) => PlainOrTls::Tls(Box::new(stream)),
+                                None => return,
+                            }
+                        }
+                        // HTTP, or a client yet to speak: hyper serves (or times out) it.
+                        _ => PlainOrTls::Plain(tcp),
+                    };
+                    let _ = tx.send((conn, peer)).await;
+                });
+            }
+        });
+        PlainListener {
+            local,
+            ready,
+            acceptor: task,
+        }
+    }
+}
+
+/// The TLS handshake of a client on the plain HTTP port, with a certificate made on the
+/// first one; `None` (logged) when it fails.
+async fn plain_port_tls(
+    tls: &OnceLock<Option<tokio_rustls::TlsAcceptor>>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+) -> Option<TlsStream<TcpStream>> {
+    let acceptor = tls.get_or_init(|| match ServingTls::generate() {
+        Ok(made) => Some(tokio_rustls::TlsAcceptor::from(made.config)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no certificate for TLS handshakes on the plain HTTP port");
+            None
+        }
+    });
+    let acceptor = acceptor.clone()?;
+    tracing::debug!(%peer, "a TLS handshake on the plain HTTP port (a certificate probe?)");
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
+        }
+    }
+}
+
+impl Drop for PlainListener {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+    }
+}
+
+impl axum::serve::Listener for PlainListener {
+    type Io = PlainOrTls;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        match &self.local {
+            Ok(a) => Ok(*a),
+            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,5 +484,122 @@ mod tests {
         }
         assert!(verify("example.com").is_err());
         assert!(verify("10.0.0.1").is_err());
+    }
+}
+
+#[cfg(test)]
+mod plain_port {
+    use std::sync::Arc;
+
+    use rustls::DigitallySignedStruct;
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::CryptoProvider;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// Takes any certificate, as `ssl.get_server_certificate` does.
+    #[derive(Debug)]
+    struct AnyCertificate(Arc<CryptoProvider>);
+
+    impl ServerCertVerifier for AnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+
+    async fn get_version<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        mut stream: S,
+    ) -> String {
+        stream
+            .write_all(b"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("request written");
+        let mut response = Vec::new();
+        stream
+            .read_to_end(&mut response)
+            .await
+            .expect("response read");
+        String::from_utf8_lossy(&response).into_owned()
+    }
+
+    /// The plain HTTP port serves HTTP, and completes a TLS handshake (with a certificate
+    /// for the loopback address) for a client that opens one: Python Kopf's cluster
+    /// detection reads the certificate so, whatever the URL's scheme.
+    #[tokio::test]
+    async fn the_plain_port_answers_a_tls_handshake_too() {
+        let server = crate::FakeApiServer::start().await.expect("start");
+        assert!(server.url().starts_with("http://"));
+        let addr = server.url().trim_start_matches("http://").to_string();
+        let plain = get_version(TcpStream::connect(&addr).await.expect("connect")).await;
+        assert!(plain.starts_with("HTTP/1.1 200 OK"), "{plain}");
+        assert!(plain.contains("\"gitVersion\":\"v1.31.0\""), "{plain}");
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let name = ServerName::try_from("127.0.0.1").expect("name");
+        for _ in 0..2 {
+            let tcp = TcpStream::connect(&addr).await.expect("connect");
+            let tls = connector
+                .connect(name.clone(), tcp)
+                .await
+                .expect("handshake");
+            let certificates = tls.get_ref().1.peer_certificates().map(<[_]>::len);
+            assert_eq!(certificates, Some(2), "the serving certificate and its CA");
+            let over_tls = get_version(tls).await;
+            assert!(over_tls.starts_with("HTTP/1.1 200 OK"), "{over_tls}");
+            assert!(
+                over_tls.contains("\"gitVersion\":\"v1.31.0\""),
+                "{over_tls}"
+            );
+        }
+        // Plain HTTP still, after the certificate was made.
+        let plain = get_version(TcpStream::connect(&addr).await.expect("connect")).await;
+        assert!(plain.starts_with("HTTP/1.1 200 OK"), "{plain}");
     }
 }

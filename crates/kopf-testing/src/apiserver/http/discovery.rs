@@ -14,7 +14,7 @@ use crate::apiserver::openapi;
 use crate::apiserver::sync::lock;
 
 use super::access;
-use super::negotiation::{AGGREGATED_ACCEPT, decode_body, header_str};
+use super::negotiation::{aggregated_version, decode_body, header_str};
 use super::response::{error_response, json_response, text_response};
 use super::routing::Route;
 use super::shared::Shared;
@@ -30,7 +30,7 @@ pub(super) fn serve(
 ) -> Response<Body> {
     let accept = header_str(headers, header::ACCEPT);
     let aggregated =
-        accept.contains(AGGREGATED_ACCEPT) && lock(&shared.settings).aggregated_discovery;
+        aggregated_version(&accept).filter(|_| lock(&shared.settings).aggregated_discovery);
     let is_get = method == Method::GET;
     let only_get = |f: &dyn Fn() -> Response<Body>| -> Response<Body> {
         if is_get {
@@ -57,17 +57,21 @@ pub(super) fn serve(
         }),
         Route::Health => text_response(200, "ok"),
         Route::Api => only_get(&|| {
-            if aggregated {
+            if let Some(version) = aggregated {
                 let state = lock(&shared.state);
-                aggregated_response(discovery::aggregated(&state.defs(), true), headers)
+                aggregated_response(discovery::aggregated(&state.defs(), true), version, headers)
             } else {
                 json_response(200, &discovery::api_versions(&lock(&shared.address)), &[])
             }
         }),
         Route::Apis => only_get(&|| {
             let state = lock(&shared.state);
-            if aggregated {
-                aggregated_response(discovery::aggregated(&state.defs(), false), headers)
+            if let Some(version) = aggregated {
+                aggregated_response(
+                    discovery::aggregated(&state.defs(), false),
+                    version,
+                    headers,
+                )
             } else {
                 json_response(200, &discovery::api_group_list(&state.defs()), &[])
             }
@@ -126,8 +130,10 @@ pub(super) fn serve(
     }
 }
 
-/// An aggregated discovery document, answered 304 when the client has it (ETag).
-fn aggregated_response(doc: Value, headers: &HeaderMap) -> Response<Body> {
+/// An aggregated discovery document in `version` (`v2` or `v2beta1`: the same fields),
+/// answered 304 when the client has it (ETag).
+fn aggregated_response(mut doc: Value, version: &str, headers: &HeaderMap) -> Response<Body> {
+    doc["apiVersion"] = format!("apidiscovery.k8s.io/{version}").into();
     let etag = format!("\"{}\"", discovery::hash(&doc));
     let mut resp = if header_str(headers, header::IF_NONE_MATCH) == etag {
         let mut r = Response::new(Body::empty());
@@ -137,12 +143,11 @@ fn aggregated_response(doc: Value, headers: &HeaderMap) -> Response<Body> {
         json_response(200, &doc, &[])
     };
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(
-            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-        ),
-    );
+    let content_type =
+        format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
+    if let Ok(v) = HeaderValue::from_str(&content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
     if let Ok(v) = HeaderValue::from_str(&etag) {

@@ -17,7 +17,22 @@ pub(super) fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Strin
         .to_string()
 }
 
-pub(super) const AGGREGATED_ACCEPT: &str = "as=APIGroupDiscoveryList";
+/// The version of aggregated discovery the Accept header asks for first: `v2`, or `v2beta1`
+/// (all kubectl 1.27 to 1.29 accept; kube-apiserver served both until 1.33); `None` for
+/// legacy discovery.
+pub(super) fn aggregated_version(accept: &str) -> Option<&'static str> {
+    accept.split(',').find_map(|range| {
+        let params: Vec<&str> = range.split(';').map(str::trim).collect();
+        if !params.contains(&"as=APIGroupDiscoveryList") {
+            return None;
+        }
+        Some(if params.contains(&"v=v2beta1") {
+            "v2beta1"
+        } else {
+            "v2"
+        })
+    })
+}
 
 /// Decodes a request body by its Content-Type.
 pub(super) fn decode_body(content_type: &str, body: &Bytes, allow_patch: bool) -> ApiResult<Value> {
@@ -70,5 +85,25 @@ fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
         }
         Some(c) => format!("invalid character '{c}' looking for beginning of value"),
         None => "unexpected end of JSON input".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::aggregated_version;
+
+    #[test]
+    fn aggregated_discovery_in_the_version_asked_first() {
+        let v2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+        let beta = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+        assert_eq!(
+            aggregated_version(&format!("{v2},{beta},application/json")),
+            Some("v2")
+        );
+        assert_eq!(
+            aggregated_version(&format!("{beta},application/json")),
+            Some("v2beta1")
+        );
+        assert_eq!(aggregated_version("application/json, */*"), None);
     }
 }
