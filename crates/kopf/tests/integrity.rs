@@ -749,7 +749,12 @@ async fn a_conflicting_release_is_retried_on_the_fresh_object() {
     let api = kex_api(&server);
     create_handled(&api).await;
     let before = server.requests().last().map_or(0, |r| r.seq);
-    server.inject_fault(FaultRule::new(object_patches(), 422, 1));
+    // kube-apiserver's answer to a JSON patch whose `test` fails (any other 422 is a
+    // refusal of the content, see tests/messages.rs).
+    let mut failed_test = FaultRule::new(object_patches(), 422, 1);
+    failed_test.message =
+        Some("the server rejected our request due to an error in our request".into());
+    server.inject_fault(failed_test);
     api.delete("k", &DeleteParams::default())
         .await
         .expect("delete");
