@@ -24,6 +24,16 @@ fn creating(calls: &Arc<AtomicU32>) -> Operator {
     })
 }
 
+/// Nothing the operator logged took the refusal for a change of the object.
+fn assert_no_change_reported(running: &Running) {
+    let changing: Vec<String> = running
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("keeps changing") || l.contains("changed while it was written"))
+        .collect();
+    assert!(changing.is_empty(), "{changing:#?}");
+}
+
 /// An object whose diff-base does not fit the annotations' 256 KiB: the object's PATCH is
 /// refused with 422 Invalid, and the log says what the server said (not that the object
 /// keeps changing, which is what a failed resourceVersion test means).
@@ -56,12 +66,7 @@ async fn a_refused_object_patch_is_logged_with_the_servers_message() {
         "{}",
         refused[0]
     );
-    let changing: Vec<String> = running
-        .logs()
-        .into_iter()
-        .filter(|l| l.contains("keeps changing") || l.contains("changed while it was written"))
-        .collect();
-    assert!(changing.is_empty(), "{changing:#?}");
+    assert_no_change_reported(&running);
     running.stop().await;
 }
 
@@ -102,12 +107,7 @@ async fn a_422_on_the_finalizer_patch_is_not_taken_for_a_change() {
         "{}",
         refused[0]
     );
-    let changing: Vec<String> = running
-        .logs()
-        .into_iter()
-        .filter(|l| l.contains("keeps changing") || l.contains("changed while it was written"))
-        .collect();
-    assert!(changing.is_empty(), "{changing:#?}");
+    assert_no_change_reported(&running);
     running.stop().await;
 }
 

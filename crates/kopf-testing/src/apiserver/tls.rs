@@ -210,35 +210,18 @@ impl TlsListener {
         let local = listener.local_addr();
         let (tx, ready) = mpsc::channel(64);
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let task = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Out of file descriptors and the like: wait, as axum does.
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
+        let task = accept_each(listener, tx, move |tcp, peer, tx| {
+            let acceptor = acceptor.clone();
+            async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send((stream, peer)).await;
                     }
-                };
-                if tx.is_closed() {
-                    return;
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    }
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                 }
-                // TCP_NODELAY as kube-apiserver (see `spawn_serving`).
-                let _ = tcp.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = tx.send((stream, peer)).await;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        }
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
             }
         });
         TlsListener {
@@ -247,6 +230,36 @@ impl TlsListener {
             acceptor: task,
         }
     }
+}
+
+/// Accepts the connections of `listener` until the server is gone (`tx` closed): each with
+/// TCP_NODELAY, as kube-apiserver (Go sets it on every connection: small writes such as
+/// watch events go out at once, not after a delayed ACK), handed to `serve` in a task of its
+/// own, so that a client that connects and says nothing delays nobody.
+fn accept_each<T, F, Fut>(listener: TcpListener, tx: mpsc::Sender<T>, serve: F) -> JoinHandle<()>
+where
+    T: Send + 'static,
+    F: Fn(TcpStream, SocketAddr, mpsc::Sender<T>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, as axum does.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if tx.is_closed() {
+                return;
+            }
+            let _ = tcp.set_nodelay(true);
+            tokio::spawn(serve(tcp, peer, tx.clone()));
+        }
+    })
 }
 
 impl Drop for TlsListener {
@@ -358,42 +371,24 @@ impl PlainListener {
         let (tx, ready) = mpsc::channel(64);
         // Made on the first TLS handshake, kept for the next ones.
         let tls: Arc<OnceLock<Option<tokio_rustls::TlsAcceptor>>> = Arc::default();
-        let task = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                if tx.is_closed() {
-                    return;
-                }
-                // TCP_NODELAY as kube-apiserver (Go sets it on every connection): small
-                // writes such as watch events go out at once, not after a delayed ACK.
-                let _ = tcp.set_nodelay(true);
-                let tx = tx.clone();
-                let tls = tls.clone();
-                tokio::spawn(async move {
-                    let mut first = [0u8; 1];
-                    let peeked =
-                        tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await;
-                    let conn = match peeked {
-                        // Closed before saying anything.
-                        Ok(Ok(0)) => return,
-                        Ok(Ok(_)) if first[0] == TLS_HANDSHAKE_RECORD => {
-                            match plain_port_tls(&tls, tcp, peer).await {
-                                Some(stream) => PlainOrTls::Tls(Box::new(stream)),
-                                None => return,
-                            }
+        let task = accept_each(listener, tx, move |tcp, peer, tx| {
+            let tls = tls.clone();
+            async move {
+                let mut first = [0u8; 1];
+                let peeked = tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await;
+                let conn = match peeked {
+                    // Closed before saying anything.
+                    Ok(Ok(0)) => return,
+                    Ok(Ok(_)) if first[0] == TLS_HANDSHAKE_RECORD => {
+                        match plain_port_tls(&tls, tcp, peer).await {
+                            Some(stream) => PlainOrTls::Tls(Box::new(stream)),
+                            None => return,
                         }
-                        // HTTP, or a client yet to speak: hyper serves (or times out) it.
-                        _ => PlainOrTls::Plain(tcp),
-                    };
-                    let _ = tx.send((conn, peer)).await;
-                });
+                    }
+                    // HTTP, or a client yet to speak: hyper serves (or times out) it.
+                    _ => PlainOrTls::Plain(tcp),
+                };
+                let _ = tx.send((conn, peer)).await;
             }
         });
         PlainListener {
