@@ -589,8 +589,8 @@ fn related(a: &[&str], b: &[&str]) -> bool {
 
 /// Whether a refusal of the guarded JSON patch means that its `resourceVersion` test failed
 /// (the object changed since it was read): a 409, or the 422 with which kube-apiserver
-/// answers a JSON patch that does not apply (its generic message; the patch's own error is
-/// in the causes). Another 422 refuses the content.
+/// answers a JSON patch that does not apply (`NewGenericServerResponse`: its generic message
+/// and no word of the patch's own error). Another 422 refuses the content.
 fn failed_test(s: &kube::core::Status) -> bool {
     s.code == 409
         || (s.code == 422

@@ -16,9 +16,10 @@
 //!   first failure of an outage is one WARNING line (the request, the status and the API
 //!   server's message, what happens next); the next ones are summarised every 10 s (see
 //!   [`failures`]), and every retry is counted in `kopf_api_retries_total`;
-//! - does not retry a request that got no answer while the API server has never answered
+//! - does not retry a refused or reset connection while the API server has never answered
 //!   this client: a server that was never reached (a wrong URL, nothing listening) fails
-//!   the operator's start at once with one clear line.
+//!   the operator's start at once with one clear line (a server that takes the connection
+//!   but is slow to answer gets its retries).
 //!
 //! Watch requests are never sent again here (the watch engine restarts its streams itself),
 //! and other answers (`404`, `409`, ...) go to the caller unchanged. kube's own hidden retry
@@ -155,6 +156,12 @@ fn retried(method: &Method, status: StatusCode) -> bool {
 /// (credentials, ...) are not such failures.
 fn no_answer(error: &kube::Error) -> bool {
     matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_))
+}
+
+/// Whether the error is this layer's request timeout (the server took the connection but
+/// did not answer in time).
+fn timed_out(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Service(e) if e.is::<NoAnswer>())
 }
 
 /// An error of the client in words, without kube's `ServiceError:` wrapping.
@@ -350,8 +357,12 @@ impl Limited {
                     }
                     (failure, wait, Ok(response))
                 }
-                // A server that never answered is not there: the caller says so at once.
-                Err(error) if no_answer(&error) && self.failures.reached() => {
+                // A server that never answered and refuses (or resets) the connection is
+                // not there: the caller says so at once. One that is slow to answer (the
+                // request timeout) is given its retries.
+                Err(error)
+                    if no_answer(&error) && (self.failures.reached() || timed_out(&error)) =>
+                {
                     (Failure::NoAnswer(describe(&error)), None, Err(error))
                 }
                 Err(error) => return Err(error),
@@ -1030,6 +1041,17 @@ mod tests {
                 .encode()
                 .contains(r#"kopf_api_retries_total{verb="get""#)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_slow_to_answer_at_first_gets_its_retries() {
+        let server = Scripted::new(&[Answer::Hang, Answer::Hang]);
+        let response = client(&server, None)
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect("answered the third time");
+        assert_eq!(response.status(), 200);
+        assert_eq!(server.calls(), 3);
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,9 +5,10 @@
 //! outage costs at most about 6 WARNING lines a minute (the watch engine's own summaries
 //! of its streams come every 10 s too).
 //!
-//! It also remembers whether the API server has ever answered: a server that was never
-//! reached is not retried (the operator fails at start with one clear line; retries are
-//! for a server that answered once and is gone for a moment).
+//! It also remembers whether the API server has ever answered: a refused connection to a
+//! server that never answered is not retried (the operator fails at start with one clear
+//! line; retries are for a server that answered once and is gone for a moment, or that
+//! takes connections but is slow to answer).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -295,7 +295,8 @@ impl<'a> Parser<'a> {
                 }
             } else if i == 1 {
                 params[1] = Param {
-                    value: params[0].value + 1,
+                    // Go's int wraps; a panic here would end the table request.
+                    value: params[0].value.wrapping_add(1),
                     known: true,
                     derived: true,
                 };
