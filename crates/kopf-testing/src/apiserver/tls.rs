@@ -199,77 +199,82 @@ pub fn spawn_serving(
 }
 
 /// A TCP listener whose connections come out as TLS streams once their handshakes are done.
-pub struct TlsListener {
-    local: std::io::Result<SocketAddr>,
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    acceptor: JoinHandle<()>,
-}
+pub type TlsListener = Accepted<TlsStream<TcpStream>>;
 
 impl TlsListener {
     fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> Self {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        Accepted::spawn(listener, move |tcp, peer| {
+            let acceptor = acceptor.clone();
+            async move { handshake(&acceptor, tcp, peer).await }
+        })
+    }
+}
+
+/// A listener whose connections are each made ready (a TLS handshake, a look at the first
+/// byte) in a task of their own, and served in the order they are ready.
+pub struct Accepted<T> {
+    local: std::io::Result<SocketAddr>,
+    ready: mpsc::Receiver<(T, SocketAddr)>,
+    acceptor: JoinHandle<()>,
+}
+
+impl<T: Send + 'static> Accepted<T> {
+    /// Accepts the connections of `listener` until the listener is dropped: each with
+    /// TCP_NODELAY, as kube-apiserver (Go sets it on every connection: small writes such as
+    /// watch events go out at once, not after a delayed ACK), made ready by `prepare` in a
+    /// task of its own (`None`: dropped), so that a client that connects and says nothing
+    /// delays nobody.
+    fn spawn<F, Fut>(listener: TcpListener, prepare: F) -> Self
+    where
+        F: Fn(TcpStream, SocketAddr) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Option<T>> + Send + 'static,
+    {
         let local = listener.local_addr();
         let (tx, ready) = mpsc::channel(64);
-        let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let task = accept_each(listener, tx, move |tcp, peer, tx| {
-            let acceptor = acceptor.clone();
-            async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send((stream, peer)).await;
+        let acceptor = tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, as axum does.
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
                     }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    }
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                };
+                if tx.is_closed() {
+                    return;
                 }
+                let _ = tcp.set_nodelay(true);
+                let prepared = prepare(tcp, peer);
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    if let Some(conn) = prepared.await {
+                        let _ = tx.send((conn, peer)).await;
+                    }
+                });
             }
         });
-        TlsListener {
+        Accepted {
             local,
             ready,
-            acceptor: task,
+            acceptor,
         }
     }
 }
 
-/// Accepts the connections of `listener` until the server is gone (`tx` closed): each with
-/// TCP_NODELAY, as kube-apiserver (Go sets it on every connection: small writes such as
-/// watch events go out at once, not after a delayed ACK), handed to `serve` in a task of its
-/// own, so that a client that connects and says nothing delays nobody.
-fn accept_each<T, F, Fut>(listener: TcpListener, tx: mpsc::Sender<T>, serve: F) -> JoinHandle<()>
-where
-    T: Send + 'static,
-    F: Fn(TcpStream, SocketAddr, mpsc::Sender<T>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, as axum does.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            if tx.is_closed() {
-                return;
-            }
-            let _ = tcp.set_nodelay(true);
-            tokio::spawn(serve(tcp, peer, tx.clone()));
-        }
-    })
-}
-
-impl Drop for TlsListener {
+impl<T> Drop for Accepted<T> {
     fn drop(&mut self) {
         self.acceptor.abort();
     }
 }
 
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+impl<T> axum::serve::Listener for Accepted<T>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Io = T;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -284,6 +289,26 @@ impl axum::serve::Listener for TlsListener {
         match &self.local {
             Ok(a) => Ok(*a),
             Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+}
+
+/// A client's TLS handshake, within [`HANDSHAKE_TIMEOUT`]; `None` (logged at debug) when it
+/// fails.
+async fn handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    tcp: TcpStream,
+    peer: SocketAddr,
+) -> Option<TlsStream<TcpStream>> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
         }
     }
 }
@@ -359,43 +384,30 @@ impl AsyncWrite for PlainOrTls {
 
 /// The plain HTTP listener: each connection is looked at (its first byte, not consumed) in
 /// a task of its own, and served plain, or over TLS when it opens a handshake.
-pub struct PlainListener {
-    local: std::io::Result<SocketAddr>,
-    ready: mpsc::Receiver<(PlainOrTls, SocketAddr)>,
-    acceptor: JoinHandle<()>,
-}
+pub type PlainListener = Accepted<PlainOrTls>;
 
 impl PlainListener {
     fn new(listener: TcpListener) -> Self {
-        let local = listener.local_addr();
-        let (tx, ready) = mpsc::channel(64);
         // Made on the first TLS handshake, kept for the next ones.
         let tls: Arc<OnceLock<Option<tokio_rustls::TlsAcceptor>>> = Arc::default();
-        let task = accept_each(listener, tx, move |tcp, peer, tx| {
+        Accepted::spawn(listener, move |tcp, peer| {
             let tls = tls.clone();
             async move {
                 let mut first = [0u8; 1];
                 let peeked = tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await;
-                let conn = match peeked {
+                match peeked {
                     // Closed before saying anything.
-                    Ok(Ok(0)) => return,
+                    Ok(Ok(0)) => None,
                     Ok(Ok(_)) if first[0] == TLS_HANDSHAKE_RECORD => {
-                        match plain_port_tls(&tls, tcp, peer).await {
-                            Some(stream) => PlainOrTls::Tls(Box::new(stream)),
-                            None => return,
-                        }
+                        plain_port_tls(&tls, tcp, peer)
+                            .await
+                            .map(|stream| PlainOrTls::Tls(Box::new(stream)))
                     }
                     // HTTP, or a client yet to speak: hyper serves (or times out) it.
-                    _ => PlainOrTls::Plain(tcp),
-                };
-                let _ = tx.send((conn, peer)).await;
+                    _ => Some(PlainOrTls::Plain(tcp)),
+                }
             }
-        });
-        PlainListener {
-            local,
-            ready,
-            acceptor: task,
-        }
+        })
     }
 }
 
@@ -413,44 +425,9 @@ async fn plain_port_tls(
             None
         }
     });
-    let acceptor = acceptor.clone()?;
+    let acceptor = acceptor.as_ref()?;
     tracing::debug!(%peer, "a TLS handshake on the plain HTTP port (a certificate probe?)");
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(stream)) => Some(stream),
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            None
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
-            None
-        }
-    }
-}
-
-impl Drop for PlainListener {
-    fn drop(&mut self) {
-        self.acceptor.abort();
-    }
-}
-
-impl axum::serve::Listener for PlainListener {
-    type Io = PlainOrTls;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        match &self.local {
-            Ok(a) => Ok(*a),
-            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-        }
-    }
+    handshake(acceptor, tcp, peer).await
 }
 
 #[cfg(test)]
