@@ -734,6 +734,14 @@ mod tests {
         )
     }
 
+    /// One answered request: the server has been reached (its failures are retried).
+    async fn reach(client: &kube::Client) {
+        client
+            .send(request(Method::GET, "/api"))
+            .await
+            .expect("reached");
+    }
+
     fn request(method: Method, uri: &str) -> Request<kube::client::Body> {
         Request::builder()
             .method(method)
@@ -904,10 +912,7 @@ mod tests {
         let metrics = Metrics::new();
         let server = Scripted::new(&[Answer::Status(200), Answer::Refused, Answer::Refused]);
         let client = client(&server, Some(metrics.clone()));
-        client
-            .send(request(Method::GET, "/api"))
-            .await
-            .expect("reached");
+        reach(&client).await;
         let response = client
             .send(request(Method::DELETE, "/api/v1/namespaces/a/pods/b"))
             .await
@@ -935,10 +940,7 @@ mod tests {
         script.extend([Answer::Hang; 10]);
         let server = Scripted::new(&script);
         let client = client(&server, None);
-        client
-            .send(request(Method::GET, "/api"))
-            .await
-            .expect("reached");
+        reach(&client).await;
         let start = Instant::now();
         let error = client
             .send(request(Method::GET, "/api/v1/pods"))
@@ -997,10 +999,7 @@ mod tests {
                 server: None,
             },
         );
-        client
-            .send(request(Method::GET, "/api"))
-            .await
-            .expect("reached");
+        reach(&client).await;
         let response = client
             .send(request(Method::GET, "/api"))
             .await
@@ -1062,10 +1061,7 @@ mod tests {
         script.extend([Answer::Status(503); 10_000]);
         let server = Scripted::new(&script);
         let client = client(&server, None);
-        client
-            .send(request(Method::GET, "/api"))
-            .await
-            .expect("reached");
+        reach(&client).await;
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(60) {
             let requests = (0..20).map(|i| {
