@@ -24,6 +24,9 @@ pub(crate) const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 pub(crate) struct Failures {
     /// Whether any request got an answer (any status) from the API server.
     reached: AtomicBool,
+    /// Whether a streak of failures is open (so that an answer in the common case, with no
+    /// failure before it, takes no lock).
+    failing: AtomicBool,
     log: Mutex<Streak>,
 }
 
@@ -52,8 +55,12 @@ impl Failures {
     /// A request got an answer that is not a failure: ends a streak of failures (with an
     /// INFO line if it was reported).
     pub(crate) fn answered(&self) {
-        self.reached.store(true, Ordering::Relaxed);
+        self.answered_with_failure();
+        if !self.failing.load(Ordering::Relaxed) {
+            return;
+        }
         let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        self.failing.store(false, Ordering::Relaxed);
         if log.failures == 0 {
             return;
         }
@@ -72,7 +79,9 @@ impl Failures {
 
     /// A request got a failure (a transient status: the server answered).
     pub(crate) fn answered_with_failure(&self) {
-        self.reached.store(true, Ordering::Relaxed);
+        if !self.reached.load(Ordering::Relaxed) {
+            self.reached.store(true, Ordering::Relaxed);
+        }
     }
 
     /// One attempt failed; `line` says which request, how and what happens next. It is a
@@ -81,6 +90,7 @@ impl Failures {
     pub(crate) fn failed(&self, line: &str) {
         let now = Instant::now();
         let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        self.failing.store(true, Ordering::Relaxed);
         log.failures += 1;
         log.unreported += 1;
         let since = *log.since.get_or_insert(now);
