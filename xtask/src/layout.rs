@@ -123,8 +123,39 @@ fn non_test(text: &str) -> String {
 fn strip(code: &str) -> String {
     let mut out = String::with_capacity(code.len());
     let mut chars = code.chars().peekable();
+    let mut prev = ' ';
     while let Some(c) = chars.next() {
+        let word = prev.is_alphanumeric() || prev == '_';
+        prev = c;
         match c {
+            // A raw string (`r"..."`, `r#"..."#`, `br"..."`): to its closing quote and hashes.
+            'r' if (!word || out.ends_with('b') && !out.ends_with("_b"))
+                && matches!(chars.peek(), Some('"') | Some('#'))
+                && raw_string_opens(&chars) =>
+            {
+                let mut hashes = 0;
+                while chars.peek() == Some(&'#') {
+                    chars.next();
+                    hashes += 1;
+                }
+                chars.next(); // the opening quote
+                let mut run: Option<usize> = None;
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                    }
+                    match (c, run) {
+                        ('"', _) => run = Some(0),
+                        ('#', Some(n)) => run = Some(n + 1),
+                        _ => run = None,
+                    }
+                    if run == Some(hashes) {
+                        break;
+                    }
+                }
+                out.push_str("\"\"");
+                prev = '"';
+            }
             '/' if chars.peek() == Some(&'/') => {
                 for c in chars.by_ref() {
                     if c == '\n' {
@@ -184,6 +215,11 @@ fn strip(code: &str) -> String {
         }
     }
     out
+}
+
+/// Whether the characters after an `r` open a raw string: hashes, then a quote.
+fn raw_string_opens(chars: &std::iter::Peekable<std::str::Chars<'_>>) -> bool {
+    chars.clone().find(|c| *c != '#') == Some('"')
 }
 
 /// The paths a `use` tree stands for: `crate::{a, b::{c, d}}` → `crate::a`, `crate::b::c`...;
@@ -639,6 +675,54 @@ fn defines(code: &str, name: &str) -> bool {
         || code.contains(&format!("fn {name}<"))
 }
 
+/// The function-length rules (`fnlen.rs`), reported; the number of problems.
+fn function_lengths(all: &BTreeMap<String, Vec<Source>>, root: &Path) -> usize {
+    let mut failures = 0;
+    let mut over_100 = Vec::new();
+    for (name, sources) in all {
+        let engine = crate::fnlen::ENGINE_CRATES.contains(&name.replace('_', "-").as_str());
+        for s in sources {
+            let rel = s.path.strip_prefix(root).unwrap_or(&s.path);
+            if !rel.starts_with("crates") {
+                continue;
+            }
+            for f in crate::fnlen::functions(&strip(&s.code)) {
+                let at = format!(
+                    "{}:{} {} ({} lines)",
+                    rel.display(),
+                    f.line,
+                    f.name,
+                    f.lines
+                );
+                if engine && f.lines > crate::fnlen::MAX_ENGINE {
+                    failures += 1;
+                    println!(
+                        "  TOO LONG: {at}: kopf-core and kopf-watch functions have at most {} lines",
+                        crate::fnlen::MAX_ENGINE
+                    );
+                }
+                if f.lines > 100 {
+                    over_100.push((f.lines, at));
+                }
+            }
+        }
+    }
+    over_100.sort();
+    over_100.reverse();
+    println!(
+        "functions over 100 lines in crates/: {} (at most {})",
+        over_100.len(),
+        crate::fnlen::MAX_OVER_100
+    );
+    for (_, at) in &over_100 {
+        println!("  {at}");
+    }
+    if over_100.len() > crate::fnlen::MAX_OVER_100 {
+        failures += 1;
+    }
+    failures
+}
+
 pub fn run() -> Result<()> {
     let meta = crate::cargo::metadata()?;
     let root = PathBuf::from(
@@ -683,6 +767,7 @@ pub fn run() -> Result<()> {
         }
         all.insert(name.replace('-', "_"), sources);
     }
+    failures += function_lengths(&all, &root);
     let doc = root.join("ARCHITECTURE.md");
     let text =
         std::fs::read_to_string(&doc).with_context(|| format!("reading {}", doc.display()))?;

@@ -44,6 +44,7 @@ mod conformance;
 mod coverage;
 mod docpaths;
 mod e2e;
+mod fnlen;
 mod image;
 mod kubectl_matrix;
 mod layout;
