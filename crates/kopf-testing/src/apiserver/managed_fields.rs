@@ -553,27 +553,21 @@ fn merge_into(live: &mut Value, config: &Value, def: &ResourceDef, path: &mut Pa
     }
 }
 
-/// Server-side apply of `config` by `manager` onto `live`. Returns the merged object (with
-/// updated managedFields) or the conflicts.
-#[allow(clippy::too_many_arguments)]
-pub fn apply(
+/// The leaf fields `applied` would change that other managers own.
+fn conflicts(
+    list: &[Entry],
+    applied: &BTreeSet<Path>,
     live: &Value,
     config: &Value,
-    def: &ResourceDef,
     manager: &str,
-    force: bool,
     subresource: Option<&str>,
-    now: &str,
-) -> Result<Value, Vec<Conflict>> {
-    let status_only = subresource == Some("status");
-    let applied = fields(config, def, status_only);
-    let mut list = entries(live);
+) -> Vec<Conflict> {
     let mut conflicts = Vec::new();
-    for e in &list {
+    for e in list {
         if e.same_manager(manager, "Apply", subresource) {
             continue;
         }
-        for p in &applied {
+        for p in applied {
             if e.fields.contains(p) && get(live, p) != get(config, p) {
                 // Both "owned and changed": a conflict on a leaf value.
                 let leaf = get(config, p).is_some_and(|v| !v.is_object());
@@ -589,6 +583,48 @@ pub fn apply(
             }
         }
     }
+    conflicts
+}
+
+/// What of an applied configuration is merged: no apiVersion and kind, of the metadata
+/// only labels, annotations, finalizers and owner references; only the status when
+/// applied to /status.
+fn applied_part(config: &Value, status_only: bool) -> Value {
+    let mut trimmed = config.clone();
+    if let Some(m) = trimmed.as_object_mut() {
+        m.remove("apiVersion");
+        m.remove("kind");
+        if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.retain(|k, _| {
+                matches!(
+                    k.as_str(),
+                    "labels" | "annotations" | "finalizers" | "ownerReferences"
+                )
+            });
+        }
+        if status_only {
+            m.retain(|k, _| k == "status");
+        }
+    }
+    trimmed
+}
+
+/// Server-side apply of `config` by `manager` onto `live`. Returns the merged object (with
+/// updated managedFields) or the conflicts.
+#[allow(clippy::too_many_arguments)]
+pub fn apply(
+    live: &Value,
+    config: &Value,
+    def: &ResourceDef,
+    manager: &str,
+    force: bool,
+    subresource: Option<&str>,
+    now: &str,
+) -> Result<Value, Vec<Conflict>> {
+    let status_only = subresource == Some("status");
+    let applied = fields(config, def, status_only);
+    let mut list = entries(live);
+    let conflicts = conflicts(&list, &applied, live, config, manager, subresource);
     if !conflicts.is_empty() && !force {
         return Err(conflicts);
     }
@@ -613,22 +649,7 @@ pub fn apply(
     for p in dropped {
         remove(&mut result, p);
     }
-    let mut trimmed = config.clone();
-    if let Some(m) = trimmed.as_object_mut() {
-        m.remove("apiVersion");
-        m.remove("kind");
-        if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.retain(|k, _| {
-                matches!(
-                    k.as_str(),
-                    "labels" | "annotations" | "finalizers" | "ownerReferences"
-                )
-            });
-        }
-        if status_only {
-            m.retain(|k, _| k == "status");
-        }
-    }
+    let trimmed = applied_part(config, status_only);
     merge_into(&mut result, &trimmed, def, &mut Vec::new());
     // Forced fields leave their previous owners.
     for e in &mut list {

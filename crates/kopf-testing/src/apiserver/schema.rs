@@ -258,69 +258,10 @@ fn check(v: &Value, schema: &Value, path: &str, errors: &mut Vec<SchemaError>) {
         });
     }
     match v {
-        Value::String(s) => {
-            let len = s.chars().count() as u64;
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-                && len < min
-            {
-                invalid(
-                    errors,
-                    path,
-                    v,
-                    format!("should be at least {min} chars long"),
-                );
-            }
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-                && len > max
-            {
-                errors.push(SchemaError {
-                    reason: "FieldValueTooLong".into(),
-                    field: path.to_string(),
-                    message: format!("Too long: may not be more than {max} bytes"),
-                });
-            }
-        }
-        Value::Number(n) => {
-            let x = n.as_f64().unwrap_or(0.0);
-            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
-                let excl = schema.get("exclusiveMinimum") == Some(&Value::Bool(true));
-                if x < min || (excl && x == min) {
-                    let rel = if excl {
-                        "greater than"
-                    } else {
-                        "greater than or equal to"
-                    };
-                    invalid(errors, path, v, format!("should be {rel} {min}"));
-                }
-            }
-            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
-                let excl = schema.get("exclusiveMaximum") == Some(&Value::Bool(true));
-                if x > max || (excl && x == max) {
-                    let rel = if excl {
-                        "less than"
-                    } else {
-                        "less than or equal to"
-                    };
-                    invalid(errors, path, v, format!("should be {rel} {max}"));
-                }
-            }
-        }
+        Value::String(s) => check_string(s, v, schema, path, errors),
+        Value::Number(n) => check_number(n.as_f64().unwrap_or(0.0), v, schema, path, errors),
         Value::Array(items) => {
-            let n = items.len() as u64;
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                && n < min
-            {
-                invalid(errors, path, v, format!("should have at least {min} items"));
-            }
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-                && n > max
-            {
-                errors.push(SchemaError {
-                    reason: "FieldValueTooMany".into(),
-                    field: path.to_string(),
-                    message: format!("Too many: {n}: must have at most {max} items"),
-                });
-            }
+            check_items(items, v, schema, path, errors);
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
                     check(item, item_schema, &format!("{path}[{i}]"), errors);
@@ -339,6 +280,81 @@ fn check(v: &Value, schema: &Value, path: &str, errors: &mut Vec<SchemaError>) {
             required(map, schema, path, errors);
         }
         _ => {}
+    }
+}
+
+/// A string's length against `minLength` and `maxLength`.
+fn check_string(s: &str, v: &Value, schema: &Value, path: &str, errors: &mut Vec<SchemaError>) {
+    let len = s.chars().count() as u64;
+    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+        && len < min
+    {
+        invalid(
+            errors,
+            path,
+            v,
+            format!("should be at least {min} chars long"),
+        );
+    }
+    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+        && len > max
+    {
+        errors.push(SchemaError {
+            reason: "FieldValueTooLong".into(),
+            field: path.to_string(),
+            message: format!("Too long: may not be more than {max} bytes"),
+        });
+    }
+}
+
+/// A number against `minimum` and `maximum` (exclusive or not).
+fn check_number(x: f64, v: &Value, schema: &Value, path: &str, errors: &mut Vec<SchemaError>) {
+    if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
+        let excl = schema.get("exclusiveMinimum") == Some(&Value::Bool(true));
+        if x < min || (excl && x == min) {
+            let rel = if excl {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
+            invalid(errors, path, v, format!("should be {rel} {min}"));
+        }
+    }
+    if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
+        let excl = schema.get("exclusiveMaximum") == Some(&Value::Bool(true));
+        if x > max || (excl && x == max) {
+            let rel = if excl {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
+            invalid(errors, path, v, format!("should be {rel} {max}"));
+        }
+    }
+}
+
+/// An array's length against `minItems` and `maxItems`.
+fn check_items(
+    items: &[Value],
+    v: &Value,
+    schema: &Value,
+    path: &str,
+    errors: &mut Vec<SchemaError>,
+) {
+    let n = items.len() as u64;
+    if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+        && n < min
+    {
+        invalid(errors, path, v, format!("should have at least {min} items"));
+    }
+    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+        && n > max
+    {
+        errors.push(SchemaError {
+            reason: "FieldValueTooMany".into(),
+            field: path.to_string(),
+            message: format!("Too many: {n}: must have at most {max} items"),
+        });
     }
 }
 

@@ -234,92 +234,136 @@ impl Walk<'_> {
         else {
             return;
         };
-        let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
-        let this = to_cel(value, schema, resource);
-        let before = old.map(|o| to_cel(o, schema, resource));
+        let node = Node {
+            schema,
+            path,
+            ty: schema.get("type").and_then(Value::as_str).unwrap_or(""),
+            this: to_cel(value, schema, resource),
+            before: old.map(|o| to_cel(o, schema, resource)),
+            equal,
+        };
         for rule in rules {
-            let text = rule
-                .get("rule")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .trim();
-            if text.is_empty() {
-                continue;
+            self.rule(rule, &node);
+        }
+    }
+
+    /// One rule on a node: compiled, evaluated, and its failure reported (a warning only
+    /// when the node is unchanged and the rule does not read `oldSelf`: ratcheting).
+    fn rule(&mut self, rule: &Value, node: &Node<'_>) {
+        let text = rule
+            .get("rule")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .trim();
+        if text.is_empty() {
+            return;
+        }
+        let program = match Program::compile(text) {
+            Ok(p) => p,
+            Err(e) => {
+                self.out.errors.push(invalid(
+                    node.path,
+                    node.ty,
+                    format!(
+                        "rule compile error: compilation failed: {}",
+                        super::crd::issues(&e)
+                    ),
+                ));
+                return;
             }
-            let program = match Program::compile(text) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.out.errors.push(invalid(
-                        path,
-                        ty,
-                        format!(
-                            "rule compile error: compilation failed: {}",
-                            super::crd::issues(&e)
-                        ),
-                    ));
-                    continue;
-                }
+        };
+        let uses_old = program.references().has_variable("oldSelf");
+        let optional = rule.get("optionalOldSelf") == Some(&Value::Bool(true));
+        if uses_old && node.before.is_none() && !optional {
+            return;
+        }
+        if !self.fails(&program, rule, text, node, optional) {
+            return;
+        }
+        let field = match rule.get("fieldPath").and_then(Value::as_str) {
+            Some(fp) if !fp.is_empty() => node.path.child(&normalize_field_path(fp, node.schema)),
+            _ => node.path.clone(),
+        };
+        let mut plain = self.ctx.new_inner_scope();
+        plain.add_variable_from_value("self", node.this.clone());
+        if let Some(b) = &node.before {
+            plain.add_variable_from_value("oldSelf", b.clone());
+        }
+        let detail =
+            message_expression(rule, &plain).unwrap_or_else(|| message_or_default(rule, text));
+        let error = field_error(
+            rule.get("reason").and_then(Value::as_str),
+            &field,
+            node.ty,
+            &detail,
+        );
+        if !uses_old && node.equal {
+            self.out
+                .warnings
+                .push(format!("{}: {}", error.field, error.message));
+        } else {
+            self.out.errors.push(error);
+        }
+    }
+
+    /// Whether a compiled rule evaluates to false on the node (a non-bool result or an
+    /// evaluation error is reported here, and is not a failure to report again).
+    fn fails(
+        &mut self,
+        program: &Program,
+        rule: &Value,
+        text: &str,
+        node: &Node<'_>,
+        optional: bool,
+    ) -> bool {
+        let mut scope = self.ctx.new_inner_scope();
+        scope.add_variable_from_value("self", node.this.clone());
+        if optional {
+            let opt = match &node.before {
+                Some(b) => OptionalValue::of(b.clone()),
+                None => OptionalValue::none(),
             };
-            let uses_old = program.references().has_variable("oldSelf");
-            let optional = rule.get("optionalOldSelf") == Some(&Value::Bool(true));
-            if uses_old && before.is_none() && !optional {
-                continue;
+            scope.add_variable_from_value("oldSelf", CelValue::Opaque(Arc::new(opt)));
+        } else if let Some(b) = &node.before {
+            scope.add_variable_from_value("oldSelf", b.clone());
+        }
+        match program.execute(&scope) {
+            Ok(CelValue::Bool(true)) => false,
+            Ok(CelValue::Bool(false)) => true,
+            Ok(_) => {
+                self.out.errors.push(invalid(
+                    node.path,
+                    node.ty,
+                    format!("rule compile error: compilation failed: cel expression must evaluate to a bool: {text}"),
+                ));
+                false
             }
-            let mut scope = self.ctx.new_inner_scope();
-            scope.add_variable_from_value("self", this.clone());
-            if optional {
-                let opt = match &before {
-                    Some(b) => OptionalValue::of(b.clone()),
-                    None => OptionalValue::none(),
-                };
-                scope.add_variable_from_value("oldSelf", CelValue::Opaque(Arc::new(opt)));
-            } else if let Some(b) = &before {
-                scope.add_variable_from_value("oldSelf", b.clone());
-            }
-            match program.execute(&scope) {
-                Ok(CelValue::Bool(true)) => continue,
-                Ok(CelValue::Bool(false)) => {}
-                Ok(_) => {
-                    self.out.errors.push(invalid(
-                        path,
-                        ty,
-                        format!("rule compile error: compilation failed: cel expression must evaluate to a bool: {text}"),
-                    ));
-                    continue;
-                }
-                Err(e) => {
-                    self.out
-                        .errors
-                        .push(invalid(path, ty, evaluation_error(&e, rule, text)));
-                    continue;
-                }
-            }
-            let field = match rule.get("fieldPath").and_then(Value::as_str) {
-                Some(fp) if !fp.is_empty() => path.child(&normalize_field_path(fp, schema)),
-                _ => path.clone(),
-            };
-            let mut plain = self.ctx.new_inner_scope();
-            plain.add_variable_from_value("self", this.clone());
-            if let Some(b) = &before {
-                plain.add_variable_from_value("oldSelf", b.clone());
-            }
-            let detail =
-                message_expression(rule, &plain).unwrap_or_else(|| message_or_default(rule, text));
-            let error = field_error(
-                rule.get("reason").and_then(Value::as_str),
-                &field,
-                ty,
-                &detail,
-            );
-            if !uses_old && equal {
-                self.out
-                    .warnings
-                    .push(format!("{}: {}", error.field, error.message));
-            } else {
-                self.out.errors.push(error);
+            Err(e) => {
+                self.out.errors.push(invalid(
+                    node.path,
+                    node.ty,
+                    evaluation_error(&e, rule, text),
+                ));
+                false
             }
         }
     }
+}
+
+/// The node a rule is evaluated on.
+struct Node<'a> {
+    /// Its schema.
+    schema: &'a Value,
+    /// Where it is.
+    path: &'a Path,
+    /// Its schema's type.
+    ty: &'a str,
+    /// Its value (`self`).
+    this: CelValue,
+    /// Its value before an update (`oldSelf`).
+    before: Option<CelValue>,
+    /// Whether it is unchanged by the update.
+    equal: bool,
 }
 
 fn invalid(path: &Path, ty: &str, detail: String) -> SchemaError {

@@ -28,87 +28,8 @@ pub(super) fn serve(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Response<Body> {
-    let accept = header_str(headers, header::ACCEPT);
-    let aggregated =
-        aggregated_version(&accept).filter(|_| lock(&shared.settings).aggregated_discovery);
-    let is_get = method == Method::GET;
-    let only_get = |f: &dyn Fn() -> Response<Body>| -> Response<Body> {
-        if is_get {
-            f()
-        } else {
-            error_response(&ApiError::new(
-                405,
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            ))
-        }
-    };
     match r {
-        Route::Version => only_get(&|| {
-            let v = lock(&shared.settings).version.clone();
-            json_response(
-                200,
-                &json!({"major": v.major, "minor": v.minor, "gitVersion": v.git_version,
-                    "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-                    "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc",
-                    "platform": "linux/amd64"}),
-                &[],
-            )
-        }),
         Route::Health => text_response(200, "ok"),
-        Route::Api => only_get(&|| {
-            if let Some(version) = aggregated {
-                let state = lock(&shared.state);
-                aggregated_response(discovery::aggregated(&state.defs(), true), version, headers)
-            } else {
-                json_response(200, &discovery::api_versions(&lock(&shared.address)), &[])
-            }
-        }),
-        Route::Apis => only_get(&|| {
-            let state = lock(&shared.state);
-            if let Some(version) = aggregated {
-                aggregated_response(
-                    discovery::aggregated(&state.defs(), false),
-                    version,
-                    headers,
-                )
-            } else {
-                json_response(200, &discovery::api_group_list(&state.defs()), &[])
-            }
-        }),
-        Route::Group(g) => only_get(&|| {
-            let state = lock(&shared.state);
-            match discovery::api_group(&state.defs(), &g) {
-                Some(doc) => json_response(200, &doc, &[]),
-                None => error_response(&ApiError::path_not_found()),
-            }
-        }),
-        Route::GroupVersion(g, v) => only_get(&|| {
-            let state = lock(&shared.state);
-            match discovery::api_resource_list(&state.defs(), &g, &v) {
-                Some(doc) => json_response(200, &doc, &[]),
-                None => error_response(&ApiError::path_not_found()),
-            }
-        }),
-        Route::OpenApiIndex => only_get(&|| {
-            let version = lock(&shared.settings).version.git_version.clone();
-            let state = lock(&shared.state);
-            json_response(200, &openapi::openapi_index(&state.defs(), &version), &[])
-        }),
-        Route::OpenApiDoc(g, v) => only_get(&|| {
-            let version = lock(&shared.settings).version.git_version.clone();
-            let state = lock(&shared.state);
-            let defs = state.defs();
-            if !defs.iter().any(|d| d.group == g && d.version == v) {
-                return error_response(&ApiError::path_not_found());
-            }
-            json_response(
-                200,
-                &openapi::openapi_document(&defs, &g, &v, &version),
-                &[],
-            )
-        }),
-        Route::OpenApiV2 => error_response(&ApiError::path_not_found()),
         Route::AccessReview(kind, namespace) => {
             if method != Method::POST {
                 return error_response(&ApiError::method_not_allowed(
@@ -124,9 +45,82 @@ pub(super) fn serve(
                 Err(e) => error_response(&e),
             }
         }
-        Route::Resource(_) | Route::Control(_) | Route::NotFound => {
+        Route::OpenApiV2 | Route::Resource(_) | Route::Control(_) | Route::NotFound => {
             error_response(&ApiError::path_not_found())
         }
+        _ if method != Method::GET => error_response(&ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )),
+        r => get(shared, r, headers),
+    }
+}
+
+/// A GET of `/version`, discovery or OpenAPI v3.
+fn get(shared: &Arc<Shared>, r: Route, headers: &HeaderMap) -> Response<Body> {
+    let accept = header_str(headers, header::ACCEPT);
+    let aggregated =
+        aggregated_version(&accept).filter(|_| lock(&shared.settings).aggregated_discovery);
+    let found = |doc: Option<Value>| match doc {
+        Some(doc) => json_response(200, &doc, &[]),
+        None => error_response(&ApiError::path_not_found()),
+    };
+    match r {
+        Route::Version => {
+            let v = lock(&shared.settings).version.clone();
+            json_response(
+                200,
+                &json!({"major": v.major, "minor": v.minor, "gitVersion": v.git_version,
+                    "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+                    "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc",
+                    "platform": "linux/amd64"}),
+                &[],
+            )
+        }
+        Route::Api => match aggregated {
+            Some(version) => {
+                let state = lock(&shared.state);
+                aggregated_response(discovery::aggregated(&state.defs(), true), version, headers)
+            }
+            None => json_response(200, &discovery::api_versions(&lock(&shared.address)), &[]),
+        },
+        Route::Apis => {
+            let state = lock(&shared.state);
+            match aggregated {
+                Some(version) => aggregated_response(
+                    discovery::aggregated(&state.defs(), false),
+                    version,
+                    headers,
+                ),
+                None => json_response(200, &discovery::api_group_list(&state.defs()), &[]),
+            }
+        }
+        Route::Group(g) => found(discovery::api_group(&lock(&shared.state).defs(), &g)),
+        Route::GroupVersion(g, v) => found(discovery::api_resource_list(
+            &lock(&shared.state).defs(),
+            &g,
+            &v,
+        )),
+        Route::OpenApiIndex => {
+            let version = lock(&shared.settings).version.git_version.clone();
+            let state = lock(&shared.state);
+            json_response(200, &openapi::openapi_index(&state.defs(), &version), &[])
+        }
+        Route::OpenApiDoc(g, v) => {
+            let version = lock(&shared.settings).version.git_version.clone();
+            let state = lock(&shared.state);
+            let defs = state.defs();
+            if !defs.iter().any(|d| d.group == g && d.version == v) {
+                return error_response(&ApiError::path_not_found());
+            }
+            json_response(
+                200,
+                &openapi::openapi_document(&defs, &g, &v, &version),
+                &[],
+            )
+        }
+        _ => error_response(&ApiError::path_not_found()),
     }
 }
 

@@ -31,6 +31,109 @@ fn url_rule(urls: &[&str], verbs: &[&str]) -> Value {
     json!({"nonResourceURLs": urls, "verbs": verbs})
 }
 
+/// The roles users are bound to, in the order kube-apiserver creates them: cluster-admin,
+/// the aggregation parts, then admin, edit and view filled with their parts' rules (as the
+/// aggregation controller does).
+fn user_facing_roles() -> Vec<Value> {
+    let none = json!({});
+    let mut view = view_rules();
+    let mut edit = edit_rules();
+    let admin_only = admin_rules();
+    let mut roles = vec![
+        cluster_role(
+            "cluster-admin",
+            none.clone(),
+            vec![rule(&["*"], &["*"], &["*"]), url_rule(&["*"], &["*"])],
+            None,
+        ),
+        cluster_role(
+            "system:aggregate-to-view",
+            json!({format!("{AGGREGATE_TO}view"): "true"}),
+            view.clone(),
+            None,
+        ),
+        cluster_role(
+            "system:aggregate-to-edit",
+            json!({format!("{AGGREGATE_TO}edit"): "true"}),
+            edit.clone(),
+            None,
+        ),
+        cluster_role(
+            "system:aggregate-to-admin",
+            json!({format!("{AGGREGATE_TO}admin"): "true"}),
+            admin_only.clone(),
+            None,
+        ),
+    ];
+    let view_role = cluster_role(
+        "view",
+        json!({format!("{AGGREGATE_TO}edit"): "true"}),
+        view.clone(),
+        Some("view"),
+    );
+    edit.append(&mut view);
+    let edit_role = cluster_role(
+        "edit",
+        json!({format!("{AGGREGATE_TO}admin"): "true"}),
+        edit.clone(),
+        Some("edit"),
+    );
+    edit.extend(admin_only);
+    let admin_role = cluster_role("admin", none, edit, Some("admin"));
+    roles.extend([admin_role, edit_role, view_role]);
+    roles
+}
+
+/// The system roles: discovery, basic user, public info.
+fn system_roles() -> [Value; 3] {
+    let none = json!({});
+    let discovery = [
+        "/api",
+        "/api/*",
+        "/apis",
+        "/apis/*",
+        "/healthz",
+        "/livez",
+        "/openapi",
+        "/openapi/*",
+        "/readyz",
+        "/version",
+        "/version/",
+    ];
+    let public = ["/healthz", "/livez", "/readyz", "/version", "/version/"];
+    [
+        cluster_role(
+            "system:discovery",
+            none.clone(),
+            vec![url_rule(&discovery, &["get"])],
+            None,
+        ),
+        cluster_role(
+            "system:basic-user",
+            none.clone(),
+            vec![
+                rule(
+                    &["authorization.k8s.io"],
+                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    &["create"],
+                ),
+                rule(
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                    &["create"],
+                ),
+            ],
+            None,
+        ),
+        cluster_role(
+            "system:public-info-viewer",
+            none,
+            vec![url_rule(&public, &["get"])],
+            None,
+        ),
+    ]
+}
+
 /// The rules kube's `system:aggregate-to-view` carries (the key ones).
 fn view_rules() -> Vec<Value> {
     vec![
@@ -265,102 +368,7 @@ impl State {
     /// Creates what kube-apiserver writes at its start (the Endpoints of `default/kubernetes`
     /// follow in [`State::bootstrap_endpoints`], once the server's address is known).
     pub(super) fn bootstrap(&mut self) {
-        let none = json!({});
-        let mut view = view_rules();
-        let mut edit = edit_rules();
-        let admin_only = admin_rules();
-        let roles = [
-            cluster_role(
-                "cluster-admin",
-                none.clone(),
-                vec![rule(&["*"], &["*"], &["*"]), url_rule(&["*"], &["*"])],
-                None,
-            ),
-            cluster_role(
-                "system:aggregate-to-view",
-                json!({format!("{AGGREGATE_TO}view"): "true"}),
-                view.clone(),
-                None,
-            ),
-            cluster_role(
-                "system:aggregate-to-edit",
-                json!({format!("{AGGREGATE_TO}edit"): "true"}),
-                edit.clone(),
-                None,
-            ),
-            cluster_role(
-                "system:aggregate-to-admin",
-                json!({format!("{AGGREGATE_TO}admin"): "true"}),
-                admin_only.clone(),
-                None,
-            ),
-        ];
-        // The aggregation controller fills the aggregated roles with their parts' rules.
-        let view_role = cluster_role(
-            "view",
-            json!({format!("{AGGREGATE_TO}edit"): "true"}),
-            view.clone(),
-            Some("view"),
-        );
-        edit.append(&mut view);
-        let edit_role = cluster_role(
-            "edit",
-            json!({format!("{AGGREGATE_TO}admin"): "true"}),
-            edit.clone(),
-            Some("edit"),
-        );
-        edit.extend(admin_only);
-        let admin_role = cluster_role("admin", none.clone(), edit, Some("admin"));
-        let discovery = [
-            "/api",
-            "/api/*",
-            "/apis",
-            "/apis/*",
-            "/healthz",
-            "/livez",
-            "/openapi",
-            "/openapi/*",
-            "/readyz",
-            "/version",
-            "/version/",
-        ];
-        let public = ["/healthz", "/livez", "/readyz", "/version", "/version/"];
-        let system_roles = [
-            cluster_role(
-                "system:discovery",
-                none.clone(),
-                vec![url_rule(&discovery, &["get"])],
-                None,
-            ),
-            cluster_role(
-                "system:basic-user",
-                none.clone(),
-                vec![
-                    rule(
-                        &["authorization.k8s.io"],
-                        &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-                        &["create"],
-                    ),
-                    rule(
-                        &["authentication.k8s.io"],
-                        &["selfsubjectreviews"],
-                        &["create"],
-                    ),
-                ],
-                None,
-            ),
-            cluster_role(
-                "system:public-info-viewer",
-                none,
-                vec![url_rule(&public, &["get"])],
-                None,
-            ),
-        ];
-        let all_roles = roles
-            .into_iter()
-            .chain([admin_role, edit_role, view_role])
-            .chain(system_roles);
-        for role in all_roles {
+        for role in user_facing_roles().into_iter().chain(system_roles()) {
             self.create_bootstrap(RBAC, "clusterroles", None, role);
         }
         let bindings = [

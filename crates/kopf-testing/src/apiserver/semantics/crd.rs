@@ -80,6 +80,24 @@ pub(super) fn validate_crd(crd: &Value) -> ApiResult<()> {
         )),
         None => causes.push(cause("FieldValueRequired", "spec.scope", "Required value")),
     }
+    causes.extend(validate_crd_versions(crd));
+    causes.extend(validate_crd_conversion(crd));
+    causes.extend(crate::apiserver::cel::check_crd(crd));
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            &name,
+            causes,
+        ))
+    }
+}
+
+/// Validates `spec.versions` of a CRD: exactly one storage version, each with a schema.
+fn validate_crd_versions(crd: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
     match crd.pointer("/spec/versions").and_then(Value::as_array) {
         Some(versions) if !versions.is_empty() => {
             let storage = versions
@@ -109,18 +127,7 @@ pub(super) fn validate_crd(crd: &Value) -> ApiResult<()> {
             "Invalid value: null: must have exactly one version marked as storage version",
         )),
     }
-    causes.extend(validate_crd_conversion(crd));
-    causes.extend(crate::apiserver::cel::check_crd(crd));
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            "apiextensions.k8s.io",
-            "CustomResourceDefinition",
-            &name,
-            causes,
-        ))
-    }
+    causes
 }
 
 /// Validates `spec.conversion` of a CRD.

@@ -39,6 +39,54 @@ fn pod_grace_period(pod: &Value, requested: Option<i64>) -> i64 {
     if grace < 0 { 1 } else { grace }
 }
 
+/// A DELETE's propagation policy: given, or from `orphanDependents`, or Background.
+fn propagation_policy(def: &ResourceDef, name: &str, opts: &DeleteOptions) -> ApiResult<String> {
+    let policy = opts.propagation.clone().unwrap_or_else(|| {
+        if opts.orphan_dependents == Some(true) {
+            "Orphan".into()
+        } else {
+            "Background".into()
+        }
+    });
+    if ["Orphan", "Background", "Foreground"].contains(&policy.as_str()) {
+        return Ok(policy);
+    }
+    Err(ApiError::invalid(
+        &def.group,
+        &def.kind,
+        name,
+        vec![cause(
+            "FieldValueNotSupported",
+            "propagationPolicy",
+            format!(
+                "Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+            ),
+        )],
+    ))
+}
+
+/// A CRD being deleted: the cleanup finalizer and the Terminating condition.
+fn crd_terminating(new: &mut Value) {
+    let m = meta_mut(new);
+    let fins = m.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(a) = fins.as_array_mut()
+        && !a.iter().any(|f| f == CRD_CLEANUP_FINALIZER)
+    {
+        a.push(json!(CRD_CLEANUP_FINALIZER));
+    }
+    let conds = new
+        .as_object_mut()
+        .map(|o| o.entry("status").or_insert_with(|| json!({})));
+    if let Some(status) = conds.and_then(Value::as_object_mut) {
+        let list = status.entry("conditions").or_insert_with(|| json!([]));
+        if let Some(list) = list.as_array_mut() {
+            list.retain(|c| c.get("type") != Some(&json!("Terminating")));
+            list.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now(),
+                "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
+        }
+    }
+}
+
 impl State {
     /// DELETE one object.
     pub fn delete(
@@ -59,27 +107,7 @@ impl State {
                 "this namespace may not be deleted",
             ));
         }
-        let policy = opts.propagation.clone().unwrap_or_else(|| {
-            if opts.orphan_dependents == Some(true) {
-                "Orphan".into()
-            } else {
-                "Background".into()
-            }
-        });
-        if !["Orphan", "Background", "Foreground"].contains(&policy.as_str()) {
-            return Err(ApiError::invalid(
-                &def.group,
-                &def.kind,
-                name,
-                vec![cause(
-                    "FieldValueNotSupported",
-                    "propagationPolicy",
-                    format!(
-                        "Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
-                    ),
-                )],
-            ));
-        }
+        let policy = propagation_policy(def, name, opts)?;
         let is_crd = def.group == "apiextensions.k8s.io";
         let pod_grace = if def.group.is_empty() && def.plural == "pods" {
             pod_grace_period(&old, opts.grace_period)
@@ -97,46 +125,9 @@ impl State {
                 return Ok(Written::ok(Self::present(def, &old)));
             }
             let mut new = (*old).clone();
-            let m = meta_mut(&mut new);
-            let deadline = jiff::Timestamp::now()
-                .checked_add(jiff::SignedDuration::from_secs(pod_grace))
-                .unwrap_or_else(|_| jiff::Timestamp::now());
-            m.insert(
-                "deletionTimestamp".into(),
-                json!(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
-            );
-            m.insert("deletionGracePeriodSeconds".into(), json!(pod_grace));
-            if pod_grace > 0 {
-                // The simulated kubelet confirms the termination after the grace period
-                // (capped by the server setting).
-                let wait = std::time::Duration::from_secs(pod_grace as u64)
-                    .min(self.config.pod_termination_cap);
-                self.to_reap.push((res.clone(), key.clone(), wait));
-            }
-            if def.generation {
-                let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
-                if g > 0 {
-                    m.insert("generation".into(), json!(g + 1));
-                }
-            }
+            self.mark_deleted(def, &mut new, pod_grace, &res, &key);
             if is_crd {
-                let fins = m.entry("finalizers").or_insert_with(|| json!([]));
-                if let Some(a) = fins.as_array_mut()
-                    && !a.iter().any(|f| f == CRD_CLEANUP_FINALIZER)
-                {
-                    a.push(json!(CRD_CLEANUP_FINALIZER));
-                }
-                let conds = new
-                    .as_object_mut()
-                    .map(|o| o.entry("status").or_insert_with(|| json!({})));
-                if let Some(status) = conds.and_then(Value::as_object_mut) {
-                    let list = status.entry("conditions").or_insert_with(|| json!([]));
-                    if let Some(list) = list.as_array_mut() {
-                        list.retain(|c| c.get("type") != Some(&json!("Terminating")));
-                        list.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now(),
-                            "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
-                    }
-                }
+                crd_terminating(&mut new);
             }
             if is_namespace {
                 new["status"] = json!({"phase": "Terminating"});
@@ -169,6 +160,40 @@ impl State {
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
         };
         Ok(Written::ok(body))
+    }
+
+    /// A graceful deletion begins: the deletion timestamp (now plus the Pod's grace) and
+    /// grace period, the kubelet's confirmation scheduled for a Pod, the generation bumped.
+    fn mark_deleted(
+        &mut self,
+        def: &ResourceDef,
+        new: &mut Value,
+        pod_grace: i64,
+        res: &ResKey,
+        key: &ObjKey,
+    ) {
+        let m = meta_mut(new);
+        let deadline = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_secs(pod_grace))
+            .unwrap_or_else(|_| jiff::Timestamp::now());
+        m.insert(
+            "deletionTimestamp".into(),
+            json!(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        );
+        m.insert("deletionGracePeriodSeconds".into(), json!(pod_grace));
+        if pod_grace > 0 {
+            // The simulated kubelet confirms the termination after the grace period
+            // (capped by the server setting).
+            let wait = std::time::Duration::from_secs(pod_grace as u64)
+                .min(self.config.pod_termination_cap);
+            self.to_reap.push((res.clone(), key.clone(), wait));
+        }
+        if def.generation {
+            let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
+            if g > 0 {
+                m.insert("generation".into(), json!(g + 1));
+            }
+        }
     }
 
     /// The preconditions (uid, resourceVersion) of a DELETE, checked against the stored object.

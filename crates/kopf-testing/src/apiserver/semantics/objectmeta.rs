@@ -173,73 +173,8 @@ fn check_metadata(kind: &str, meta: &Value, typed: bool) -> Result<(), TypeError
     }
     check_string_map(m, "labels")?;
     check_string_map(m, "annotations")?;
-    match m.get("finalizers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
-            if let Some(bad) = items.iter().find(|v| !is_string_or_null(v)) {
-                return Err(TypeError::new(
-                    bad,
-                    "ObjectMeta.metadata.finalizers",
-                    "string",
-                    false,
-                ));
-            }
-        }
-        Some(other) => {
-            return Err(TypeError::new(
-                other,
-                "ObjectMeta.metadata.finalizers",
-                "[]string",
-                false,
-            ));
-        }
-    }
-    match m.get("ownerReferences") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
-            for item in items {
-                let Some(r) = item.as_object() else {
-                    if item.is_null() {
-                        continue;
-                    }
-                    return Err(TypeError::new(
-                        item,
-                        "ObjectMeta.metadata.ownerReferences",
-                        "v1.OwnerReference",
-                        false,
-                    ));
-                };
-                for key in ["apiVersion", "kind", "name", "uid"] {
-                    if let Some(v) = r.get(key).filter(|v| !is_string_or_null(v)) {
-                        return Err(TypeError::new(
-                            v,
-                            format!("OwnerReference.metadata.ownerReferences.{key}"),
-                            "string",
-                            false,
-                        ));
-                    }
-                }
-                for key in ["controller", "blockOwnerDeletion"] {
-                    if let Some(v) = r.get(key).filter(|v| !(v.is_boolean() || v.is_null())) {
-                        return Err(TypeError::new(
-                            v,
-                            format!("OwnerReference.metadata.ownerReferences.{key}"),
-                            "bool",
-                            false,
-                        ));
-                    }
-                }
-            }
-        }
-        Some(other) => {
-            return Err(TypeError::new(
-                other,
-                "ObjectMeta.metadata.ownerReferences",
-                "[]v1.OwnerReference",
-                false,
-            ));
-        }
-    }
+    check_finalizers(m)?;
+    check_owner_references(m)?;
     match m.get("managedFields") {
         None | Some(Value::Null) | Some(Value::Array(_)) => Ok(()),
         Some(other) => Err(TypeError::new(
@@ -249,6 +184,78 @@ fn check_metadata(kind: &str, meta: &Value, typed: bool) -> Result<(), TypeError
             false,
         )),
     }
+}
+
+/// `metadata.finalizers`: a list of strings.
+fn check_finalizers(m: &Map<String, Value>) -> Result<(), TypeError> {
+    match m.get("finalizers") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(items)) => match items.iter().find(|v| !is_string_or_null(v)) {
+            Some(bad) => Err(TypeError::new(
+                bad,
+                "ObjectMeta.metadata.finalizers",
+                "string",
+                false,
+            )),
+            None => Ok(()),
+        },
+        Some(other) => Err(TypeError::new(
+            other,
+            "ObjectMeta.metadata.finalizers",
+            "[]string",
+            false,
+        )),
+    }
+}
+
+/// `metadata.ownerReferences`: a list of references with string and bool fields.
+fn check_owner_references(m: &Map<String, Value>) -> Result<(), TypeError> {
+    let items = match m.get("ownerReferences") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(TypeError::new(
+                other,
+                "ObjectMeta.metadata.ownerReferences",
+                "[]v1.OwnerReference",
+                false,
+            ));
+        }
+    };
+    for item in items {
+        let Some(r) = item.as_object() else {
+            if item.is_null() {
+                continue;
+            }
+            return Err(TypeError::new(
+                item,
+                "ObjectMeta.metadata.ownerReferences",
+                "v1.OwnerReference",
+                false,
+            ));
+        };
+        for key in ["apiVersion", "kind", "name", "uid"] {
+            if let Some(v) = r.get(key).filter(|v| !is_string_or_null(v)) {
+                return Err(TypeError::new(
+                    v,
+                    format!("OwnerReference.metadata.ownerReferences.{key}"),
+                    "string",
+                    false,
+                ));
+            }
+        }
+        for key in ["controller", "blockOwnerDeletion"] {
+            if let Some(v) = r.get(key).filter(|v| !(v.is_boolean() || v.is_null())) {
+                return Err(TypeError::new(
+                    v,
+                    format!("OwnerReference.metadata.ownerReferences.{key}"),
+                    "bool",
+                    false,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A request body that is not a JSON object: the serializer's 400 as it reads apiVersion

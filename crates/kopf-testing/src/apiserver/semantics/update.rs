@@ -92,61 +92,8 @@ impl State {
         subresource: Option<&str>,
     ) -> ApiResult<Value> {
         let name = meta_str(old, "name").unwrap_or("").to_string();
-        match meta_str(&new, "resourceVersion") {
-            Some(rv) if !rv.is_empty() && Some(rv) != meta_str(old, "resourceVersion") => {
-                return Err(ApiError::stale(&def.group, &def.plural, &name));
-            }
-            _ => {}
-        }
-        if let Some(uid) = meta_str(&new, "uid")
-            && !uid.is_empty()
-            && Some(uid) != meta_str(old, "uid")
-        {
-            return Err(ApiError::invalid(
-                &def.group,
-                &def.kind,
-                &name,
-                vec![cause(
-                    "FieldValueInvalid",
-                    "metadata.uid",
-                    format!("Invalid value: \"{uid}\": field is immutable"),
-                )],
-            ));
-        }
-        if let Some(n) = meta_str(&new, "name")
-            && n != name
-        {
-            return Err(ApiError::invalid(
-                &def.group,
-                &def.kind,
-                &name,
-                vec![cause(
-                    "FieldValueInvalid",
-                    "metadata.name",
-                    format!("Invalid value: \"{n}\": field is immutable"),
-                )],
-            ));
-        }
-        // Server-owned metadata comes from the stored object.
-        let old_meta = meta(old);
-        {
-            let m = meta_mut(&mut new);
-            for field in [
-                "uid",
-                "name",
-                "namespace",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ] {
-                match old_meta.get(field) {
-                    Some(v) => m.insert(field.into(), v.clone()),
-                    None => m.remove(field),
-                };
-            }
-            m.remove("selfLink");
-        }
+        check_identity(def, old, &new, &name)?;
+        keep_server_metadata(old, &mut new);
         let part = subresource.and_then(|s| kinds::written_part(&def.group, &def.plural, s));
         if let Some(part) = part {
             // Only .status changes through /status, and what other subresources write
@@ -167,25 +114,7 @@ impl State {
             }
         }
         if meta(old).get("deletionTimestamp").is_some() {
-            let before = finalizers(old);
-            let added: Vec<String> = finalizers(&new)
-                .into_iter()
-                .filter(|f| !before.contains(f))
-                .collect();
-            if !added.is_empty() {
-                return Err(ApiError::invalid(
-                    &def.group,
-                    &def.kind,
-                    &name,
-                    vec![cause(
-                        "FieldValueForbidden",
-                        "metadata.finalizers",
-                        format!(
-                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
-                        ),
-                    )],
-                ));
-            }
+            no_new_finalizers(def, old, &new, &name)?;
         }
         Ok(new)
     }
@@ -320,4 +249,83 @@ impl State {
             warnings,
         })
     }
+}
+
+/// An update's resourceVersion (if given) is the stored one; its uid and name are unchanged.
+fn check_identity(def: &ResourceDef, old: &Value, new: &Value, name: &str) -> ApiResult<()> {
+    match meta_str(new, "resourceVersion") {
+        Some(rv) if !rv.is_empty() && Some(rv) != meta_str(old, "resourceVersion") => {
+            return Err(ApiError::stale(&def.group, &def.plural, name));
+        }
+        _ => {}
+    }
+    let immutable = |field: &str, value: &str| {
+        ApiError::invalid(
+            &def.group,
+            &def.kind,
+            name,
+            vec![cause(
+                "FieldValueInvalid",
+                &format!("metadata.{field}"),
+                format!("Invalid value: \"{value}\": field is immutable"),
+            )],
+        )
+    };
+    if let Some(uid) = meta_str(new, "uid")
+        && !uid.is_empty()
+        && Some(uid) != meta_str(old, "uid")
+    {
+        return Err(immutable("uid", uid));
+    }
+    if let Some(n) = meta_str(new, "name")
+        && n != name
+    {
+        return Err(immutable("name", n));
+    }
+    Ok(())
+}
+
+/// Server-owned metadata comes from the stored object.
+fn keep_server_metadata(old: &Value, new: &mut Value) {
+    let old_meta = meta(old);
+    let m = meta_mut(new);
+    for field in [
+        "uid",
+        "name",
+        "namespace",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match old_meta.get(field) {
+            Some(v) => m.insert(field.into(), v.clone()),
+            None => m.remove(field),
+        };
+    }
+    m.remove("selfLink");
+}
+
+/// An object being deleted gets no new finalizers.
+fn no_new_finalizers(def: &ResourceDef, old: &Value, new: &Value, name: &str) -> ApiResult<()> {
+    let before = finalizers(old);
+    let added: Vec<String> = finalizers(new)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        &def.group,
+        &def.kind,
+        name,
+        vec![cause(
+            "FieldValueForbidden",
+            "metadata.finalizers",
+            format!(
+                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+            ),
+        )],
+    ))
 }

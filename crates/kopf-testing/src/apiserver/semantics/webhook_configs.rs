@@ -181,30 +181,7 @@ pub(crate) fn validate_configuration(
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (i, w) in list.iter().enumerate() {
         let f = |k: &str| format!("webhooks[{i}].{k}");
-        let s = |k: &str| w.get(k).and_then(Value::as_str);
-        match s("name") {
-            None | Some("") => {
-                causes.push(cause("FieldValueRequired", &f("name"), "Required value"))
-            }
-            Some(n) => {
-                if n.split('.').filter(|p| !p.is_empty()).count() < 3
-                    || n.split('.').any(str::is_empty)
-                {
-                    causes.push(cause(
-                        "FieldValueInvalid",
-                        &f("name"),
-                        format!("Invalid value: \"{n}\": should be a domain with at least three segments separated by dots"),
-                    ));
-                }
-                if seen.insert(n.to_string(), i).is_some() {
-                    causes.push(cause(
-                        "FieldValueDuplicate",
-                        &f("name"),
-                        format!("Duplicate value: \"{n}\""),
-                    ));
-                }
-            }
-        }
+        webhook_name(w, i, &mut seen, &mut causes);
         match w.get("clientConfig").filter(|c| !c.is_null()) {
             Some(cc) => causes.extend(validate_client_config(cc, &f("clientConfig"))),
             None => causes.push(cause(
@@ -219,113 +196,161 @@ pub(crate) fn validate_configuration(
             .map(Vec::as_slice)
             .unwrap_or_default();
         for (j, r) in rules.iter().enumerate() {
-            let rf = |k: &str| format!("webhooks[{i}].rules[{j}].{k}");
-            for key in ["operations", "apiGroups", "apiVersions", "resources"] {
-                if strings(r.get(key)).is_empty() {
-                    causes.push(cause("FieldValueRequired", &rf(key), "Required value"));
-                }
-            }
-            for (k, op) in strings(r.get("operations")).iter().enumerate() {
-                if !matches!(
-                    op.as_str(),
-                    "*" | "CREATE" | "UPDATE" | "DELETE" | "CONNECT"
-                ) {
-                    causes.push(not_supported(
-                        &format!("webhooks[{i}].rules[{j}].operations[{k}]"),
-                        op,
-                        &["*", "CONNECT", "CREATE", "DELETE", "UPDATE"],
-                    ));
-                }
-            }
-            if let Some(scope) = r.get("scope").and_then(Value::as_str)
-                && !matches!(scope, "*" | "Cluster" | "Namespaced")
-            {
-                causes.push(not_supported(
-                    &rf("scope"),
-                    scope,
-                    &["*", "Cluster", "Namespaced"],
-                ));
-            }
+            webhook_rule(r, &format!("webhooks[{i}].rules[{j}]"), &mut causes);
         }
-        if let Some(v) = s("failurePolicy")
-            && !matches!(v, "Fail" | "Ignore")
-        {
-            causes.push(not_supported(&f("failurePolicy"), v, &["Fail", "Ignore"]));
-        }
-        if let Some(v) = s("matchPolicy")
-            && !matches!(v, "Exact" | "Equivalent")
-        {
-            causes.push(not_supported(
-                &f("matchPolicy"),
-                v,
-                &["Equivalent", "Exact"],
-            ));
-        }
-        if mutating
-            && let Some(v) = s("reinvocationPolicy")
-            && !matches!(v, "Never" | "IfNeeded")
-        {
-            causes.push(not_supported(
-                &f("reinvocationPolicy"),
-                v,
-                &["IfNeeded", "Never"],
-            ));
-        }
-        match s("sideEffects") {
-            None | Some("") => causes.push(cause(
-                "FieldValueRequired",
-                &f("sideEffects"),
-                "Required value: must specify one of None, NoneOnDryRun",
-            )),
-            Some("None" | "NoneOnDryRun") => {}
-            Some(v) => causes.push(not_supported(
-                &f("sideEffects"),
-                v,
-                &["None", "NoneOnDryRun"],
-            )),
-        }
-        if let Some(t) = w.get("timeoutSeconds")
-            && !t.as_i64().is_some_and(|t| (1..=30).contains(&t))
-        {
-            causes.push(cause(
-                "FieldValueInvalid",
-                &f("timeoutSeconds"),
-                format!("Invalid value: {t}: the timeout value must be between 1 and 30 seconds"),
-            ));
-        }
-        let versions = strings(w.get("admissionReviewVersions"));
-        if versions.is_empty() {
-            causes.push(cause(
-                "FieldValueRequired",
-                &f("admissionReviewVersions"),
-                "Required value: must specify one of v1, v1beta1",
-            ));
-        } else if !versions.iter().any(|v| v == "v1" || v == "v1beta1") {
-            causes.push(cause(
-                "FieldValueInvalid",
-                &f("admissionReviewVersions"),
-                format!(
-                    "Invalid value: {}: must include at least one of v1, v1beta1",
-                    go_strings(&versions)
-                ),
-            ));
-        }
-        for key in ["namespaceSelector", "objectSelector"] {
-            if let Some(sel) = w.get(key)
-                && let Err(e) = LabelSelector::from_spec(sel)
-            {
-                causes.push(cause(
-                    "FieldValueInvalid",
-                    &f(key),
-                    format!("Invalid value: {sel}: {e}"),
-                ));
-            }
-        }
+        webhook_policies(w, &f, mutating, &mut causes);
+        webhook_review_and_selectors(w, &f, &mut causes);
     }
     if causes.is_empty() {
         Ok(())
     } else {
         Err(ApiError::invalid(GROUP, kind, config_name, causes))
+    }
+}
+
+/// A webhook's name: required, a domain of three segments or more, unique in the
+/// configuration.
+fn webhook_name(w: &Value, i: usize, seen: &mut BTreeMap<String, usize>, causes: &mut Vec<Cause>) {
+    let field = format!("webhooks[{i}].name");
+    match w.get("name").and_then(Value::as_str) {
+        None | Some("") => causes.push(cause("FieldValueRequired", &field, "Required value")),
+        Some(n) => {
+            if n.split('.').filter(|p| !p.is_empty()).count() < 3 || n.split('.').any(str::is_empty)
+            {
+                causes.push(cause(
+                    "FieldValueInvalid",
+                    &field,
+                    format!("Invalid value: \"{n}\": should be a domain with at least three segments separated by dots"),
+                ));
+            }
+            if seen.insert(n.to_string(), i).is_some() {
+                causes.push(cause(
+                    "FieldValueDuplicate",
+                    &field,
+                    format!("Duplicate value: \"{n}\""),
+                ));
+            }
+        }
+    }
+}
+
+/// One rule of a webhook (at `at`, e.g. `webhooks[0].rules[1]`): its lists required, its
+/// operations and scope among kube's.
+fn webhook_rule(r: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let rf = |k: &str| format!("{at}.{k}");
+    for key in ["operations", "apiGroups", "apiVersions", "resources"] {
+        if strings(r.get(key)).is_empty() {
+            causes.push(cause("FieldValueRequired", &rf(key), "Required value"));
+        }
+    }
+    for (k, op) in strings(r.get("operations")).iter().enumerate() {
+        if !matches!(
+            op.as_str(),
+            "*" | "CREATE" | "UPDATE" | "DELETE" | "CONNECT"
+        ) {
+            causes.push(not_supported(
+                &format!("{at}.operations[{k}]"),
+                op,
+                &["*", "CONNECT", "CREATE", "DELETE", "UPDATE"],
+            ));
+        }
+    }
+    if let Some(scope) = r.get("scope").and_then(Value::as_str)
+        && !matches!(scope, "*" | "Cluster" | "Namespaced")
+    {
+        causes.push(not_supported(
+            &rf("scope"),
+            scope,
+            &["*", "Cluster", "Namespaced"],
+        ));
+    }
+}
+
+/// A webhook's failure, match and reinvocation policies, side effects and timeout.
+fn webhook_policies(
+    w: &Value,
+    f: &dyn Fn(&str) -> String,
+    mutating: bool,
+    causes: &mut Vec<Cause>,
+) {
+    let s = |k: &str| w.get(k).and_then(Value::as_str);
+    if let Some(v) = s("failurePolicy")
+        && !matches!(v, "Fail" | "Ignore")
+    {
+        causes.push(not_supported(&f("failurePolicy"), v, &["Fail", "Ignore"]));
+    }
+    if let Some(v) = s("matchPolicy")
+        && !matches!(v, "Exact" | "Equivalent")
+    {
+        causes.push(not_supported(
+            &f("matchPolicy"),
+            v,
+            &["Equivalent", "Exact"],
+        ));
+    }
+    if mutating
+        && let Some(v) = s("reinvocationPolicy")
+        && !matches!(v, "Never" | "IfNeeded")
+    {
+        causes.push(not_supported(
+            &f("reinvocationPolicy"),
+            v,
+            &["IfNeeded", "Never"],
+        ));
+    }
+    match s("sideEffects") {
+        None | Some("") => causes.push(cause(
+            "FieldValueRequired",
+            &f("sideEffects"),
+            "Required value: must specify one of None, NoneOnDryRun",
+        )),
+        Some("None" | "NoneOnDryRun") => {}
+        Some(v) => causes.push(not_supported(
+            &f("sideEffects"),
+            v,
+            &["None", "NoneOnDryRun"],
+        )),
+    }
+    if let Some(t) = w.get("timeoutSeconds")
+        && !t.as_i64().is_some_and(|t| (1..=30).contains(&t))
+    {
+        causes.push(cause(
+            "FieldValueInvalid",
+            &f("timeoutSeconds"),
+            format!("Invalid value: {t}: the timeout value must be between 1 and 30 seconds"),
+        ));
+    }
+}
+
+/// A webhook's AdmissionReview versions and its namespace and object selectors.
+fn webhook_review_and_selectors(w: &Value, f: &dyn Fn(&str) -> String, causes: &mut Vec<Cause>) {
+    let versions = strings(w.get("admissionReviewVersions"));
+    if versions.is_empty() {
+        causes.push(cause(
+            "FieldValueRequired",
+            &f("admissionReviewVersions"),
+            "Required value: must specify one of v1, v1beta1",
+        ));
+    } else if !versions.iter().any(|v| v == "v1" || v == "v1beta1") {
+        causes.push(cause(
+            "FieldValueInvalid",
+            &f("admissionReviewVersions"),
+            format!(
+                "Invalid value: {}: must include at least one of v1, v1beta1",
+                go_strings(&versions)
+            ),
+        ));
+    }
+    for key in ["namespaceSelector", "objectSelector"] {
+        if let Some(sel) = w.get(key)
+            && let Err(e) = LabelSelector::from_spec(sel)
+        {
+            causes.push(cause(
+                "FieldValueInvalid",
+                &f(key),
+                format!("Invalid value: {sel}: {e}"),
+            ));
+        }
     }
 }
 
