@@ -18,7 +18,10 @@
 //!   with `--shards 2` or `3` against one server, lease timings 5 s, 4 s, 0.5 s; CPU and RSS
 //!   summed over the processes and shown per process, and the start-up sharing timed; they
 //!   would add two systems' churn and idle time to every run, and on a 2-core machine they
-//!   measure the cores more than the framework.
+//!   measure the cores more than the framework;
+//! * `kopf-rs-baseline`: the `minimal` example's binary from another commit, named by
+//!   `KOPF_BENCH_BASELINE`, with `kopf-rs`'s command line: a change measured side by side
+//!   with the code before it, in one run (`--system kopf-rs --system kopf-rs-baseline`).
 //!
 //! Scenarios, in this order on one server per system:
 //!
@@ -51,7 +54,7 @@ mod requests;
 mod server;
 mod setup;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -132,6 +135,9 @@ fn release_self(root: &Path, target: &Path, args: &BenchArgs) -> Result<Option<i
     Ok(Some(status.code().unwrap_or(1)))
 }
 
+/// The environment variable naming the `kopf-rs-baseline` system's binary.
+const BASELINE: &str = "KOPF_BENCH_BASELINE";
+
 /// The scales of the run, smallest first.
 fn scales(args: &BenchArgs) -> Vec<usize> {
     let mut scales = match (args.n, args.scales.is_empty(), args.quick) {
@@ -177,6 +183,17 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     } else {
         args.systems.clone()
     };
+    if systems.contains(&System::KopfRsBaseline) {
+        let baseline = std::env::var_os(BASELINE).map(PathBuf::from);
+        if !baseline.as_deref().is_some_and(Path::is_file) {
+            anyhow::bail!(
+                "the kopf-rs-baseline system runs the binary named by {BASELINE}: build the \
+                 `minimal` example at the commit to compare with \
+                 (`cargo build --release -p kopf --example minimal`), copy \
+                 target/release/examples/minimal out of the tree and set {BASELINE} to it"
+            );
+        }
+    }
     let out_dir = target.join("bench");
     std::fs::create_dir_all(&out_dir).context("creating target/bench")?;
     if !args.no_build {
@@ -350,6 +367,11 @@ fn command(system: System, release: &Path, root: &Path, out_dir: &Path) -> Vec<S
     ];
     match system {
         System::KopfRs => kopf_rs,
+        System::KopfRsBaseline => {
+            let mut command = kopf_rs;
+            command[0] = std::env::var(BASELINE).unwrap_or_default();
+            command
+        }
         System::KopfRsStatus => {
             let mut command = kopf_rs;
             command.extend(["--diff-base-storage", "status"].map(String::from));

@@ -23,6 +23,10 @@ pub enum System {
     /// kopf-rs: 3 processes of the `minimal` example with `--shards 3` (opt-in).
     #[value(name = "kopf-rs-sharded-3")]
     KopfRsSharded3,
+    /// kopf-rs before a change: the `minimal` example's binary built from another commit,
+    /// named by `KOPF_BENCH_BASELINE` (opt-in), for measuring a change side by side with
+    /// `kopf-rs` in one run.
+    KopfRsBaseline,
     /// Python Kopf 1.45.
     Kopf,
     /// kube-rs `Controller`.
@@ -42,6 +46,7 @@ impl System {
             System::KopfRsReconcile => "kopf-rs-reconcile",
             System::KopfRsSharded2 => "kopf-rs-sharded-2",
             System::KopfRsSharded3 => "kopf-rs-sharded-3",
+            System::KopfRsBaseline => "kopf-rs-baseline",
             System::Kopf => "kopf",
             System::KubeRs => "kube-rs",
             System::Limit => "limit",
