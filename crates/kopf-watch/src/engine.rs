@@ -5,12 +5,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kopf_core::causes::EventKind;
-use kopf_core::events::RateLimiter;
 use kopf_core::gate::{Gate, GateState};
 use kopf_core::handler::{HandlerKind, HandlerSpec};
 use kopf_core::layers::Stack;
@@ -27,7 +26,7 @@ use crate::pause::{self, AfterPause};
 use crate::raw::RawObject;
 use crate::settings::Settings;
 use crate::shard;
-use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, api_for, rv};
+use crate::shared::{Ended, Live, Observed, Setup, Slot, WorkerShared, api_for, rv};
 use crate::stream::WatchStream;
 use crate::uid::Uid;
 use crate::{NamespaceSelector, ResourceRef, WatchError};
@@ -213,7 +212,7 @@ impl Engine {
                 self.settings.indexes.declare(&h.id, *types);
             }
         }
-        let shared = Arc::new(WorkerShared {
+        let shared = Arc::new(WorkerShared::new(Setup {
             client: self.client.clone(),
             resource: self.resource.clone(),
             processor: Processor::with_stack(self.handlers, self.persistence, self.stack.clone())
@@ -222,28 +221,11 @@ impl Engine {
             extensions,
             indexers,
             watchers,
-            idle_timers: spawners
-                .iter()
-                .any(|h| matches!(&h.kind, HandlerKind::Timer(o) if o.idle.is_some())),
-            free_spawners: spawners
-                .iter()
-                .filter(|h| !h.requires_finalizer)
-                .cloned()
-                .collect(),
             spawners,
-            exiting: std::sync::atomic::AtomicBool::new(false),
-            handled_once: Mutex::default(),
-            lanes: crate::lanes::Lanes::new(self.settings.worker_limit),
-            events: Mutex::new(RateLimiter::with_burst(
-                self.settings.event_interval,
-                self.settings.event_burst,
-            )),
-            pruned: Mutex::default(),
             settings: self.settings.clone(),
             operator_gate: self.gate.clone(),
-            pausing: std::sync::atomic::AtomicBool::new(false),
             reconcile: reconcile.clone(),
-        });
+        }));
         // Reconcile requests of owned and related objects, and the names they may use.
         let mut triggers = reconcile.as_ref().map(|r| r.triggers.subscribe());
         let mut names = kopf_core::reconcile::Names::default();

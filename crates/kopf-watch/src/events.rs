@@ -1,16 +1,32 @@
 //! The events poster: Kubernetes Events about an object, aggregated, rate-limited per
 //! object, and posted without failing anything (a failure is only logged).
 
-use kopf_core::events::{EventSpec, aggregate, event_body};
+use std::sync::Mutex;
+
+use kopf_core::events::{EventSpec, RateLimiter, Reporter, aggregate, event_body};
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use serde_json::Value;
 
-use crate::shared::WorkerShared;
+/// Posts the Events of one resource's objects, with the budget of each object.
+pub(crate) struct Poster {
+    client: kube::Client,
+    reporter: Reporter,
+    /// Each object's budget of events.
+    limiter: Mutex<RateLimiter>,
+}
 
-impl WorkerShared {
+impl Poster {
+    pub(crate) fn new(client: kube::Client, reporter: Reporter, limiter: RateLimiter) -> Self {
+        Poster {
+            client,
+            reporter,
+            limiter: Mutex::new(limiter),
+        }
+    }
+
     /// Posts events about an object, rate-limited per object; failures are only logged.
-    pub(crate) async fn post_events(&self, uid: &str, body: &Value, events: Vec<EventSpec>) {
+    pub(crate) async fn post(&self, uid: &str, body: &Value, events: Vec<EventSpec>) {
         if events.is_empty() {
             return;
         }
@@ -19,16 +35,15 @@ impl WorkerShared {
             "events",
         );
         for mut spec in aggregate(events) {
-            let admitted = self.events.lock().unwrap_or_else(|e| e.into_inner()).admit(
-                uid,
-                &mut spec,
-                std::time::Instant::now(),
-            );
+            let admitted = self
+                .limiter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .admit(uid, &mut spec, std::time::Instant::now());
             if !admitted {
                 continue;
             }
-            let Some((ns, event)) =
-                event_body(body, &spec, &self.settings.reporter, jiff::Timestamp::now())
+            let Some((ns, event)) = event_body(body, &spec, &self.reporter, jiff::Timestamp::now())
             else {
                 continue;
             };
@@ -44,5 +59,13 @@ impl WorkerShared {
                 tracing::debug!(error = %e, "posting an event failed");
             }
         }
+    }
+
+    /// Forgets the budget of an object that is gone.
+    pub(crate) fn forget(&self, uid: &str) {
+        self.limiter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(uid);
     }
 }

@@ -19,7 +19,9 @@
 
 mod apply;
 mod backlog;
+mod books;
 mod conditions;
+mod cycle;
 mod early;
 mod engine;
 mod events;
@@ -27,6 +29,7 @@ mod lanes;
 mod logs;
 mod namespaces;
 mod narrowing;
+mod object;
 mod observe;
 mod orchestrator;
 mod outage;

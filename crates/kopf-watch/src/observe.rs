@@ -2,15 +2,34 @@
 //! (their entries replaced or removed) and raw event handlers (no state; their results and
 //! patches written like any handler's).
 
-use kopf_core::causes::EventKind;
-use kopf_core::handler::{ErrorsMode, HandlerError};
+use std::sync::Arc;
+
+use kopf_core::causes::{EventKind, Reason};
+use kopf_core::handler::{Cause, ErrorsMode, Extensions, HandlerError, HandlerSpec};
+use kopf_core::index::Indexes;
+use kopf_core::layers::{HandlerCall, Invoke};
 use kopf_core::plan::PatchPlan;
 use serde_json::Value;
+use tower::ServiceExt;
 
-use crate::shared::{WorkerShared, object_span};
-use crate::write::CycleEnd;
+use crate::events::Poster;
+use crate::object::object_span;
+use crate::write::{CycleEnd, Writes};
 
-impl WorkerShared {
+/// The handlers of one resource that see every event, and where their outcomes go.
+pub(crate) struct Observers {
+    /// The index handlers.
+    pub(crate) indexers: Vec<HandlerSpec>,
+    /// The raw event handlers.
+    pub(crate) watchers: Vec<HandlerSpec>,
+    pub(crate) extensions: Extensions,
+    /// The operator's indexes, which the index handlers fill.
+    pub(crate) indexes: Indexes,
+    pub(crate) writes: Arc<Writes>,
+    pub(crate) poster: Arc<Poster>,
+}
+
+impl Observers {
     /// Runs the index handlers on an event: their pairs replace the object's entries; a
     /// deletion, a filter mismatch or a failure removes them (an error in `Ignored` mode,
     /// the default for indexes, keeps the previous entries).
@@ -19,7 +38,7 @@ impl WorkerShared {
         if self.indexers.is_empty() {
             return;
         }
-        let indexes = &self.settings.indexes;
+        let indexes = &self.indexes;
         for h in &self.indexers {
             if kind == EventKind::Deleted || !h.matches(body) {
                 indexes.remove(&h.id, uid);
@@ -100,6 +119,7 @@ impl WorkerShared {
         }
         if kind != EventKind::Deleted && !plan.is_noop_for(body) {
             let end = self
+                .writes
                 .apply(body, &plan, &delivered, None)
                 .instrument(span.clone())
                 .await;
@@ -109,6 +129,27 @@ impl WorkerShared {
                 });
             }
         }
-        self.post_events(uid, body, events).await;
+        self.poster.post(uid, body, events).await;
+    }
+
+    /// A cause for handlers outside the changing cycle (indexes, raw events).
+    fn plain_cause(&self, body: &Value) -> Cause {
+        let mut cause = Cause::for_body(Reason::Noop, body.clone());
+        cause.extensions = self.extensions.clone();
+        cause
+    }
+
+    /// One call of a handler, without retries (a panic is an error of the handler).
+    async fn invoke(&self, spec: &HandlerSpec, cause: Cause) -> kopf_core::layers::CallOutcome {
+        let call = HandlerCall {
+            spec: spec.clone(),
+            cause,
+            record: Default::default(),
+            now: jiff::Timestamp::now(),
+        };
+        match Invoke.oneshot(call).await {
+            Ok(outcome) => outcome,
+            Err(never) => match never {},
+        }
     }
 }

@@ -10,24 +10,40 @@ use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
 use kopf_core::conditions::{Intent, auto_intents};
+use kopf_core::events::EventSpec;
 use kopf_core::handler::HandlerError;
 use kopf_core::memo::Memos;
 use kopf_core::plan::PatchPlan;
 use kopf_core::processing::HandlerOutcome;
-use kopf_core::reconcile::{ReconcileContext, ReconcileSpec, Schedule, Trigger, next_after, run};
+use kopf_core::reconcile::{
+    Action, ReconcileContext, ReconcileSpec, Schedule, Trigger, next_after, run,
+};
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::conditions::ApiConditionsSync;
-use crate::shared::{WorkerShared, object_span};
+use crate::cycle::Cycle;
+use crate::object::object_span;
 use crate::write::CycleEnd;
 
 /// After a write of a reconcile met a concurrent change, it runs again after this long
 /// unless a newer state comes first.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
-impl WorkerShared {
+/// One call of a reconcile and its writes.
+struct Ran {
+    /// What it returned (a failure of its writes counts as its failure).
+    result: Result<Action, HandlerError>,
+    /// The events it asked for.
+    events: Vec<EventSpec>,
+    /// How long the call took.
+    took: Duration,
+    /// How its writes ended.
+    end: CycleEnd,
+}
+
+impl Cycle {
     /// Reconciles the object once (within the concurrency limits), writes what the
     /// reconcile asked for, and schedules the next reconcile. The returned end is its
     /// writes' (the worker waits for its own write to come back, as after a cycle).
@@ -55,106 +71,76 @@ impl WorkerShared {
             let _worker_place = self.lanes.acquire(crate::lanes::Lane::Changed).await;
             let failures = schedule.failures;
             tracing::debug!("Reconciling ({trigger}).");
-            // `Conditions::sync()` writes through the object's API at once.
-            let sync = Arc::new(ApiConditionsSync::new(
-                self.api_for(body),
-                body,
-                self.resource.status_subresource,
-            ));
-            let ctx = ReconcileContext::new(Value::clone(body), trigger, failures)
-                .with(memo.clone(), self.extensions.clone())
-                .with_conditions_sync(sync.clone());
-            let started = StdInstant::now();
-            let mut out = run(spec, ctx).await;
-            let took = started.elapsed();
-            let mut result = out.result;
-            self.reconcile_conditions(spec, &result, &mut out.plan, body);
-            // After a sync, the writes go against the object as it returned it.
-            let synced = sync.synced_body();
-            let written = synced.as_ref().unwrap_or(body);
-            let end = if result.is_ok() || !out.plan.is_empty() {
-                // What a failed reconcile wrote before failing is written too: its status
-                // is an observation (e.g. a condition saying why it fails).
-                self.apply(written, &out.plan, &[], None).await
-            } else {
-                CycleEnd::Next {
-                    delay: None,
-                    rv: None,
-                }
-            };
-            // A reconcile whose writes failed has not converged: it is retried like a
-            // failed one.
-            match &end {
-                CycleEnd::Failed(message) => {
-                    result = Err(HandlerError::other(message.clone()));
-                }
-                CycleEnd::Rejected(refused) => {
-                    let message = refused.values().cloned().collect::<Vec<_>>().join("; ");
-                    result = Err(HandlerError::other(format!(
-                        "the API server refused what the reconcile wrote: {message}"
-                    )));
-                }
-                _ => {}
-            }
-            let (next, failures_after) = next_after(&result, failures, &spec.config.backoff);
+            let ran = self
+                .reconcile_call(spec, body, trigger, failures, memo)
+                .await;
+            let (next, failures_after) = next_after(&ran.result, failures, &spec.config.backoff);
             schedule.failures = failures_after;
-            let id = &spec.id;
-            let outcome = match &result {
-                Ok(_) => {
-                    match next {
-                        Some(d) => tracing::info!(
-                            "Reconcile '{id}' succeeded; requeued in {}s.",
-                            d.as_secs_f64()
-                        ),
-                        None => tracing::info!("Reconcile '{id}' succeeded."),
-                    }
-                    "success"
-                }
-                Err(HandlerError::Permanent { message } | HandlerError::Admission { message, .. }) => {
-                    tracing::error!(
-                        "Reconcile '{id}' failed permanently: {message}. It runs again when the object or what it owns changes."
-                    );
-                    "failure"
-                }
-                Err(e) => {
-                    tracing::error!(
-                        "Reconcile '{id}' failed ({} in a row): {e}. Retrying in {}s.",
-                        failures_after,
-                        next.unwrap_or_default().as_secs_f64()
-                    );
-                    "retry"
-                }
-            };
-            if let Some(m) = &self.settings.metrics {
+            let outcome = log_reconciled(&spec.id, &ran.result, next, failures_after);
+            if let Some(m) = &self.metrics {
                 m.handler_call(
-                    id,
-                    &self.resource.api_resource.plural,
+                    &spec.id,
+                    &self.writes.resource.api_resource.plural,
                     outcome,
                     failures > 0,
-                    took,
+                    ran.took,
                 );
             }
-            if let Some(d) = next {
-                // Measured from the end of the call.
-                let why = if result.is_ok() {
-                    Trigger::Requeue
-                } else {
-                    Trigger::Backoff
-                };
-                schedule.at(Instant::now() + d, why);
-            }
-            if let CycleEnd::Conflict(_) = &end {
-                schedule.at(Instant::now() + CONFLICT_RETRY, Trigger::ObjectChanged);
-            }
+            schedule_next(schedule, &ran.result, next, &ran.end);
             let uid = body
                 .pointer("/metadata/uid")
                 .and_then(Value::as_str)
                 .unwrap_or("");
-            self.post_events(uid, body, out.events).await;
-            end
+            self.poster.post(uid, body, ran.events).await;
+            ran.end
         }
         .instrument(span)
         .await
+    }
+
+    /// Calls the reconcile and writes what it asked for (with the conditions' defaults and
+    /// auto conditions); a reconcile whose writes failed has not converged: it is retried
+    /// like a failed one.
+    async fn reconcile_call(
+        &self,
+        spec: &ReconcileSpec,
+        body: &Arc<Value>,
+        trigger: Trigger,
+        failures: u32,
+        memo: &Memos,
+    ) -> Ran {
+        // `Conditions::sync()` writes through the object's API at once.
+        let sync = Arc::new(ApiConditionsSync::new(
+            self.writes.api_for(body),
+            body,
+            self.writes.resource.status_subresource,
+        ));
+        let ctx = ReconcileContext::new(Value::clone(body), trigger, failures)
+            .with(memo.clone(), self.extensions.clone())
+            .with_conditions_sync(sync.clone());
+        let started = StdInstant::now();
+        let mut out = run(spec, ctx).await;
+        let took = started.elapsed();
+        self.reconcile_conditions(spec, &out.result, &mut out.plan, body);
+        // After a sync, the writes go against the object as it returned it.
+        let synced = sync.synced_body();
+        let written = synced.as_ref().unwrap_or(body);
+        let end = if out.result.is_ok() || !out.plan.is_empty() {
+            // What a failed reconcile wrote before failing is written too: its status
+            // is an observation (e.g. a condition saying why it fails).
+            self.writes.apply(written, &out.plan, &[], None).await
+        } else {
+            CycleEnd::Next {
+                delay: None,
+                rv: None,
+            }
+        };
+        Ran {
+            result: blame_writes(out.result, &end),
+            events: out.events,
+            took,
+            end,
+        }
     }
 
     /// The declared conditions' defaults (the first reconcile of an object writes them, at
@@ -163,7 +149,7 @@ impl WorkerShared {
     fn reconcile_conditions(
         &self,
         spec: &ReconcileSpec,
-        result: &Result<kopf_core::reconcile::Action, HandlerError>,
+        result: &Result<Action, HandlerError>,
         plan: &mut PatchPlan,
         body: &Value,
     ) {
@@ -197,5 +183,78 @@ impl WorkerShared {
             jiff::Timestamp::now(),
         );
         *plan = fresh;
+    }
+}
+
+/// A reconcile whose writes failed or were refused failed.
+fn blame_writes(
+    result: Result<Action, HandlerError>,
+    end: &CycleEnd,
+) -> Result<Action, HandlerError> {
+    match end {
+        CycleEnd::Failed(message) => Err(HandlerError::other(message.clone())),
+        CycleEnd::Rejected(refused) => {
+            let message = refused.values().cloned().collect::<Vec<_>>().join("; ");
+            Err(HandlerError::other(format!(
+                "the API server refused what the reconcile wrote: {message}"
+            )))
+        }
+        _ => result,
+    }
+}
+
+/// Logs a reconcile's outcome; its name for the metrics.
+fn log_reconciled(
+    id: &str,
+    result: &Result<Action, HandlerError>,
+    next: Option<Duration>,
+    failures_after: u32,
+) -> &'static str {
+    match result {
+        Ok(_) => {
+            match next {
+                Some(d) => tracing::info!(
+                    "Reconcile '{id}' succeeded; requeued in {}s.",
+                    d.as_secs_f64()
+                ),
+                None => tracing::info!("Reconcile '{id}' succeeded."),
+            }
+            "success"
+        }
+        Err(HandlerError::Permanent { message } | HandlerError::Admission { message, .. }) => {
+            tracing::error!(
+                "Reconcile '{id}' failed permanently: {message}. It runs again when the object or what it owns changes."
+            );
+            "failure"
+        }
+        Err(e) => {
+            tracing::error!(
+                "Reconcile '{id}' failed ({} in a row): {e}. Retrying in {}s.",
+                failures_after,
+                next.unwrap_or_default().as_secs_f64()
+            );
+            "retry"
+        }
+    }
+}
+
+/// The next entry of the schedule after a reconcile: its requeue or backoff (measured from
+/// the end of the call), and a retry soon after a write that met a concurrent change.
+fn schedule_next(
+    schedule: &mut Schedule,
+    result: &Result<Action, HandlerError>,
+    next: Option<Duration>,
+    end: &CycleEnd,
+) {
+    if let Some(d) = next {
+        let why = if result.is_ok() {
+            Trigger::Requeue
+        } else {
+            Trigger::Backoff
+        };
+        schedule.at(Instant::now() + d, why);
+    }
+    if let CycleEnd::Conflict(_) = end {
+        schedule.at(Instant::now() + CONFLICT_RETRY, Trigger::ObjectChanged);
     }
 }

@@ -1,32 +1,36 @@
-//! What the workers of one resource share: the processor, the handlers that run outside the
-//! changing cycle, the API client, settings and bookkeeping; and the small helpers all the
-//! worker's steps use (the object's log span, its resourceVersion, its API).
+//! What the workers of one resource share, in the parts that own it: the cycle
+//! ([`crate::cycle::Cycle`]), the handlers that see every event ([`crate::observe::Observers`]),
+//! daemons and timers ([`crate::spawning::Spawning`]), the Events ([`crate::events::Poster`]),
+//! the bookkeeping across workers ([`crate::books::Books`]); what the engine calls on them;
+//! and what the engine keeps of each object between its workers ([`Slot`], [`Resume`]).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use kopf_core::causes::{EventKind, Reason};
 use kopf_core::events::RateLimiter;
-use kopf_core::handler::{Cause, Extensions, HandlerSpec};
-use kopf_core::layers::{HandlerCall, Invoke, Stack};
+use kopf_core::handler::{Extensions, HandlerSpec};
+use kopf_core::layers::Stack;
 use kopf_core::processing::Processor;
-use kube::api::Api;
-use kube::core::{ApiResource, DynamicResourceScope, Resource};
+use kopf_core::reconcile::ReconcileSpec;
 use serde_json::Value;
-use tower::ServiceExt;
 
 use crate::ResourceRef;
-use crate::apply::Pruned;
+use crate::books::Books;
+use crate::cycle::Cycle;
+use crate::events::Poster;
+use crate::lanes::Lanes;
+use crate::observe::Observers;
 use crate::settings::Settings;
+use crate::spawning::Spawning;
+use crate::uid::Uid;
+use crate::write::Writes;
 
-/// One observed state of an object, for its worker (the body is shared, never cloned).
-#[derive(Debug, Clone)]
-pub(crate) struct Observed {
-    pub(crate) body: Arc<Value>,
-    pub(crate) event: EventKind,
-}
+pub(crate) use crate::object::{Observed, api_for, object_span, rv};
 
-pub(crate) struct WorkerShared {
+/// What the engine gives the workers of a resource.
+pub(crate) struct Setup {
     pub(crate) client: kube::Client,
     pub(crate) resource: ResourceRef,
     pub(crate) processor: Processor,
@@ -35,46 +39,109 @@ pub(crate) struct WorkerShared {
     pub(crate) indexers: Vec<HandlerSpec>,
     pub(crate) watchers: Vec<HandlerSpec>,
     pub(crate) spawners: Vec<HandlerSpec>,
-    /// Those of the spawners that need no finalizer (pod-log followers): they start on
-    /// objects without it.
-    pub(crate) free_spawners: Vec<HandlerSpec>,
-    /// Some timer waits for objects to be idle (their essence changes matter).
-    pub(crate) idle_timers: bool,
-    /// The engine stops: daemons stop with "operator exiting".
-    pub(crate) exiting: std::sync::atomic::AtomicBool,
-    pub(crate) handled_once: Mutex<HashSet<crate::uid::Uid>>,
-    /// Places for cycles: changed objects first, listed ones bounded (see `lanes`).
-    pub(crate) lanes: Arc<crate::lanes::Lanes>,
-    pub(crate) events: Mutex<RateLimiter>,
-    /// Fields of results the API server dropped, already reported.
-    pub(crate) pruned: Mutex<HashSet<Pruned>>,
     pub(crate) settings: Settings,
     /// The operator's gate: no cycle starts while it is paused.
     pub(crate) operator_gate: kopf_core::gate::Gate,
-    /// The engine ends the workers for a pause: daemons stop with "operator pausing".
-    pub(crate) pausing: std::sync::atomic::AtomicBool,
     /// The resource's reconcile, if it has one.
-    pub(crate) reconcile: Option<kopf_core::reconcile::ReconcileSpec>,
+    pub(crate) reconcile: Option<ReconcileSpec>,
 }
 
-pub(crate) fn rv(body: &Value) -> Option<u64> {
-    body.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
+/// The workers of one resource: the parts their steps run with, and the engine's switches.
+pub(crate) struct WorkerShared {
+    /// The changing cycle, its writes and the reconcile step.
+    pub(crate) cycle: Cycle,
+    /// Index and raw event handlers.
+    pub(crate) observers: Observers,
+    /// Daemons and timers.
+    pub(crate) spawning: Spawning,
+    pub(crate) books: Arc<Books>,
+    pub(crate) poster: Arc<Poster>,
+    /// Places for cycles: changed objects first, listed ones bounded (see `lanes`).
+    pub(crate) lanes: Arc<Lanes>,
+    pub(crate) settings: Settings,
+    /// The operator's gate: no cycle starts while it is paused.
+    pub(crate) operator_gate: kopf_core::gate::Gate,
+    /// The resource's reconcile, if it has one.
+    pub(crate) reconcile: Option<ReconcileSpec>,
+    /// The engine stops: daemons stop with "operator exiting".
+    pub(crate) exiting: AtomicBool,
+    /// The engine ends the workers for a pause: daemons stop with "operator pausing".
+    pub(crate) pausing: AtomicBool,
 }
 
 impl WorkerShared {
+    /// The parts of a resource's workers, from what the engine gives.
+    pub(crate) fn new(setup: Setup) -> Self {
+        let Setup {
+            client,
+            resource,
+            processor,
+            stack,
+            extensions,
+            indexers,
+            watchers,
+            spawners,
+            settings,
+            operator_gate,
+            reconcile,
+        } = setup;
+        let metrics = settings.metrics.clone();
+        let plural = resource.api_resource.plural.clone();
+        let writes = Arc::new(Writes::new(client.clone(), resource, metrics.clone()));
+        let limiter = RateLimiter::with_burst(settings.event_interval, settings.event_burst);
+        let poster = Arc::new(Poster::new(client, settings.reporter.clone(), limiter));
+        let books = Arc::new(Books::new(metrics.clone(), plural));
+        let lanes = Lanes::new(settings.worker_limit);
+        let spawning = Spawning::new(
+            spawners,
+            processor.persistence().clone(),
+            (stack, extensions.clone()),
+            writes.clone(),
+            poster.clone(),
+        );
+        let observers = Observers {
+            indexers,
+            watchers,
+            extensions: extensions.clone(),
+            indexes: settings.indexes.clone(),
+            writes: writes.clone(),
+            poster: poster.clone(),
+        };
+        let cycle = Cycle {
+            processor,
+            writes,
+            poster: poster.clone(),
+            books: books.clone(),
+            lanes: lanes.clone(),
+            extensions,
+            metrics,
+            keep_managed_fields: settings.keep_managed_fields,
+        };
+        WorkerShared {
+            cycle,
+            observers,
+            spawning,
+            books,
+            poster,
+            lanes,
+            settings,
+            operator_gate,
+            reconcile,
+            exiting: AtomicBool::new(false),
+            pausing: AtomicBool::new(false),
+        }
+    }
+
     /// Ends every worker for a pause or a standby (each drops its pending state and stops
     /// its daemons and timers with "operator pausing"); their uids go to `known`, so that
     /// the listing afterwards can tell which objects went away meanwhile. The caller waits
     /// for the workers' tasks, then clears `pausing`.
     pub(crate) fn end_workers(
         &self,
-        workers: &mut std::collections::HashMap<crate::uid::Uid, Slot>,
+        workers: &mut HashMap<Uid, Slot>,
         known: &mut HashSet<String>,
     ) {
-        self.pausing
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.pausing.store(true, Ordering::SeqCst);
         for (uid, slot) in workers.drain() {
             if let Some(live) = slot.live {
                 live.tx.send_replace(None);
@@ -84,40 +151,21 @@ impl WorkerShared {
         }
     }
 
+    /// Whether the object's cause handlers finished once.
     pub(crate) fn was_handled(&self, uid: &str) -> bool {
-        self.handled_once
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(uid)
+        self.books.was_handled(uid)
     }
 
     /// Forgets an object that is gone: its "handled once" mark and its event budget.
     pub(crate) fn forget(&self, uid: &str) {
-        self.handled_once
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .forget(uid);
+        self.books.forget(uid);
+        self.poster.forget(uid);
     }
 
     /// Forgets which objects were handled once (after a pause: as after a start, the
     /// listed objects get their resume handlers).
     pub(crate) fn forget_handled(&self) {
-        self.handled_once
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-
-    pub(crate) fn api_for<K>(&self, body: &Value) -> Api<K>
-    where
-        K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
-    {
-        let namespace = body.pointer("/metadata/namespace").and_then(Value::as_str);
-        api_for(&self.client, &self.resource, namespace)
+        self.books.forget_all();
     }
 
     /// Whether a state of an object with no worker needs none: the cycle on it would do
@@ -129,13 +177,13 @@ impl WorkerShared {
         // run, so its first state always starts one.
         if event == EventKind::Deleted
             || initial
-            || self.processor.conditions_spec().is_some()
-            || !self.spawners.is_empty()
+            || self.cycle.processor.conditions_spec().is_some()
+            || !self.spawning.spawners.is_empty()
             || self.reconcile.is_some()
         {
             return false;
         }
-        let persistence = self.processor.persistence();
+        let persistence = self.cycle.processor.persistence();
         let cause = kopf_core::causes::detect(
             event,
             body,
@@ -144,118 +192,34 @@ impl WorkerShared {
             initial,
         );
         cause.reason == Reason::Noop
-            && self.processor.requires_finalizer(body)
+            && self.cycle.processor.requires_finalizer(body)
                 == kopf_core::finalizers::has(body, &persistence.finalizer)
     }
 
     /// An object became known (a slot was made for it).
     pub(crate) fn tracked(&self) {
-        if let Some(m) = &self.settings.metrics {
-            m.tracked(&self.resource.api_resource.plural, 1);
-        }
+        self.books.tracked();
     }
 
     /// An object is not known anymore (its slot was removed).
     pub(crate) fn untracked(&self) {
-        if let Some(m) = &self.settings.metrics {
-            m.tracked(&self.resource.api_resource.plural, -1);
-        }
+        self.books.untracked();
     }
 
     /// A new state waits for the worker of `pending`.
-    pub(crate) fn queued(&self, pending: &std::sync::atomic::AtomicBool) {
-        if !pending.swap(true, std::sync::atomic::Ordering::SeqCst)
-            && let Some(m) = &self.settings.metrics
-        {
-            m.queue(&self.resource.api_resource.plural, 1);
-        }
+    pub(crate) fn queued(&self, pending: &AtomicBool) {
+        self.books.queued(pending);
     }
 
-    /// The worker of `pending` has taken its latest state.
-    pub(crate) fn picked(&self, pending: &std::sync::atomic::AtomicBool) {
-        if pending.swap(false, std::sync::atomic::Ordering::SeqCst)
-            && let Some(m) = &self.settings.metrics
-        {
-            m.queue(&self.resource.api_resource.plural, -1);
-        }
+    /// Runs the index handlers on an event (see [`Observers::index`]).
+    pub(crate) async fn index(&self, uid: &str, body: &Value, kind: EventKind) {
+        self.observers.index(uid, body, kind).await;
     }
 
-    /// A cause for handlers outside the changing cycle (indexes, raw events).
-    pub(crate) fn plain_cause(&self, body: &Value) -> Cause {
-        let mut cause = Cause::for_body(Reason::Noop, body.clone());
-        cause.extensions = self.extensions.clone();
-        cause
+    /// Runs the raw event handlers on an event (see [`Observers::on_event`]).
+    pub(crate) async fn on_event(&self, uid: &str, body: &Value, kind: EventKind, known: bool) {
+        self.observers.on_event(uid, body, kind, known).await;
     }
-
-    /// One call of a handler, without retries (a panic is an error of the handler).
-    pub(crate) async fn invoke(
-        &self,
-        spec: &HandlerSpec,
-        cause: Cause,
-    ) -> kopf_core::layers::CallOutcome {
-        let call = HandlerCall {
-            spec: spec.clone(),
-            cause,
-            record: Default::default(),
-            now: jiff::Timestamp::now(),
-        };
-        match Invoke.oneshot(call).await {
-            Ok(outcome) => outcome,
-            Err(never) => match never {},
-        }
-    }
-}
-
-/// The API of a resource in a namespace (None, or a cluster-scoped resource: all).
-pub(crate) fn api_for<K>(
-    client: &kube::Client,
-    resource: &ResourceRef,
-    namespace: Option<&str>,
-) -> Api<K>
-where
-    K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
-{
-    match namespace {
-        Some(ns) if resource.namespaced => {
-            Api::namespaced_with(client.clone(), ns, &resource.api_resource)
-        }
-        _ => Api::all_with(client.clone(), &resource.api_resource),
-    }
-}
-
-/// The log span of an object: every line inside carries its namespace and name.
-pub(crate) fn object_span(body: &Value) -> tracing::Span {
-    let field = |p: &str| body.pointer(p).and_then(Value::as_str).unwrap_or("");
-    tracing::info_span!(
-        "object",
-        namespace = %field("/metadata/namespace"),
-        name = %field("/metadata/name"),
-        kind = %field("/kind"),
-        uid = %field("/metadata/uid"),
-    )
-}
-
-/// The span of one processing cycle of an object: its log span (named `object`, like
-/// [`object_span`]'s, so its lines carry the object) with what tracing exports of the cycle
-/// (OpenTelemetry, with `kopf`'s `otel` feature): the resource, and, recorded at its end by
-/// `worker::record_cycle`, the cause's `reason` and the cycle's `outcome`. The handler calls of
-/// the cycle are its children (the `handler` spans of `kopf_core::layers`).
-pub(crate) fn cycle_span(body: &Value, resource: &str) -> tracing::Span {
-    let field = |p: &str| body.pointer(p).and_then(Value::as_str).unwrap_or("");
-    tracing::info_span!(
-        "object",
-        namespace = %field("/metadata/namespace"),
-        name = %field("/metadata/name"),
-        kind = %field("/kind"),
-        uid = %field("/metadata/uid"),
-        resource = %resource,
-        otel.name = "cycle",
-        reason = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-        delay = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-        otel.status_description = tracing::field::Empty,
-    )
 }
 
 /// What the engine keeps of one object: its worker's end while a worker runs, and what a

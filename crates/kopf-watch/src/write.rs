@@ -2,14 +2,19 @@
 //! outcome as the worker needs it ([`CycleEnd`]), and what the API server refused or dropped
 //! reported to the user.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
+use kopf_core::metrics::Metrics;
 use kopf_core::plan::PatchPlan;
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde_json::Value;
 
+use crate::ResourceRef;
 use crate::apply::{Applied, Pruned, Writer};
-use crate::shared::WorkerShared;
+use crate::object::api_for;
 
 /// How a cycle ended for the worker.
 pub(crate) enum CycleEnd {
@@ -30,7 +35,40 @@ pub(crate) enum CycleEnd {
     Rejected(HashMap<String, String>),
 }
 
-impl WorkerShared {
+/// The writes of one resource's objects: their API, the applier, and what the API server
+/// dropped from results, already reported.
+pub(crate) struct Writes {
+    client: kube::Client,
+    /// The resource written.
+    pub(crate) resource: ResourceRef,
+    metrics: Option<Metrics>,
+    /// Fields of results the API server dropped, already reported.
+    pruned: Mutex<HashSet<Pruned>>,
+}
+
+impl Writes {
+    pub(crate) fn new(
+        client: kube::Client,
+        resource: ResourceRef,
+        metrics: Option<Metrics>,
+    ) -> Self {
+        Writes {
+            client,
+            resource,
+            metrics,
+            pruned: Mutex::default(),
+        }
+    }
+
+    /// The API of the object of `body` (in its namespace).
+    pub(crate) fn api_for<K>(&self, body: &Value) -> Api<K>
+    where
+        K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
+    {
+        let namespace = body.pointer("/metadata/namespace").and_then(Value::as_str);
+        api_for(&self.client, &self.resource, namespace)
+    }
+
     /// Sends a plan's requests (at most one per endpoint, results first; see [`crate::apply`]);
     /// `delay` is the cycle's retry delay, `delivered` what handlers put into the status.
     pub(crate) async fn apply(
@@ -43,7 +81,7 @@ impl WorkerShared {
         let writer = Writer {
             api: self.api_for(body),
             status_subresource: self.resource.status_subresource,
-            metrics: self.settings.metrics.as_ref(),
+            metrics: self.metrics.as_ref(),
         };
         match writer.apply(body, plan, delivered).await {
             Applied::Written { rv, pruned } => {
@@ -89,7 +127,7 @@ impl WorkerShared {
 
     /// Warns once per handler and field of this resource about results the API server did
     /// not store (pruned by the CRD's structural schema).
-    pub(crate) fn report_pruned(&self, pruned: Vec<Pruned>) {
+    fn report_pruned(&self, pruned: Vec<Pruned>) {
         if pruned.is_empty() {
             return;
         }
