@@ -21,6 +21,9 @@ use crate::uid::Uid;
 use crate::{NamespaceSelector, WatchError};
 
 /// What the source hands to the engine.
+// One event at a time, moved once into the engine: boxing the object would cost an
+// allocation per event for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum SourceEvent {
     /// An object of a served namespace, with a uid, as listed, changed or deleted.
     Object {
