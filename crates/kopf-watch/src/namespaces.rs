@@ -43,12 +43,35 @@ impl NamespacePattern {
             && !self.excludes.iter().any(|e| glob(e, namespace))
     }
 
+    /// The names and globs it includes (none: every namespace).
+    pub fn includes(&self) -> &[String] {
+        &self.includes
+    }
+
+    /// The names and globs it excludes (given with `!`).
+    pub fn excludes(&self) -> &[String] {
+        &self.excludes
+    }
+
+    /// Its parts as given: the inclusions, then the exclusions with their `!`.
+    fn parts(&self) -> impl Iterator<Item = String> + '_ {
+        let excludes = self.excludes.iter().map(|e| format!("!{e}"));
+        self.includes.iter().cloned().chain(excludes)
+    }
+
     /// The single exact namespace this pattern names, if it is one.
     pub fn exact(&self) -> Option<&str> {
         match (self.includes.as_slice(), self.excludes.is_empty()) {
             ([one], true) if !one.contains(['*', '?']) => Some(one),
             _ => None,
         }
+    }
+}
+
+/// As given to `-n`, normalised: `a,b*,!c`.
+impl std::fmt::Display for NamespacePattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.parts().collect::<Vec<_>>().join(","))
     }
 }
 
@@ -77,6 +100,11 @@ impl NamespaceSelector {
         }
     }
 
+    /// The patterns, in the order given.
+    pub fn patterns(&self) -> &[NamespacePattern] {
+        &self.patterns
+    }
+
     /// The exact namespaces, when every pattern is one exact name (one watch each);
     /// None when globs or negations need a cluster-wide watch with filtering.
     pub fn exact(&self) -> Option<Vec<String>> {
@@ -84,6 +112,15 @@ impl NamespaceSelector {
             .iter()
             .map(|p| p.exact().map(str::to_string))
             .collect()
+    }
+}
+
+/// Every pattern's parts, comma-separated: `team-*,!team-legacy,ops` (empty: no pattern,
+/// every namespace).
+impl std::fmt::Display for NamespaceSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.patterns.iter().flat_map(|p| p.parts()).collect();
+        f.write_str(&parts.join(","))
     }
 }
 
@@ -107,5 +144,16 @@ mod tests {
             Some(vec!["a".into(), "b".into()])
         );
         assert!(glob("t?am-*", "team-x") && !glob("t?am", "team-x"));
+    }
+
+    #[test]
+    fn patterns_are_shown_as_given() {
+        let s = NamespaceSelector::new(&["team-*, !team-legacy", "", "ops"]);
+        assert_eq!(s.to_string(), "team-*,!team-legacy,ops");
+        assert_eq!(s.patterns().len(), 3);
+        assert_eq!(s.patterns()[0].includes(), ["team-*"]);
+        assert_eq!(s.patterns()[0].excludes(), ["team-legacy"]);
+        assert_eq!(s.patterns()[0].to_string(), "team-*,!team-legacy");
+        assert_eq!(NamespaceSelector::default().to_string(), "");
     }
 }

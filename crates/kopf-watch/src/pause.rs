@@ -1,14 +1,14 @@
 //! The operator's gate as an engine sees it ([`kopf_core::gate`]): Kopf's log lines when the
-//! watch stream pauses and resumes, and the wait while paused (for the workers to end, then
-//! for the gate to open, or for shutdown).
+//! watch stream pauses and resumes, and the waits while paused or standing by (for the gate
+//! to move, or for shutdown). What the engine does on each state is
+//! `engine::gate::GateStage`, a value.
 
 use std::future::Future;
 
 use kopf_core::gate::{Gate, GateState};
-use kopf_core::shards::{Scope, ScopeObserver};
-use tokio::task::JoinSet;
 
 use crate::ResourceRef;
+use crate::shard::Shards;
 
 /// How a pause ended.
 pub(crate) enum AfterPause {
@@ -45,31 +45,25 @@ pub(crate) fn log_pausing(resource_name: &str, state: &GateState) {
     );
 }
 
-/// Waits while the operator is paused: until the workers have all ended (each stops its
-/// daemons and timers first) and the gate is no longer paused (open, or standing by), or
-/// until `shutdown` completes.
+/// Waits while the operator is paused, its workers ended: until the gate is no longer
+/// paused (open, or standing by), or until `shutdown` completes.
 ///
-/// Changes of the shard scope meanwhile are acknowledged once the workers have ended
-/// (nothing is processed while paused).
+/// Changes of the shard scope meanwhile are acknowledged at once (nothing is processed
+/// while paused).
 pub(crate) async fn wait_paused(
     gate: &mut Gate,
-    workers: &mut JoinSet<crate::shared::Ended>,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
-    observer: &mut Option<ScopeObserver>,
-    scope_now: &mut Option<Scope>,
+    shards: &mut Shards,
 ) -> AfterPause {
     loop {
         tokio::select! {
             _ = &mut *shutdown => return AfterPause::ShutDown,
-            Some(_) = workers.join_next(), if !workers.is_empty() => {}
-            live = crate::shard::changed(observer), if workers.is_empty() => {
-                if let (true, Some(o)) = (live, observer.as_ref()) {
-                    let next = o.scope();
-                    o.ack(next.epoch);
-                    *scope_now = Some(next);
+            live = shards.changed() => {
+                if live {
+                    shards.adopted_idle();
                 }
             }
-            _ = unpaused(gate), if workers.is_empty() => return AfterPause::Resumed,
+            _ = unpaused(gate) => return AfterPause::Resumed,
         }
     }
 }
