@@ -15,7 +15,7 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::apiserver::error::{ApiError, ApiResult};
-use crate::apiserver::kubelet::{ContainerKey, Next};
+use crate::apiserver::kubelet::{ContainerKey, Cursor, Next};
 use crate::apiserver::sync::lock;
 
 use super::query::Query;
@@ -39,6 +39,103 @@ fn line_bytes(at: &Timestamp, text: &str, timestamps: bool) -> Bytes {
     }
 }
 
+/// The container a log request reads: the one named, or the pod's only one.
+fn container_of(pod: &Value, name: &str, query: &Query) -> ApiResult<String> {
+    let containers: Vec<String> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str).map(String::from))
+        .collect();
+    match query.get("container") {
+        Some(c) if containers.iter().any(|n| n == c) => Ok(c.to_string()),
+        Some(c) => Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {name}"
+        ))),
+        None if containers.len() == 1 => Ok(containers[0].clone()),
+        None => Err(ApiError::bad_request(format!(
+            "a container name must be specified for pod {name}, choose one of: [{}]",
+            containers.join(" ")
+        ))),
+    }
+}
+
+/// From when a log request reads: `sinceTime` or `sinceSeconds` (at most one).
+fn since(query: &Query) -> ApiResult<Option<Timestamp>> {
+    match (query.get("sinceTime"), query.get("sinceSeconds")) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "at most one of sinceTime or sinceSeconds may be specified",
+        )),
+        (Some(t), None) => Ok(Some(t.parse::<Timestamp>().map_err(|e| {
+            ApiError::bad_request(format!("sinceTime: {t:?} is not an RFC 3339 time: {e}"))
+        })?)),
+        (None, Some(s)) => {
+            let secs: i64 = s.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                ApiError::bad_request(format!("sinceSeconds: {s:?} is not a positive number"))
+            })?;
+            Ok(Timestamp::now()
+                .checked_sub(jiff::SignedDuration::from_secs(secs))
+                .ok())
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// A followed container log: the lines read so far, then each new line until the
+/// container's log ends, the pod is gone or the client leaves.
+struct Follow {
+    shared: Arc<Shared>,
+    namespace: String,
+    pod: String,
+    key: ContainerKey,
+    timestamps: bool,
+}
+
+impl Follow {
+    async fn run(
+        self,
+        first: Vec<Bytes>,
+        mut cursor: Cursor,
+        tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    ) {
+        let mut changed = self.shared.kubelet.subscribe();
+        for chunk in first {
+            if tx.send(Ok(chunk)).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            changed.borrow_and_update();
+            match self.shared.kubelet.next(&self.key, &mut cursor) {
+                Next::Lines(lines) => {
+                    for (at, text) in lines {
+                        if tx
+                            .send(Ok(line_bytes(&at, &text, self.timestamps)))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+                Next::End => return,
+                Next::Wait => {
+                    tokio::select! {
+                        r = changed.changed() => if r.is_err() { return },
+                        () = tokio::time::sleep(POD_CHECK) => {
+                            if !pod_exists(&self.shared, &self.namespace, &self.pod) {
+                                return;
+                            }
+                        }
+                        () = tx.closed() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Serves one log request.
 pub(super) fn serve_log(
     shared: &Arc<Shared>,
@@ -58,52 +155,13 @@ pub(super) fn serve_log(
             .ok_or_else(ApiError::path_not_found)?;
         state.get_stored(&def, Some(&namespace), name)?
     };
-    let containers: Vec<String> = pod
-        .pointer("/spec/containers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.get("name").and_then(Value::as_str).map(String::from))
-        .collect();
-    let container = match query.get("container") {
-        Some(c) if containers.iter().any(|n| n == c) => c.to_string(),
-        Some(c) => {
-            return Err(ApiError::bad_request(format!(
-                "container {c} is not valid for pod {name}"
-            )));
-        }
-        None if containers.len() == 1 => containers[0].clone(),
-        None => {
-            return Err(ApiError::bad_request(format!(
-                "a container name must be specified for pod {name}, choose one of: [{}]",
-                containers.join(" ")
-            )));
-        }
-    };
+    let container = container_of(&pod, name, query)?;
     let follow = query.bool("follow")?.unwrap_or(false);
     let timestamps = query.bool("timestamps")?.unwrap_or(false);
     let previous = query.bool("previous")?.unwrap_or(false);
-    let since = match (query.get("sinceTime"), query.get("sinceSeconds")) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "at most one of sinceTime or sinceSeconds may be specified",
-            ));
-        }
-        (Some(t), None) => Some(t.parse::<Timestamp>().map_err(|e| {
-            ApiError::bad_request(format!("sinceTime: {t:?} is not an RFC 3339 time: {e}"))
-        })?),
-        (None, Some(s)) => {
-            let secs: i64 = s.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                ApiError::bad_request(format!("sinceSeconds: {s:?} is not a positive number"))
-            })?;
-            Timestamp::now()
-                .checked_sub(jiff::SignedDuration::from_secs(secs))
-                .ok()
-        }
-        (None, None) => None,
-    };
+    let since = since(query)?;
     let key: ContainerKey = (namespace.clone(), name.to_string(), container);
-    let (mut lines, mut cursor) = shared.kubelet.read(&key, previous, since);
+    let (mut lines, cursor) = shared.kubelet.read(&key, previous, since);
     if let Some(tail) = query.get("tailLines") {
         let tail: usize = tail
             .parse()
@@ -119,44 +177,14 @@ pub(super) fn serve_log(
         Response::new(Body::from(first.concat()))
     } else {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-        let shared = shared.clone();
-        let pod = name.to_string();
-        tokio::spawn(async move {
-            let mut changed = shared.kubelet.subscribe();
-            for chunk in first {
-                if tx.send(Ok(chunk)).await.is_err() {
-                    return;
-                }
-            }
-            loop {
-                changed.borrow_and_update();
-                match shared.kubelet.next(&key, &mut cursor) {
-                    Next::Lines(lines) => {
-                        for (at, text) in lines {
-                            if tx
-                                .send(Ok(line_bytes(&at, &text, timestamps)))
-                                .await
-                                .is_err()
-                            {
-                                return;
-                            }
-                        }
-                    }
-                    Next::End => return,
-                    Next::Wait => {
-                        tokio::select! {
-                            r = changed.changed() => if r.is_err() { return },
-                            () = tokio::time::sleep(POD_CHECK) => {
-                                if !pod_exists(&shared, &namespace, &pod) {
-                                    return;
-                                }
-                            }
-                            () = tx.closed() => return,
-                        }
-                    }
-                }
-            }
-        });
+        let follow = Follow {
+            shared: shared.clone(),
+            namespace,
+            pod: name.to_string(),
+            key,
+            timestamps,
+        };
+        tokio::spawn(follow.run(first, cursor, tx));
         Response::new(Body::from_stream(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         ))

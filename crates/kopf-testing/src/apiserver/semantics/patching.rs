@@ -179,47 +179,14 @@ impl State {
             PatchType::Merge => patch::merge_patch_into(current, body),
             PatchType::Json => patch::json_patch_into(current, body),
             PatchType::Strategic => patch::apply_strategic_merge_patch(&current, body, &def.kind),
-            PatchType::Apply => {
-                check_apply_manager(def, name, opts)?;
-                let applied = parse_apply_body(def, body)?;
-                if let Some(n) = meta_str(&applied, "name")
-                    && n != name
-                {
-                    return Err(ApiError::bad_request(format!(
-                        "the name of the object ({n}) does not match the name on the URL ({name})"
-                    )));
-                }
-                let manager = opts.field_manager.clone().unwrap_or_default();
-                let force = opts.force.unwrap_or(false);
-                match managed_fields::apply(
-                    &current,
-                    &applied,
-                    def,
-                    &manager,
-                    force,
-                    subresource,
-                    &now(),
-                ) {
-                    Ok(merged) => Ok(merged),
-                    Err(conflicts) => {
-                        let causes: Vec<Value> = conflicts
-                            .iter()
-                            .map(|c| json!({"reason": "FieldManagerConflict", "message": c.describe(), "field": c.field}))
-                            .collect();
-                        let mut details =
-                            json!({"name": name, "kind": def.plural, "causes": causes});
-                        if !def.group.is_empty() {
-                            details["group"] = json!(def.group);
-                        }
-                        return Err(ApiError::new(
-                            409,
-                            "Conflict",
-                            managed_fields::conflict_message(&conflicts),
-                        )
-                        .with_details(details));
-                    }
-                }
-            }
+            PatchType::Apply => Ok(Self::apply_onto(
+                def,
+                name,
+                subresource,
+                body,
+                opts,
+                &current,
+            )?),
         };
         let new = patched.map_err(|e| match e {
             PatchError::Malformed(m) => ApiError::bad_request(m),
@@ -239,5 +206,49 @@ impl State {
             ..opts.clone()
         };
         Ok(PatchTarget::Update(new, opts))
+    }
+
+    /// A server-side apply onto the stored object: the merged object, or 409 with the
+    /// conflicts when fields other managers own would change (and `force` is not set).
+    fn apply_onto(
+        def: &ResourceDef,
+        name: &str,
+        subresource: Option<&str>,
+        body: &[u8],
+        opts: &WriteOptions,
+        current: &Value,
+    ) -> ApiResult<Value> {
+        check_apply_manager(def, name, opts)?;
+        let applied = parse_apply_body(def, body)?;
+        if let Some(n) = meta_str(&applied, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        let manager = opts.field_manager.clone().unwrap_or_default();
+        let force = opts.force.unwrap_or(false);
+        managed_fields::apply(
+            current,
+            &applied,
+            def,
+            &manager,
+            force,
+            subresource,
+            &now(),
+        )
+        .map_err(|conflicts| {
+            let causes: Vec<Value> = conflicts
+                .iter()
+                .map(|c| json!({"reason": "FieldManagerConflict", "message": c.describe(), "field": c.field}))
+                .collect();
+            let mut details = json!({"name": name, "kind": def.plural, "causes": causes});
+            if !def.group.is_empty() {
+                details["group"] = json!(def.group);
+            }
+            ApiError::new(409, "Conflict", managed_fields::conflict_message(&conflicts))
+                .with_details(details)
+        })
     }
 }
