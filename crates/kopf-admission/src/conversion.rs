@@ -30,6 +30,8 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use kube::core::Status;
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use serde_json::{Value, json};
 
 use crate::review::BadReview;
@@ -126,8 +128,42 @@ impl Converter {
 }
 
 /// Answers a `ConversionReview` for a CRD: `Err` is a 400 (not a review); `Ok` is the review
-/// to send back, with `result.status` `Success` or `Failure`.
-pub fn convert(converters: &[Converter], crd: &str, body: &[u8]) -> Result<Value, BadReview> {
+/// to send back (kube's type: the same `apiVersion` as the request, `result.status`
+/// `Success` with the converted objects, or `Failure` with the message).
+pub fn convert(
+    converters: &[Converter],
+    crd: &str,
+    body: &[u8],
+) -> Result<ConversionReview, BadReview> {
+    let mut request = parse(body)?;
+    let desired = request.desired_api_version.clone();
+    let objects = std::mem::take(&mut request.objects);
+    let response = ConversionResponse::for_request(request);
+    let converted = match converters.iter().find(|c| c.crd == crd) {
+        None => Err(format!("no converter for the CRD {crd:?}")),
+        Some(converter) => objects
+            .into_iter()
+            .map(|obj| converter.convert_one(obj, &desired))
+            .collect::<Result<Vec<_>, _>>(),
+    };
+    let response = match converted {
+        Ok(converted) => {
+            tracing::debug!(
+                "Converted {} object(s) of {crd} to {desired}.",
+                converted.len()
+            );
+            response.success(converted)
+        }
+        Err(message) => {
+            tracing::warn!("Conversion of {crd} to {desired} failed: {message}");
+            response.failure(Status::failure(&message, ""))
+        }
+    };
+    Ok(response.into_review())
+}
+
+/// The request of a `ConversionReview` body (v1, or v1beta1 of older servers).
+fn parse(body: &[u8]) -> Result<ConversionRequest, BadReview> {
     let doc: Value = serde_json::from_slice(body).map_err(|e| {
         BadReview(format!(
             "malformed ConversionReview: the body is not JSON ({e})"
@@ -145,49 +181,10 @@ pub fn convert(converters: &[Converter], crd: &str, body: &[u8]) -> Result<Value
                 .into(),
         ));
     }
-    let req = doc
-        .get("request")
-        .ok_or_else(|| BadReview("malformed ConversionReview: no request".into()))?;
-    let uid = req
-        .get("uid")
-        .and_then(Value::as_str)
-        .ok_or_else(|| BadReview("malformed ConversionReview: request.uid is missing".into()))?;
-    let desired = req
-        .get("desiredAPIVersion")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            BadReview("malformed ConversionReview: request.desiredAPIVersion is missing".into())
-        })?;
-    let objects = req
-        .get("objects")
-        .and_then(Value::as_array)
-        .ok_or_else(|| {
-            BadReview("malformed ConversionReview: request.objects is missing".into())
-        })?;
-    let answer = |response: Value| json!({"apiVersion": api_version, "kind": "ConversionReview", "response": response});
-    let failure = |message: String| {
-        tracing::warn!("Conversion of {crd} to {desired} failed: {message}");
-        answer(json!({"uid": uid, "result": {"status": "Failure", "message": message}}))
-    };
-    let Some(converter) = converters.iter().find(|c| c.crd == crd) else {
-        return Ok(failure(format!("no converter for the CRD {crd:?}")));
-    };
-    let mut converted = Vec::with_capacity(objects.len());
-    for obj in objects {
-        match converter.convert_one(obj.clone(), desired) {
-            Ok(o) => converted.push(o),
-            Err(e) => return Ok(failure(e)),
-        }
-    }
-    tracing::debug!(
-        "Converted {} object(s) of {crd} to {desired}.",
-        converted.len()
-    );
-    Ok(answer(json!({
-        "uid": uid,
-        "convertedObjects": converted,
-        "result": {"status": "Success"},
-    })))
+    let review: ConversionReview = serde_json::from_value(doc)
+        .map_err(|e| BadReview(format!("malformed ConversionReview: {e}")))?;
+    ConversionRequest::try_from(review)
+        .map_err(|_| BadReview("malformed ConversionReview: no request".into()))
 }
 
 #[cfg(test)]
@@ -215,18 +212,22 @@ mod tests {
         .unwrap_or_default()
     }
 
+    /// The review as the server sends it.
+    fn to_value(review: Result<ConversionReview, BadReview>) -> Value {
+        serde_json::to_value(review.expect("a review")).expect("serializable")
+    }
+
     #[test]
     fn objects_are_converted_and_stamped() {
         let objs = json!([
             {"apiVersion": "kopf.dev/v1", "kind": "Kex", "metadata": {"name": "a"}, "spec": {"field": 1}},
             {"apiVersion": "kopf.dev/v2", "kind": "Kex", "metadata": {"name": "b"}, "spec": {"renamed": 2}},
         ]);
-        let out = convert(
+        let out = to_value(convert(
             &[converter()],
             "kexes.kopf.dev",
             &review("kopf.dev/v2", objs),
-        )
-        .expect("a review");
+        ));
         assert_eq!(out["response"]["uid"], "u1");
         assert_eq!(out["response"]["result"]["status"], "Success");
         let converted = &out["response"]["convertedObjects"];
@@ -245,18 +246,20 @@ mod tests {
         ] {
             let objs =
                 json!([{"apiVersion": "kopf.dev/v1", "metadata": {"name": "a"}, "spec": {}}]);
-            let out = convert(&[converter()], "kexes.kopf.dev", &review(desired, objs))
-                .expect("a review");
+            let out = to_value(convert(
+                &[converter()],
+                "kexes.kopf.dev",
+                &review(desired, objs),
+            ));
             assert_eq!(out["response"]["result"]["status"], "Failure", "{desired}");
             let message = out["response"]["result"]["message"].as_str().unwrap_or("");
             assert!(message.contains(needle), "{desired}: {message}");
         }
-        let out = convert(
+        let out = to_value(convert(
             &[converter()],
             "nope.kopf.dev",
             &review("kopf.dev/v2", json!([])),
-        )
-        .expect("a review");
+        ));
         assert_eq!(out["response"]["result"]["status"], "Failure");
     }
 
@@ -264,5 +267,30 @@ mod tests {
     fn malformed_reviews_are_bad_requests() {
         assert!(convert(&[], "x", b"not json").is_err());
         assert!(convert(&[], "x", br#"{"kind":"AdmissionReview"}"#).is_err());
+        let no_request = br#"{"kind":"ConversionReview","apiVersion":"apiextensions.k8s.io/v1"}"#;
+        let err = convert(&[], "x", no_request).expect_err("not a review");
+        assert!(err.0.contains("no request"), "{}", err.0);
+        let no_uid = br#"{"kind":"ConversionReview","apiVersion":"apiextensions.k8s.io/v1","request":{"desiredAPIVersion":"kopf.dev/v2","objects":[]}}"#;
+        let err = convert(&[], "x", no_uid).expect_err("not a review");
+        assert!(err.0.contains("uid"), "{}", err.0);
+    }
+
+    /// The answer has the request's `apiVersion` and uid, and a failure's result is
+    /// `{"status": "Failure", "message": ...}` (no code or reason).
+    #[test]
+    fn answers_keep_the_request_version_and_uid() {
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "apiextensions.k8s.io/v1beta1", "kind": "ConversionReview",
+            "request": {"uid": "u2", "desiredAPIVersion": "kopf.dev/v2", "objects": []}
+        }))
+        .unwrap_or_default();
+        let out = to_value(convert(&[], "kexes.kopf.dev", &body));
+        assert_eq!(out["apiVersion"], "apiextensions.k8s.io/v1beta1");
+        assert_eq!(out["kind"], "ConversionReview");
+        assert_eq!(out["response"]["uid"], "u2");
+        assert_eq!(
+            out["response"]["result"],
+            json!({"status": "Failure", "message": "no converter for the CRD \"kexes.kopf.dev\""})
+        );
     }
 }

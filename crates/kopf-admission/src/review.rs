@@ -1,6 +1,14 @@
 //! Serving `AdmissionReview`s: which handlers review a request, running them, and the
 //! response (allowed, warnings, an RFC 6902 patch from the handlers' merge patch, or a
 //! denial with the best error's message and code).
+//!
+//! The review is read and written as JSON here rather than with kube's
+//! `kube::core::admission` types (conversion reviews do use kube's types): their
+//! `AdmissionRequest<DynamicObject>` re-serializes the object through `ObjectMeta` (the
+//! handlers and the RFC 6902 patch would see a normalised copy — `null`s and unknown
+//! metadata fields dropped — not what the API server sent) and requires `request.kind`;
+//! their `AdmissionResponse` writes `patch` as an array of numbers rather than the base64
+//! string Kubernetes writes for bytes, and an empty `status` on every allowed answer.
 
 use std::sync::Arc;
 
@@ -206,18 +214,7 @@ impl Reviewer {
 
     /// Answers a parsed request.
     pub async fn answer(&self, request: &AdmissionRequest, only: Option<&str>) -> Value {
-        let (group, _, plural) = &request.resource;
-        let for_resource: Vec<&WebhookHandler> = self
-            .handlers
-            .iter()
-            .filter(|(h, resources)| {
-                only.is_none_or(|id| h.id == id)
-                    && resources
-                        .iter()
-                        .any(|d| d.api_resource.group == *group && d.api_resource.plural == *plural)
-            })
-            .map(|(h, _)| h)
-            .collect();
+        let for_resource = self.handlers_for(request, only);
         if for_resource.is_empty() {
             let what = match only {
                 Some(id) => format!(
@@ -243,6 +240,37 @@ impl Reviewer {
             .collect();
         let warnings = Warnings::default();
         let patch = PatchHandle::default();
+        let cause = self.cause(request, &body, &warnings);
+        let errors = run(request, &selected, &cause, &patch).await;
+        let warnings = warnings.get();
+        if let Some(best) = errors.into_iter().min_by_key(rank) {
+            let code = match &best {
+                HandlerError::Admission { code, .. } => *code,
+                _ => 500,
+            };
+            return deny(request, &best.to_string(), code, warnings);
+        }
+        allow(request, &body, &patch.get(), warnings)
+    }
+
+    /// The handlers for the request's resource (only the one named `only`, if given).
+    fn handlers_for(&self, request: &AdmissionRequest, only: Option<&str>) -> Vec<&WebhookHandler> {
+        let (group, _, plural) = &request.resource;
+        self.handlers
+            .iter()
+            .filter(|(h, resources)| {
+                only.is_none_or(|id| h.id == id)
+                    && resources
+                        .iter()
+                        .any(|d| d.api_resource.group == *group && d.api_resource.plural == *plural)
+            })
+            .map(|(h, _)| h)
+            .collect()
+    }
+
+    /// The cause the handlers see: the object, its diff, and the review's details and
+    /// warnings among the extensions.
+    fn cause(&self, request: &AdmissionRequest, body: &Value, warnings: &Warnings) -> Cause {
         let mut extensions = self.extensions.clone();
         extensions.insert(ReviewInfo {
             uid: request.uid.clone(),
@@ -264,79 +292,86 @@ impl Reviewer {
         cause.new = request.object.clone();
         cause.diff = kopf_diff::diff(request.old_object.as_ref(), request.object.as_ref());
         cause.extensions = extensions;
-        let tasks: Vec<_> = selected
-            .iter()
-            .map(|h| {
-                let mut cause = cause.clone();
-                // Validating handlers cannot change the object: their patch is dropped.
-                cause.patch = match h.kind {
-                    WebhookKind::Mutating => patch.clone(),
-                    WebhookKind::Validating => PatchHandle::default(),
-                };
-                let handler = h.spec.handler.clone();
-                let id = h.id.clone();
-                let span = tracing::info_span!("webhook", handler = %id, uid = %request.uid);
-                let task = tokio::spawn(tracing::Instrument::instrument(
-                    async move { handler.call(cause).await },
-                    span,
-                ));
-                (id, task)
-            })
-            .collect();
-        let mut errors = Vec::new();
-        for (id, task) in tasks {
-            let result = task
-                .await
-                .unwrap_or_else(|e| Err(HandlerError::from_join(e)));
-            match result {
-                Ok(_) => tracing::debug!("Webhook '{id}' succeeded."),
-                Err(e) => {
-                    tracing::info!(
-                        "Webhook '{id}' denied {} of {}: {e}",
-                        request.operation,
-                        request.resource_name()
-                    );
-                    errors.push(e);
-                }
-            }
-        }
-        let warnings = warnings.get();
-        if let Some(best) = errors.into_iter().min_by_key(rank) {
-            let code = match &best {
-                HandlerError::Admission { code, .. } => *code,
-                _ => 500,
-            };
-            return deny(request, &best.to_string(), code, warnings);
-        }
-        let mut response = json!({"uid": request.uid, "allowed": true});
-        if !warnings.is_empty() {
-            response["warnings"] = json!(warnings);
-        }
-        let merge = patch.get();
-        if !is_empty_patch(&merge) && request.object.is_some() {
-            let mut patched = body.clone();
-            json_patch::merge(&mut patched, &merge);
-            let ops = json_patch::diff(&body, &patched);
-            if !ops.0.is_empty() {
-                match serde_json::to_vec(&ops) {
-                    Ok(bytes) => {
-                        response["patchType"] = json!("JSONPatch");
-                        response["patch"] =
-                            json!(base64::engine::general_purpose::STANDARD.encode(bytes));
-                    }
-                    Err(e) => {
-                        return deny(
-                            request,
-                            &format!("the mutation cannot be serialized: {e}"),
-                            500,
-                            Vec::new(),
-                        );
-                    }
-                }
-            }
-        }
-        wrap(request, response)
+        cause
     }
+}
+
+/// Runs the selected handlers at once, each in a task of its own; their errors.
+async fn run(
+    request: &AdmissionRequest,
+    selected: &[&WebhookHandler],
+    cause: &Cause,
+    patch: &PatchHandle,
+) -> Vec<HandlerError> {
+    let tasks: Vec<_> = selected
+        .iter()
+        .map(|h| {
+            let mut cause = cause.clone();
+            // Validating handlers cannot change the object: their patch is dropped.
+            cause.patch = match h.kind {
+                WebhookKind::Mutating => patch.clone(),
+                WebhookKind::Validating => PatchHandle::default(),
+            };
+            let handler = h.spec.handler.clone();
+            let id = h.id.clone();
+            let span = tracing::info_span!("webhook", handler = %id, uid = %request.uid);
+            let task = tokio::spawn(tracing::Instrument::instrument(
+                async move { handler.call(cause).await },
+                span,
+            ));
+            (id, task)
+        })
+        .collect();
+    let mut errors = Vec::new();
+    for (id, task) in tasks {
+        let result = task
+            .await
+            .unwrap_or_else(|e| Err(HandlerError::from_join(e)));
+        match result {
+            Ok(_) => tracing::debug!("Webhook '{id}' succeeded."),
+            Err(e) => {
+                tracing::info!(
+                    "Webhook '{id}' denied {} of {}: {e}",
+                    request.operation,
+                    request.resource_name()
+                );
+                errors.push(e);
+            }
+        }
+    }
+    errors
+}
+
+/// The review allowing the request: the warnings, and the mutating handlers' merge patch
+/// as an RFC 6902 patch of the object (denied if it cannot be serialized).
+fn allow(request: &AdmissionRequest, body: &Value, merge: &Value, warnings: Vec<String>) -> Value {
+    let mut response = json!({"uid": request.uid, "allowed": true});
+    if !warnings.is_empty() {
+        response["warnings"] = json!(warnings);
+    }
+    if !is_empty_patch(merge) && request.object.is_some() {
+        let mut patched = body.clone();
+        json_patch::merge(&mut patched, merge);
+        let ops = json_patch::diff(body, &patched);
+        if !ops.0.is_empty() {
+            match serde_json::to_vec(&ops) {
+                Ok(bytes) => {
+                    response["patchType"] = json!("JSONPatch");
+                    response["patch"] =
+                        json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+                }
+                Err(e) => {
+                    return deny(
+                        request,
+                        &format!("the mutation cannot be serialized: {e}"),
+                        500,
+                        Vec::new(),
+                    );
+                }
+            }
+        }
+    }
+    wrap(request, response)
 }
 
 fn is_empty_patch(v: &Value) -> bool {

@@ -18,8 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kopf_core::handler::Extensions;
 use kopf_watch::Discovered;
-use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::conversion::{Converter, convert};
@@ -292,7 +291,7 @@ pub fn router(reviewer: Reviewer, converters: Vec<Converter>, base: &str) -> Rou
     }
 }
 
-fn json(code: StatusCode, body: &Value) -> Response {
+fn json(code: StatusCode, body: &impl serde::Serialize) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
@@ -388,19 +387,7 @@ impl Admission {
         discovered: &[Discovered],
         extensions: Extensions,
     ) -> Result<Running, SetupError> {
-        let mut resolved = Vec::with_capacity(self.handlers.len());
-        for h in self.handlers {
-            let resources =
-                h.selector
-                    .resolve(discovered)
-                    .map_err(|source| SetupError::Resource {
-                        id: h.id.clone(),
-                        selector: format!("{:?}", h.selector),
-                        source,
-                    })?;
-            resolved.push((h, resources));
-        }
-        let reviewer = Reviewer::new(resolved, extensions);
+        let reviewer = Reviewer::new(resolve(self.handlers, discovered)?, extensions);
         let server = &self.settings.server;
         let tls = Tls::load(&server.tls_settings())?;
         let bind = SocketAddr::new(server.addr, server.port);
@@ -419,16 +406,7 @@ impl Admission {
         }
         let cc = server.client_config(addr.port(), ca);
         let routes = router(reviewer.clone(), self.converters.clone(), &server.path);
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let serving_tls = tls.clone();
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stop_rx.await;
-            };
-            if let Err(e) = crate::https::serve(listener, &serving_tls, routes, shutdown).await {
-                tracing::error!("The webhook server failed: {e}");
-            }
-        });
+        let (stop, task) = spawn_serving(listener, tls.clone(), routes);
         tracing::info!(
             "Serving {} admission handler(s) and {} converter(s) at {}.",
             reviewer.handlers().len(),
@@ -446,34 +424,17 @@ impl Admission {
             managed::create(&client, &reviewer, name).await?;
             managed::patch(&client, &reviewer, &cc, name, false).await?;
             managed::patch_conversions(&client, &self.converters, &cc).await?;
-            let mut changes = tls.subscribe();
-            let (client2, reviewer2, name2, converters, shared, settings) = (
-                client.clone(),
-                reviewer.clone(),
-                name.clone(),
-                self.converters.clone(),
-                client_config.clone(),
-                self.settings.server.clone(),
-            );
-            watcher = Some(tokio::spawn(async move {
-                // Re-patch when the certificate files bring a new CA bundle.
-                let _keep = tls;
-                while changes.changed().await.is_ok() {
-                    let ca = changes.borrow_and_update().clone();
-                    let cc = settings.client_config(addr.port(), ca);
-                    if let Ok(mut shared) = shared.lock() {
-                        *shared = cc.clone();
-                    }
-                    tracing::info!("The webhook CA bundle changed: patching the configurations.");
-                    let patched = async {
-                        managed::patch(&client2, &reviewer2, &cc, &name2, false).await?;
-                        managed::patch_conversions(&client2, &converters, &cc).await
-                    };
-                    if let Err(e) = patched.await {
-                        tracing::error!("{e}");
-                    }
-                }
-            }));
+            let managed = Managed {
+                client: client.clone(),
+                reviewer: reviewer.clone(),
+                name: name.clone(),
+                converters: self.converters.clone(),
+                shared: client_config.clone(),
+                settings: self.settings.server.clone(),
+                port: addr.port(),
+            };
+            let changes = tls.subscribe();
+            watcher = Some(tokio::spawn(managed.repatch_on_new_ca(tls, changes)));
         }
         Ok(Running {
             addr,
@@ -481,10 +442,84 @@ impl Admission {
             reviewer,
             managed: self.settings.managed,
             client,
-            stop: Some(stop_tx),
+            stop: Some(stop),
             server: task,
             watcher,
         })
+    }
+}
+
+/// Each handler with the served resources its selector resolves to.
+fn resolve(
+    handlers: Vec<WebhookHandler>,
+    discovered: &[Discovered],
+) -> Result<Vec<(WebhookHandler, Vec<Discovered>)>, SetupError> {
+    let mut resolved = Vec::with_capacity(handlers.len());
+    for h in handlers {
+        let resources = h
+            .selector
+            .resolve(discovered)
+            .map_err(|source| SetupError::Resource {
+                id: h.id.clone(),
+                selector: format!("{:?}", h.selector),
+                source,
+            })?;
+        resolved.push((h, resources));
+    }
+    Ok(resolved)
+}
+
+/// Serves `routes` over TLS on `listener` in a task of its own, until the sender is used
+/// or dropped.
+fn spawn_serving(
+    listener: tokio::net::TcpListener,
+    tls: Tls,
+    routes: Router,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop_rx.await;
+        };
+        if let Err(e) = crate::https::serve(listener, &tls, routes, shutdown).await {
+            tracing::error!("The webhook server failed: {e}");
+        }
+    });
+    (stop_tx, task)
+}
+
+/// What re-patching the managed webhook configurations and CRDs needs.
+struct Managed {
+    client: kube::Client,
+    reviewer: Reviewer,
+    name: String,
+    converters: Vec<Converter>,
+    /// The client configuration `Running` reports, updated with each new CA bundle.
+    shared: Arc<std::sync::Mutex<ClientConfig>>,
+    settings: WebhookServer,
+    port: u16,
+}
+
+impl Managed {
+    /// Re-patches when the certificate files bring a new CA bundle (`tls` is kept alive
+    /// meanwhile: it watches the files).
+    async fn repatch_on_new_ca(self, tls: Tls, mut changes: watch::Receiver<Vec<u8>>) {
+        let _keep = tls;
+        while changes.changed().await.is_ok() {
+            let ca = changes.borrow_and_update().clone();
+            let cc = self.settings.client_config(self.port, ca);
+            if let Ok(mut shared) = self.shared.lock() {
+                *shared = cc.clone();
+            }
+            tracing::info!("The webhook CA bundle changed: patching the configurations.");
+            let patched = async {
+                managed::patch(&self.client, &self.reviewer, &cc, &self.name, false).await?;
+                managed::patch_conversions(&self.client, &self.converters, &cc).await
+            };
+            if let Err(e) = patched.await {
+                tracing::error!("{e}");
+            }
+        }
     }
 }
 

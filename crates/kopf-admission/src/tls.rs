@@ -42,14 +42,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
-};
+use kopf_tls::CaSpec;
+use rcgen::{CertificateParams, DistinguishedName, DnType, IsCa, KeyUsagePurpose, SanType};
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, DnsName, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{CertificateDer, DnsName, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
@@ -687,37 +685,21 @@ fn generate(
     provider: &CryptoProvider,
 ) -> Result<(Arc<CertifiedKey>, Vec<u8>), TlsError> {
     let sans = subject_alt_names(requested)?;
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let not_before = rcgen::date_time_ymd(1970, 1, 1) + since_epoch - Duration::from_secs(3600);
-    let not_after = not_before + GENERATED_VALIDITY;
-
-    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut ca = CertificateParams::default();
     // A name of its own per generated CA (from its key): a client trusting another one
     // then reports an unknown issuer, not a bad signature.
-    let id: String = ca
-        .key_identifier(&ca_key)
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    ca.distinguished_name = DistinguishedName::new();
-    ca.distinguished_name
-        .push(DnType::OrganizationName, "kopf-rs");
-    ca.distinguished_name
-        .push(DnType::CommonName, format!("kopf-rs webhook CA {id}"));
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    ca.not_before = not_before;
-    ca.not_after = not_after;
-    let ca = CertifiedIssuer::self_signed(ca, ca_key)?;
-
+    let ca = CaSpec::new(|id| {
+        let mut name = DistinguishedName::new();
+        name.push(DnType::OrganizationName, "kopf-rs");
+        name.push(DnType::CommonName, format!("kopf-rs webhook CA {id}"));
+        name
+    })
+    .path_length(0)
+    .validity(
+        SystemTime::now()
+            .checked_sub(Duration::from_secs(3600))
+            .unwrap_or(UNIX_EPOCH),
+        GENERATED_VALIDITY,
+    );
     let common_name = sans
         .iter()
         .find_map(|san| match san {
@@ -736,17 +718,9 @@ fn generate(
     leaf.subject_alt_names = sans;
     leaf.is_ca = IsCa::ExplicitNoCa;
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    leaf.use_authority_key_identifier_extension = true;
-    leaf.not_before = not_before;
-    leaf.not_after = not_after;
-    let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let leaf = leaf.signed_by(&leaf_key, &ca)?;
-
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let key = CertifiedKey::from_der(vec![leaf.der().clone(), ca.der().clone()], key, provider)
-        .map_err(TlsError::Config)?;
-    Ok((Arc::new(key), ca.pem().into_bytes()))
+    let made = kopf_tls::generate(ca, leaf)?;
+    let key = CertifiedKey::from_der(made.chain, made.key, provider).map_err(TlsError::Config)?;
+    Ok((Arc::new(key), made.ca_pem.into_bytes()))
 }
 
 #[cfg(test)]

@@ -31,24 +31,9 @@ pub fn merge_patch(from: &Value, to: &Value) -> Value {
 }
 
 /// Applies a merge patch (RFC 7386): mappings merged recursively, `null` removes a key,
-/// anything else replaces the target.
+/// anything else replaces the target (json-patch's `merge`, under the name the crates use).
 pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                apply_merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
+    json_patch::merge(target, patch);
 }
 
 /// Whether a merge patch changes nothing (an empty mapping).

@@ -7,7 +7,7 @@ use quote::{quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::{Ident, ItemFn, LitStr};
 
-use crate::args::parse_args;
+use crate::args::{Args, parse_args};
 use crate::kind::Kind;
 
 /// The handler function (or the compile error of an attribute on something else).
@@ -36,7 +36,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream, kind: Kind) -> TokenS
 }
 
 fn try_expand(attr: TokenStream, item: TokenStream, kind: Kind) -> syn::Result<TokenStream2> {
-    let args = parse_args(attr, kind)?;
+    let mut args = parse_args(attr, kind)?;
     let func = parse_fn(item)?;
     let name = &func.sig.ident;
     let id = args
@@ -44,186 +44,256 @@ fn try_expand(attr: TokenStream, item: TokenStream, kind: Kind) -> syn::Result<T
         .as_ref()
         .map(LitStr::value)
         .unwrap_or_else(|| name.unraw().to_string());
-    let into = into_handler(name);
-    let target = args.target.clone();
-    let mut options = args.options;
-    let place = quote! {
-        file: ::core::file!(),
-        line: ::core::line!(),
+    let parts = Parts {
+        id,
+        name,
+        into: into_handler(name),
+        target: args.target.clone(),
+        place: quote! {
+            file: ::core::file!(),
+            line: ::core::line!(),
+        },
     };
     let registration = match kind {
-        Kind::Create
-        | Kind::Update
-        | Kind::Delete
-        | Kind::Resume
-        | Kind::Field
-        | Kind::Timer
-        | Kind::Daemon
-        | Kind::Index
-        | Kind::Event => {
-            let spec = match kind {
-                Kind::Create => {
-                    quote!(::kopf::HandlerSpec::from_arc(#id, ::core::option::Option::Some(::kopf::Reason::Create), #into))
-                }
-                Kind::Update => {
-                    quote!(::kopf::HandlerSpec::from_arc(#id, ::core::option::Option::Some(::kopf::Reason::Update), #into))
-                }
-                Kind::Delete => {
-                    quote!(::kopf::HandlerSpec::from_arc(#id, ::core::option::Option::Some(::kopf::Reason::Delete), #into))
-                }
-                Kind::Resume => quote!(::kopf::HandlerSpec::resume_handler(#id, #into)),
-                Kind::Field => {
-                    let field = &args.field;
-                    quote!(::kopf::HandlerSpec::field_handler(#id, #field, #into))
-                }
-                Kind::Timer => {
-                    let base = match &args.interval {
-                        Some(d) => quote!(::kopf::TimerOptions::every(#d)),
-                        None => quote!(::kopf::TimerOptions::default()),
-                    };
-                    let spawning = &args.spawning;
-                    quote!(::kopf::HandlerSpec::timer(#id, #base #(#spawning)*, #into))
-                }
-                Kind::Daemon => {
-                    let spawning = &args.spawning;
-                    quote!(::kopf::HandlerSpec::daemon(#id, ::kopf::DaemonOptions::new() #(#spawning)*, #into))
-                }
-                Kind::Index => {
-                    quote_spanned!(name.span()=> ::kopf::registry::index_spec(#id, #name))
-                }
-                _ => quote!(::kopf::HandlerSpec::event(#id, #into)),
-            };
-            if kind != Kind::Field
-                && let Some(f) = &args.field
-            {
-                options.push(quote!(.field(#f)));
-            }
-            let variant = Ident::new(
-                match kind {
-                    Kind::Create => "Create",
-                    Kind::Update => "Update",
-                    Kind::Delete => "Delete",
-                    Kind::Resume => "Resume",
-                    Kind::Field => "Field",
-                    Kind::Timer => "Timer",
-                    Kind::Daemon => "Daemon",
-                    Kind::Index => "Index",
-                    _ => "Event",
-                },
-                Span::call_site(),
-            );
-            quote! {
-                ::kopf::registry::Registration {
-                    resource: #target,
-                    id: #id,
-                    kind: ::kopf::registry::Kind::#variant,
-                    make: || #spec,
-                    options: || ::kopf::Options::new() #(#options)*,
-                    #place
-                }
-            }
-        }
-        Kind::Log => {
-            let regex = &args.regex;
-            let log = &args.log;
-            quote! {
-                ::kopf::registry::LogRegistration {
-                    apply: |op: ::kopf::Operator| {
-                        op.on_log_configured(
-                            #target,
-                            #id,
-                            #regex,
-                            |spec: ::kopf::LogSpec| spec #(#log)*,
-                            #name,
-                            ::kopf::Options::new() #(#options)*,
-                        )
-                    },
-                    #place
-                }
-            }
-        }
-        Kind::Startup | Kind::Cleanup | Kind::Probe => {
-            let variant = Ident::new(
-                match kind {
-                    Kind::Startup => "Startup",
-                    Kind::Cleanup => "Cleanup",
-                    _ => "Probe",
-                },
-                Span::call_site(),
-            );
-            quote! {
-                ::kopf::registry::ActivityRegistration {
-                    activity: ::kopf::registry::Activity::#variant,
-                    id: #id,
-                    make: || #into,
-                    options: || ::kopf::Options::new() #(#options)*,
-                    #place
-                }
-            }
-        }
-        Kind::Login => {
-            let make = quote_spanned!(name.span()=> ::kopf::registry::login_handler(#name));
-            quote! {
-                ::kopf::registry::LoginRegistration {
-                    make: || #make,
-                    #place
-                }
-            }
-        }
-        Kind::Convert => {
-            let make =
-                quote_spanned!(name.span()=> ::kopf::admission::Converter::new(#target, #name));
-            quote! {
-                ::kopf::registry::ConverterRegistration {
-                    crd: #target,
-                    make: || #make,
-                    #place
-                }
-            }
-        }
-        Kind::Reconcile => {
-            let make = quote_spanned!(name.span()=> ::kopf::Reconciler::new(#target, #name));
-            let calls = &args.reconciler;
-            quote! {
-                ::kopf::registry::ReconcileRegistration {
-                    resource: #target,
-                    id: #id,
-                    // (a name no user function has: the function and its `cleanup` and
-                    // mappers are named inside the closure)
-                    apply: |__kopf_operator: ::kopf::Operator| {
-                        __kopf_operator.reconcile_with(#make.id(#id) #(#calls)*)
-                    },
-                    #place
-                }
-            }
-        }
-        Kind::Validate | Kind::Mutate => {
-            if let Some(f) = &args.field {
-                options.push(quote!(.field(#f)));
-            }
-            let variant = Ident::new(
-                if kind == Kind::Validate {
-                    "Validating"
-                } else {
-                    "Mutating"
-                },
-                Span::call_site(),
-            );
-            quote! {
-                ::kopf::registry::WebhookRegistration {
-                    resource: #target,
-                    id: #id,
-                    kind: ::kopf::admission::WebhookKind::#variant,
-                    make: || #into,
-                    options: || ::kopf::WebhookOptions::new() #(#options)*,
-                    #place
-                }
-            }
-        }
+        Kind::Log => parts.log(&args),
+        Kind::Startup | Kind::Cleanup | Kind::Probe => parts.activity(kind, &args),
+        Kind::Login => parts.login(),
+        Kind::Convert => parts.converter(),
+        Kind::Reconcile => parts.reconciler(&args),
+        Kind::Validate | Kind::Mutate => parts.webhook(kind, &mut args),
+        _ => parts.resource_handler(kind, &mut args),
     };
     Ok(quote! {
         #func
 
         ::kopf::inventory::submit! { #registration }
     })
+}
+
+/// What every registration is made of: the handler's id and function, the target, and
+/// the place of the attribute.
+struct Parts<'a> {
+    id: String,
+    name: &'a Ident,
+    /// `IntoHandler::into_handler(name)`.
+    into: TokenStream2,
+    target: Option<LitStr>,
+    /// `file:` and `line:` of the registration.
+    place: TokenStream2,
+}
+
+impl Parts<'_> {
+    /// The `HandlerSpec` of a resource handler of `kind` (create … event).
+    fn handler_spec(&self, kind: Kind, args: &Args) -> TokenStream2 {
+        let Parts { id, into, name, .. } = self;
+        let reason = |r: &str| {
+            let r = Ident::new(r, Span::call_site());
+            quote!(::kopf::HandlerSpec::from_arc(#id, ::core::option::Option::Some(::kopf::Reason::#r), #into))
+        };
+        match kind {
+            Kind::Create => reason("Create"),
+            Kind::Update => reason("Update"),
+            Kind::Delete => reason("Delete"),
+            Kind::Resume => quote!(::kopf::HandlerSpec::resume_handler(#id, #into)),
+            Kind::Field => {
+                let field = &args.field;
+                quote!(::kopf::HandlerSpec::field_handler(#id, #field, #into))
+            }
+            Kind::Timer => {
+                let base = match &args.interval {
+                    Some(d) => quote!(::kopf::TimerOptions::every(#d)),
+                    None => quote!(::kopf::TimerOptions::default()),
+                };
+                let spawning = &args.spawning;
+                quote!(::kopf::HandlerSpec::timer(#id, #base #(#spawning)*, #into))
+            }
+            Kind::Daemon => {
+                let spawning = &args.spawning;
+                quote!(::kopf::HandlerSpec::daemon(#id, ::kopf::DaemonOptions::new() #(#spawning)*, #into))
+            }
+            Kind::Index => {
+                quote_spanned!(name.span()=> ::kopf::registry::index_spec(#id, #name))
+            }
+            _ => quote!(::kopf::HandlerSpec::event(#id, #into)),
+        }
+    }
+
+    /// The registration of a resource handler (create, update, delete, resume, field,
+    /// timer, daemon, index, event).
+    fn resource_handler(&self, kind: Kind, args: &mut Args) -> TokenStream2 {
+        let spec = self.handler_spec(kind, args);
+        if kind != Kind::Field
+            && let Some(f) = &args.field
+        {
+            args.options.push(quote!(.field(#f)));
+        }
+        let variant = Ident::new(
+            match kind {
+                Kind::Create => "Create",
+                Kind::Update => "Update",
+                Kind::Delete => "Delete",
+                Kind::Resume => "Resume",
+                Kind::Field => "Field",
+                Kind::Timer => "Timer",
+                Kind::Daemon => "Daemon",
+                Kind::Index => "Index",
+                _ => "Event",
+            },
+            Span::call_site(),
+        );
+        let Parts {
+            id, target, place, ..
+        } = self;
+        let options = &args.options;
+        quote! {
+            ::kopf::registry::Registration {
+                resource: #target,
+                id: #id,
+                kind: ::kopf::registry::Kind::#variant,
+                make: || #spec,
+                options: || ::kopf::Options::new() #(#options)*,
+                #place
+            }
+        }
+    }
+
+    /// The registration of a pod-log handler.
+    fn log(&self, args: &Args) -> TokenStream2 {
+        let Parts {
+            id,
+            name,
+            target,
+            place,
+            ..
+        } = self;
+        let (regex, log, options) = (&args.regex, &args.log, &args.options);
+        quote! {
+            ::kopf::registry::LogRegistration {
+                apply: |op: ::kopf::Operator| {
+                    op.on_log_configured(
+                        #target,
+                        #id,
+                        #regex,
+                        |spec: ::kopf::LogSpec| spec #(#log)*,
+                        #name,
+                        ::kopf::Options::new() #(#options)*,
+                    )
+                },
+                #place
+            }
+        }
+    }
+
+    /// The registration of a startup, cleanup or probe handler.
+    fn activity(&self, kind: Kind, args: &Args) -> TokenStream2 {
+        let variant = Ident::new(
+            match kind {
+                Kind::Startup => "Startup",
+                Kind::Cleanup => "Cleanup",
+                _ => "Probe",
+            },
+            Span::call_site(),
+        );
+        let Parts {
+            id, into, place, ..
+        } = self;
+        let options = &args.options;
+        quote! {
+            ::kopf::registry::ActivityRegistration {
+                activity: ::kopf::registry::Activity::#variant,
+                id: #id,
+                make: || #into,
+                options: || ::kopf::Options::new() #(#options)*,
+                #place
+            }
+        }
+    }
+
+    /// The registration of a login handler.
+    fn login(&self) -> TokenStream2 {
+        let Parts { name, place, .. } = self;
+        let make = quote_spanned!(name.span()=> ::kopf::registry::login_handler(#name));
+        quote! {
+            ::kopf::registry::LoginRegistration {
+                make: || #make,
+                #place
+            }
+        }
+    }
+
+    /// The registration of a converter.
+    fn converter(&self) -> TokenStream2 {
+        let Parts {
+            name,
+            target,
+            place,
+            ..
+        } = self;
+        let make = quote_spanned!(name.span()=> ::kopf::admission::Converter::new(#target, #name));
+        quote! {
+            ::kopf::registry::ConverterRegistration {
+                crd: #target,
+                make: || #make,
+                #place
+            }
+        }
+    }
+
+    /// The registration of a reconciler.
+    fn reconciler(&self, args: &Args) -> TokenStream2 {
+        let Parts {
+            id,
+            name,
+            target,
+            place,
+            ..
+        } = self;
+        let make = quote_spanned!(name.span()=> ::kopf::Reconciler::new(#target, #name));
+        let calls = &args.reconciler;
+        quote! {
+            ::kopf::registry::ReconcileRegistration {
+                resource: #target,
+                id: #id,
+                // (a name no user function has: the function and its `cleanup` and
+                // mappers are named inside the closure)
+                apply: |__kopf_operator: ::kopf::Operator| {
+                    __kopf_operator.reconcile_with(#make.id(#id) #(#calls)*)
+                },
+                #place
+            }
+        }
+    }
+
+    /// The registration of a validating or mutating webhook.
+    fn webhook(&self, kind: Kind, args: &mut Args) -> TokenStream2 {
+        if let Some(f) = &args.field {
+            args.options.push(quote!(.field(#f)));
+        }
+        let variant = Ident::new(
+            if kind == Kind::Validate {
+                "Validating"
+            } else {
+                "Mutating"
+            },
+            Span::call_site(),
+        );
+        let Parts {
+            id,
+            into,
+            target,
+            place,
+            ..
+        } = self;
+        let options = &args.options;
+        quote! {
+            ::kopf::registry::WebhookRegistration {
+                resource: #target,
+                id: #id,
+                kind: ::kopf::admission::WebhookKind::#variant,
+                make: || #into,
+                options: || ::kopf::WebhookOptions::new() #(#options)*,
+                #place
+            }
+        }
+    }
 }

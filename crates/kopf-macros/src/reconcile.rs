@@ -36,26 +36,7 @@ pub(crate) fn option(key: &Ident, name: &str, given: Given) -> syn::Result<Token
         }
     };
     match name {
-        "owns" => {
-            let items: Vec<&Expr> = match &value {
-                Expr::Array(items) => items.elems.iter().collect(),
-                one @ Expr::Lit(_) => vec![one],
-                other => return Err(owns_error(other)),
-            };
-            let mut calls = TokenStream2::new();
-            for item in items {
-                let Expr::Lit(ExprLit {
-                    lit: Lit::Str(resource),
-                    ..
-                }) = item
-                else {
-                    return Err(owns_error(item));
-                };
-                non_empty(resource, "an owned resource")?;
-                calls.extend(quote!(.owns(#resource)));
-            }
-            Ok(calls)
-        }
+        "owns" => owns(&value),
         "cleanup" => match &value {
             Expr::Path(path) => {
                 let span = path.span();
@@ -83,43 +64,68 @@ pub(crate) fn option(key: &Ident, name: &str, given: Given) -> syn::Result<Token
                 "`concurrency` takes a positive integer: the most reconciles of the resource at once, e.g. `concurrency = 8`",
             )),
         },
-        "backoff" => {
-            let hint = "`backoff` of #[kopf::reconcile] is a range of delays, doubling from the first up to the second: `backoff = \"1s..300s\"`";
-            let lit = string(key, &value).map_err(|_| syn::Error::new_spanned(&value, hint))?;
-            let text = lit.value();
-            let bound = |s: &str| {
-                let s = s.trim();
-                // Bare numbers are seconds, as everywhere else.
-                s.parse::<f64>()
-                    .ok()
-                    .and_then(|n| std::time::Duration::try_from_secs_f64(n).ok())
-                    .or_else(|| parse_duration(s))
-            };
-            let Some((base, max)) = text
-                .split_once("..")
-                .and_then(|(a, b)| Some((bound(a)?, bound(b)?)))
-            else {
-                return Err(syn::Error::new_spanned(&lit, hint));
-            };
-            if base.is_zero() {
-                return Err(syn::Error::new_spanned(
-                    &lit,
-                    "the first delay of `backoff` must be more than 0",
-                ));
-            }
-            if base > max {
-                return Err(syn::Error::new_spanned(
-                    &lit,
-                    "the first delay of `backoff` is longer than the last: write `\"<first>..<longest>\"`",
-                ));
-            }
-            let (base, max) = (duration_tokens(base), duration_tokens(max));
-            Ok(quote!(.backoff(::kopf::Backoff::exponential(#base, #max))))
-        }
+        "backoff" => backoff(key, &value),
         // `kind::options_of` lists no other option of #[kopf::reconcile] (`id` is taken by
         // `args`).
         _ => Err(crate::errors::not_taken(crate::kind::Kind::Reconcile, key)),
     }
+}
+
+/// `owns = ["configmaps", ...]` (or one string): one `.owns(...)` per resource.
+fn owns(value: &Expr) -> syn::Result<TokenStream2> {
+    let items: Vec<&Expr> = match value {
+        Expr::Array(items) => items.elems.iter().collect(),
+        one @ Expr::Lit(_) => vec![one],
+        other => return Err(owns_error(other)),
+    };
+    let mut calls = TokenStream2::new();
+    for item in items {
+        let Expr::Lit(ExprLit {
+            lit: Lit::Str(resource),
+            ..
+        }) = item
+        else {
+            return Err(owns_error(item));
+        };
+        non_empty(resource, "an owned resource")?;
+        calls.extend(quote!(.owns(#resource)));
+    }
+    Ok(calls)
+}
+
+/// `backoff = "1s..300s"`: exponential delays from the first bound up to the second.
+fn backoff(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
+    let hint = "`backoff` of #[kopf::reconcile] is a range of delays, doubling from the first up to the second: `backoff = \"1s..300s\"`";
+    let lit = string(key, value).map_err(|_| syn::Error::new_spanned(value, hint))?;
+    let text = lit.value();
+    let bound = |s: &str| {
+        let s = s.trim();
+        // Bare numbers are seconds, as everywhere else.
+        s.parse::<f64>()
+            .ok()
+            .and_then(|n| std::time::Duration::try_from_secs_f64(n).ok())
+            .or_else(|| parse_duration(s))
+    };
+    let Some((base, max)) = text
+        .split_once("..")
+        .and_then(|(a, b)| Some((bound(a)?, bound(b)?)))
+    else {
+        return Err(syn::Error::new_spanned(&lit, hint));
+    };
+    if base.is_zero() {
+        return Err(syn::Error::new_spanned(
+            &lit,
+            "the first delay of `backoff` must be more than 0",
+        ));
+    }
+    if base > max {
+        return Err(syn::Error::new_spanned(
+            &lit,
+            "the first delay of `backoff` is longer than the last: write `\"<first>..<longest>\"`",
+        ));
+    }
+    let (base, max) = (duration_tokens(base), duration_tokens(max));
+    Ok(quote!(.backoff(::kopf::Backoff::exponential(#base, #max))))
 }
 
 fn owns_error(at: &Expr) -> syn::Error {

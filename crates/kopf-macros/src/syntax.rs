@@ -1,9 +1,16 @@
 //! The attribute's tokens as written: the target literal, then `key`, `key = value` and
 //! `key(entries...)` options (nothing is checked against the attribute's options yet).
+//!
+//! The list itself is split by darling's `NestedMeta` (literals, paths, `name = expr` and
+//! `name(...)`); what is inside `labels(...)`/`annotations(...)`/`watches(...)` is not
+//! Rust-attribute syntax (`"app.kubernetes.io/name" = "web"`), so its entries are read here.
 
+use darling::ast::NestedMeta;
+use proc_macro2::TokenStream as TokenStream2;
 use syn::ext::IdentExt;
 use syn::parse::ParseStream;
-use syn::{Expr, Ident, LitStr, Token};
+use syn::punctuated::Punctuated;
+use syn::{Expr, Ident, Lit, LitStr, MacroDelimiter, Meta, Token};
 
 use crate::kind::{Kind, Target};
 
@@ -55,24 +62,28 @@ pub(crate) struct Opt {
 }
 
 /// The attribute's tokens, as written (no checks of what the attribute takes yet).
-pub(crate) fn parse_raw(input: ParseStream, kind: Kind) -> syn::Result<(Option<LitStr>, Vec<Opt>)> {
-    let target = if input.peek(LitStr) {
-        Some(input.parse::<LitStr>()?)
-    } else {
-        None
-    };
-    let mut opts = Vec::new();
-    let mut first = target.is_none();
-    while !input.is_empty() {
-        if !first {
-            input.parse::<Token![,]>()?;
-            if input.is_empty() {
-                break;
-            }
+pub(crate) fn parse_raw(attr: TokenStream2, kind: Kind) -> syn::Result<(Option<LitStr>, Vec<Opt>)> {
+    let mut items = NestedMeta::parse_meta_list(attr)?.into_iter().peekable();
+    let target = match items.peek() {
+        Some(NestedMeta::Lit(Lit::Str(lit))) => {
+            let lit = lit.clone();
+            items.next();
+            Some(lit)
         }
-        first = false;
-        if input.peek(LitStr) {
-            let lit: LitStr = input.parse()?;
+        _ => None,
+    };
+    let opts = items
+        .map(|item| option(item, kind))
+        .collect::<syn::Result<_>>()?;
+    Ok((target, opts))
+}
+
+/// One option of the list (a literal past the first is an error).
+fn option(item: NestedMeta, kind: Kind) -> syn::Result<Opt> {
+    let meta = match item {
+        NestedMeta::Meta(meta) => meta,
+        NestedMeta::NameValueInvalidExpr(invalid) => return Err(invalid.error.into()),
+        NestedMeta::Lit(Lit::Str(lit)) => {
             let message = match kind.target() {
                 Target::Nothing => format!(
                     "{} takes no resource: it is about the operator, not objects",
@@ -82,28 +93,34 @@ pub(crate) fn parse_raw(input: ParseStream, kind: Kind) -> syn::Result<(Option<L
             };
             return Err(syn::Error::new_spanned(lit, message));
         }
-        let key: Ident = input.call(Ident::parse_any).map_err(|e| {
-            syn::Error::new(
-                e.span(),
-                format!(
-                    "expected an option (`name = value`); {} takes {}",
-                    kind.attr(),
-                    kind.option_list()
-                ),
-            )
-        })?;
-        let given = if input.peek(syn::token::Paren) {
-            let content;
-            syn::parenthesized!(content in input);
-            let entries = content.parse_terminated(meta_entry, Token![,])?;
+        NestedMeta::Lit(lit) => return Err(not_an_option(&lit, kind)),
+    };
+    let key = match meta.path().get_ident() {
+        Some(ident) => ident.clone(),
+        None => return Err(not_an_option(meta.path(), kind)),
+    };
+    let given = match meta {
+        Meta::Path(_) => Given::Flag,
+        Meta::NameValue(nv) => Given::Value(nv.value),
+        Meta::List(list) if matches!(list.delimiter, MacroDelimiter::Paren(_)) => {
+            let entries = list.parse_args_with(|input: ParseStream| {
+                Punctuated::<_, Token![,]>::parse_terminated_with(input, meta_entry)
+            })?;
             Given::Entries(entries.into_iter().collect())
-        } else if input.peek(Token![=]) {
-            input.parse::<Token![=]>()?;
-            Given::Value(input.parse()?)
-        } else {
-            Given::Flag
-        };
-        opts.push(Opt { key, given });
-    }
-    Ok((target, opts))
+        }
+        Meta::List(list) => return Err(not_an_option(&list, kind)),
+    };
+    Ok(Opt { key, given })
+}
+
+/// The error of something that is not an option where an option goes.
+fn not_an_option(at: &dyn quote::ToTokens, kind: Kind) -> syn::Error {
+    syn::Error::new_spanned(
+        at,
+        format!(
+            "expected an option (`name = value`); {} takes {}",
+            kind.attr(),
+            kind.option_list()
+        ),
+    )
 }

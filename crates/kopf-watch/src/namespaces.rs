@@ -8,19 +8,39 @@ pub struct NamespacePattern {
     excludes: Vec<String>,
 }
 
+/// Whether `name` matches `pattern` (`*`: any run of characters, `?`: one character).
+///
+/// One pass over the name that remembers only the last `*` and where it started
+/// matching: on a mismatch the last `*` takes one more character. Earlier stars never
+/// need to be revisited (the last one can absorb whatever they would have), so the work
+/// is at most pattern × name steps, with no exponential backtracking on `*a*a*a…`.
 fn glob(pattern: &str, name: &str) -> bool {
-    fn rec(p: &[char], n: &[char]) -> bool {
-        match (p.first(), n.first()) {
-            (None, None) => true,
-            (Some('*'), _) => rec(&p[1..], n) || (!n.is_empty() && rec(p, &n[1..])),
-            (Some('?'), Some(_)) => rec(&p[1..], &n[1..]),
-            (Some(a), Some(b)) if a == b => rec(&p[1..], &n[1..]),
-            _ => false,
-        }
-    }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
-    rec(&p, &n)
+    let (mut pi, mut ni) = (0, 0);
+    // (the index of the last `*` in the pattern, the name index it is matched up to)
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ni));
+                pi += 1;
+            }
+            Some(&c) if c == '?' || c == n[ni] => {
+                pi += 1;
+                ni += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    star = Some((sp, sn + 1));
+                    pi = sp + 1;
+                    ni = sn + 1;
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
 }
 
 impl NamespacePattern {
@@ -155,5 +175,44 @@ mod tests {
         assert_eq!(s.patterns()[0].excludes(), ["team-legacy"]);
         assert_eq!(s.patterns()[0].to_string(), "team-*,!team-legacy");
         assert_eq!(NamespaceSelector::default().to_string(), "");
+    }
+
+    #[test]
+    fn globs_match_like_shell_wildcards() {
+        for (pattern, name, expected) in [
+            ("", "", true),
+            ("", "a", false),
+            ("*", "", true),
+            ("*", "anything", true),
+            ("**", "ab", true),
+            ("a*", "a", true),
+            ("*a", "ba", true),
+            ("*a", "ab", false),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "aXbYcZ", false),
+            ("a*b", "abab", true),
+            ("*ab", "aab", true),
+            ("?", "", false),
+            ("??", "ab", true),
+            ("a?c*", "abcdef", true),
+            ("team-*-prod", "team-x-prod", true),
+            ("team-*-prod", "team-x-prod-2", false),
+            ("*-*-*", "a-b", false),
+        ] {
+            assert_eq!(glob(pattern, name), expected, "{pattern:?} ~ {name:?}");
+        }
+    }
+
+    /// `*a*a*a…` against a name of `a`s with no match at the end: a backtracking matcher
+    /// tries every way to split the name among the stars (exponential in their number);
+    /// this one does at most pattern × name steps, so the test completes at once.
+    #[test]
+    fn a_pathological_pattern_completes() {
+        let pattern = format!("{}b", "*a".repeat(30));
+        let name = "a".repeat(63);
+        assert!(!glob(&pattern, &name));
+        let selector = NamespaceSelector::new(&[pattern.as_str()]);
+        assert!(!selector.matches(Some(&name)));
+        assert!(glob(&"*a".repeat(30), &name));
     }
 }

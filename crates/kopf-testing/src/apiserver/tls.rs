@@ -24,11 +24,9 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use kopf_tls::CaSpec;
+use rcgen::{CertificateParams, DistinguishedName, DnType, KeyUsagePurpose};
+use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -85,31 +83,19 @@ impl ServingTls {
     /// A fresh CA (`CN=kopf-fake-apiserver-ca@<unix time>`, as kube's self-signed CAs are
     /// named) and a serving certificate for [`SERVING_NAMES`] (ECDSA P-256 keys).
     pub fn generate() -> Result<Self, TlsError> {
-        let ca_key = KeyPair::generate().map_err(failed("the CA key"))?;
-        let mut ca_params =
-            CertificateParams::new(Vec::<String>::new()).map_err(failed("the CA"))?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        ca_params.distinguished_name.push(
-            DnType::CommonName,
-            format!("kopf-fake-apiserver-ca@{stamp}"),
-        );
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca_params
-            .self_signed(&ca_key)
-            .map_err(failed("the CA certificate"))?;
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate().map_err(failed("the serving key"))?;
+        let ca = CaSpec::new(move |_| {
+            let mut name = DistinguishedName::new();
+            name.push(
+                DnType::CommonName,
+                format!("kopf-fake-apiserver-ca@{stamp}"),
+            );
+            name
+        });
         let names: Vec<String> = SERVING_NAMES.iter().map(|s| s.to_string()).collect();
         let mut params = CertificateParams::new(names).map_err(failed("the serving names"))?;
-        // OpenSSL's strict mode (Python 3.13's default context, urllib3 2.3+) wants it.
-        params.use_authority_key_identifier_extension = true;
         params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
@@ -117,25 +103,19 @@ impl ServingTls {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params
-            .signed_by(&key, &issuer)
-            .map_err(failed("the serving certificate"))?;
+        let made = kopf_tls::generate(ca, params).map_err(failed("the certificates"))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(failed("the TLS versions"))?
             .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone(), ca_cert.der().clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-            )
+            .with_single_cert(made.chain.clone(), made.key)
             .map_err(failed("the TLS configuration"))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(ServingTls {
-            ca_pem: ca_cert.pem(),
-            ca_der: ca_cert.der().clone(),
-            cert_der: cert.der().clone(),
+            cert_der: made.chain[0].clone(),
+            ca_pem: made.ca_pem,
+            ca_der: made.ca_der,
             config: Arc::new(config),
         })
     }

@@ -4,6 +4,12 @@
 //! [`WAITING`] lines waiting, logging waits. [`flush`] waits until every line logged so far
 //! is written (the operator calls it before it exits, through
 //! [`super::flush`]).
+//!
+//! Not `tracing-appender`'s `non_blocking`: its `WorkerGuard` flushes only when dropped,
+//! which also ends the writing thread, while `flush_lines` waits for the lines so far and
+//! logging goes on (`kopf::logging::flush()` is public and may be called more than once,
+//! e.g. at the second stop signal and again at exit); the guard's wait is fixed at one
+//! second where ours is two; and tracing-appender is not in the lock.
 
 use std::io::Write;
 use std::sync::OnceLock;
