@@ -24,7 +24,9 @@
 //! difference in the replicas' clock rates).
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kopf_core::gate::GateControl;
 use kopf_core::metrics::Metrics;
@@ -585,7 +587,7 @@ pub(crate) fn lease_namespace(given: Option<&str>, client: &kube::Client) -> Str
 /// already (client-go: the acquire time and transitions carry over; a new holder counts
 /// one more transition).
 pub(crate) fn held_spec(identity: &str, lease_duration: Duration, old: Option<&Record>) -> Value {
-    let now = micro_time(jiff::Timestamp::now());
+    let now = micro_time(kopf_core::clock::now());
     let (acquire, transitions) = match old {
         Some(old) if old.holder == identity => (
             old.acquire_time.clone().unwrap_or_else(|| json!(now)),
@@ -606,7 +608,7 @@ pub(crate) fn held_spec(identity: &str, lease_duration: Duration, old: Option<&R
 /// The record of a released lease (client-go's release): no holder, a 1 s duration, the
 /// transitions kept.
 pub(crate) fn released_spec(old: &Record) -> Value {
-    let now = micro_time(jiff::Timestamp::now());
+    let now = micro_time(kopf_core::clock::now());
     json!({
         "holderIdentity": "",
         "leaseDurationSeconds": 1,

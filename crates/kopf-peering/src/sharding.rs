@@ -24,7 +24,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kopf_core::gate::GateControl;
 use kopf_core::shards::ScopeControl;

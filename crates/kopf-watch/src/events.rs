@@ -22,14 +22,17 @@ impl WorkerShared {
             let admitted = self.events.lock().unwrap_or_else(|e| e.into_inner()).admit(
                 uid,
                 &mut spec,
-                std::time::Instant::now(),
+                tokio::time::Instant::now(),
             );
             if !admitted {
                 continue;
             }
-            let Some((ns, event)) =
-                event_body(body, &spec, &self.settings.reporter, jiff::Timestamp::now())
-            else {
+            let Some((ns, event)) = event_body(
+                body,
+                &spec,
+                &self.settings.reporter,
+                kopf_core::clock::now(),
+            ) else {
                 continue;
             };
             let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);

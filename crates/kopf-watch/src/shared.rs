@@ -197,7 +197,7 @@ impl WorkerShared {
             spec: spec.clone(),
             cause,
             record: Default::default(),
-            now: jiff::Timestamp::now(),
+            now: kopf_core::clock::now(),
         };
         match Invoke.oneshot(call).await {
             Ok(outcome) => outcome,

@@ -470,7 +470,7 @@ impl WorkerShared {
                 .processor
                 .persistence()
                 .progress
-                .touch_patch(jiff::Timestamp::now()),
+                .touch_patch(kopf_core::clock::now()),
         );
         self.apply(body, &plan, &[], None).await
     }
