@@ -374,7 +374,7 @@ impl LeaderElector {
                     _ = tokio::time::sleep(self.settings.retry_period) => {}
                 }
                 let deadline = renewed + self.settings.renew_deadline;
-                let attempt = tokio::time::timeout_at(deadline.into(), self.attempt()).await;
+                let attempt = tokio::time::timeout_at(deadline, self.attempt()).await;
                 match attempt {
                     Ok(Ok(Attempt::Held)) => renewed = Instant::now(),
                     Ok(Ok(Attempt::HeldBy(holder))) => {
@@ -533,7 +533,7 @@ impl LeaderElector {
     async fn release(&mut self) {
         let deadline = Instant::now() + self.settings.renew_deadline;
         let place = self.place.clone();
-        let released = tokio::time::timeout_at(deadline.into(), async {
+        let released = tokio::time::timeout_at(deadline, async {
             loop {
                 let lease = match self.written.take() {
                     Some(lease) => lease,

@@ -213,10 +213,7 @@ impl ShardCoordinator {
             // replica can take it.
             match self.renew_due() {
                 Some(due) => {
-                    if tokio::time::timeout_at(due.into(), self.round())
-                        .await
-                        .is_err()
-                    {
+                    if tokio::time::timeout_at(due, self.round()).await.is_err() {
                         tracing::warn!(group = %self.place, "The shard leases of {} could not be renewed in time (the API server is slow to answer).", self.place);
                     }
                 }
