@@ -20,7 +20,6 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -68,7 +67,7 @@ impl ActivityContext {
                 spec: spec.clone(),
                 cause,
                 record: record.clone(),
-                now: Timestamp::now(),
+                now: crate::clock::now(),
             })
             .await
     }

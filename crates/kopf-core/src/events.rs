@@ -2,7 +2,9 @@
 //! names, `source.component`, three timestamps), and a per-object rate limit.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use jiff::Timestamp;
 use serde_json::{Value, json};

@@ -290,7 +290,7 @@ impl std::fmt::Display for Runtime {
 impl FromCause for Started {
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Started(
-            crate::progress::parse_time(&c.started).unwrap_or_else(jiff::Timestamp::now),
+            crate::progress::parse_time(&c.started).unwrap_or_else(crate::clock::now),
         ))
     }
 }
@@ -300,8 +300,8 @@ impl FromCause for Started {
 pub struct Runtime(pub Duration);
 impl FromCause for Runtime {
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
-        let started = crate::progress::parse_time(&c.started).unwrap_or_else(jiff::Timestamp::now);
-        let ms = (jiff::Timestamp::now().as_millisecond() - started.as_millisecond()).max(0) as u64;
+        let started = crate::progress::parse_time(&c.started).unwrap_or_else(crate::clock::now);
+        let ms = (crate::clock::now().as_millisecond() - started.as_millisecond()).max(0) as u64;
         Ok(Runtime(Duration::from_millis(ms)))
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod activities;
 pub mod causes;
+pub mod clock;
 pub mod conditions;
 mod cycle;
 pub mod daemons;

@@ -148,7 +148,7 @@ impl PatchPlan {
             current,
             &self.conditions,
             self.generation,
-            self.now.unwrap_or_else(Timestamp::now),
+            self.now.unwrap_or_else(crate::clock::now),
         )
     }
 

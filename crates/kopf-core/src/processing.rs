@@ -253,7 +253,7 @@ impl Processor {
         if !intents.is_empty() {
             out.plan.conditions(intents);
             out.plan
-                .condition_clock(conditions.generation(), Timestamp::now());
+                .condition_clock(conditions.generation(), crate::clock::now());
         }
         // A real change also clears the touch.
         if !out.plan.is_noop_for(body)
@@ -488,7 +488,7 @@ async fn run_cycle(inner: &Inner, call: CycleCall) -> CycleOutcome {
         inner,
         body,
         reason: cause.reason,
-        now: Timestamp::now(),
+        now: crate::clock::now(),
         memo: call.memo,
         out: CycleOutcome::new(cause.reason),
         records: Vec::new(),
@@ -721,7 +721,7 @@ impl Exec<'_> {
                         Some(d) => {
                             // Like Kopf's HandlerChildrenRetry: called again when the
                             // sub-handlers may run; its result is delivered only then.
-                            record = retrying(record, Timestamp::now(), d, None);
+                            record = retrying(record, crate::clock::now(), d, None);
                             level.done = false;
                             level.delays.push(d);
                             HandlerOutcome::Waiting

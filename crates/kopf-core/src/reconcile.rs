@@ -557,7 +557,7 @@ pub async fn run(spec: &ReconcileSpec, ctx: ReconcileContext) -> Reconciled {
     let intents = conditions.take_intents();
     if !intents.is_empty() {
         plan.conditions(intents);
-        plan.condition_clock(conditions.generation(), jiff::Timestamp::now());
+        plan.condition_clock(conditions.generation(), crate::clock::now());
     }
     Reconciled {
         result,

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::error::PeeringError;
@@ -37,7 +36,7 @@ pub async fn freeze(
         identity: settings.identity.clone(),
         priority: settings.priority,
         lifetime,
-        lastseen: Timestamp::now(),
+        lastseen: kopf_core::clock::now(),
     }
     .wire_entry();
     write(client, settings, Some(entry)).await
@@ -78,7 +77,7 @@ pub async fn peers(
         .get(&settings.name)
         .await
         .map_err(failed(settings, "reading the peering object"))?;
-    let now = Timestamp::now();
+    let now = kopf_core::clock::now();
     let mut out: Vec<Listed> = object
         .data
         .get("status")

@@ -24,7 +24,9 @@
 //! difference in the replicas' clock rates).
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kopf_core::gate::GateControl;
 use kopf_core::metrics::Metrics;
@@ -372,7 +374,7 @@ impl LeaderElector {
                     _ = tokio::time::sleep(self.settings.retry_period) => {}
                 }
                 let deadline = renewed + self.settings.renew_deadline;
-                let attempt = tokio::time::timeout_at(deadline.into(), self.attempt()).await;
+                let attempt = tokio::time::timeout_at(deadline, self.attempt()).await;
                 match attempt {
                     Ok(Ok(Attempt::Held)) => renewed = Instant::now(),
                     Ok(Ok(Attempt::HeldBy(holder))) => {
@@ -531,7 +533,7 @@ impl LeaderElector {
     async fn release(&mut self) {
         let deadline = Instant::now() + self.settings.renew_deadline;
         let place = self.place.clone();
-        let released = tokio::time::timeout_at(deadline.into(), async {
+        let released = tokio::time::timeout_at(deadline, async {
             loop {
                 let lease = match self.written.take() {
                     Some(lease) => lease,
@@ -585,7 +587,7 @@ pub(crate) fn lease_namespace(given: Option<&str>, client: &kube::Client) -> Str
 /// already (client-go: the acquire time and transitions carry over; a new holder counts
 /// one more transition).
 pub(crate) fn held_spec(identity: &str, lease_duration: Duration, old: Option<&Record>) -> Value {
-    let now = micro_time(jiff::Timestamp::now());
+    let now = micro_time(kopf_core::clock::now());
     let (acquire, transitions) = match old {
         Some(old) if old.holder == identity => (
             old.acquire_time.clone().unwrap_or_else(|| json!(now)),
@@ -606,7 +608,7 @@ pub(crate) fn held_spec(identity: &str, lease_duration: Duration, old: Option<&R
 /// The record of a released lease (client-go's release): no holder, a 1 s duration, the
 /// transitions kept.
 pub(crate) fn released_spec(old: &Record) -> Value {
-    let now = micro_time(jiff::Timestamp::now());
+    let now = micro_time(kopf_core::clock::now());
     json!({
         "holderIdentity": "",
         "leaseDurationSeconds": 1,

@@ -12,7 +12,9 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use kopf_core::gate::GateControl;
@@ -274,7 +276,7 @@ impl Peering {
             &s.identity,
             s.priority,
             s.same_priority,
-            jiff::Timestamp::now(),
+            kopf_core::clock::now(),
             Instant::now(),
             &mut state.liveness,
         );
@@ -342,7 +344,7 @@ impl Peering {
             identity: self.settings.identity.clone(),
             priority: self.settings.priority,
             lifetime: self.settings.lifetime,
-            lastseen: jiff::Timestamp::now(),
+            lastseen: kopf_core::clock::now(),
         }
         .wire_entry()
     }

@@ -24,7 +24,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kopf_core::gate::GateControl;
 use kopf_core::shards::ScopeControl;
@@ -211,10 +213,7 @@ impl ShardCoordinator {
             // replica can take it.
             match self.renew_due() {
                 Some(due) => {
-                    if tokio::time::timeout_at(due.into(), self.round())
-                        .await
-                        .is_err()
-                    {
+                    if tokio::time::timeout_at(due, self.round()).await.is_err() {
                         tracing::warn!(group = %self.place, "The shard leases of {} could not be renewed in time (the API server is slow to answer).", self.place);
                     }
                 }

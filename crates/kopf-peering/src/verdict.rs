@@ -10,7 +10,9 @@
 //! side); removing another peer's entry needs both to say it is dead.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use jiff::Timestamp;
 use serde_json::Value;

@@ -138,11 +138,7 @@ impl FakeApiServerBuilder {
             apiserver::simulation::spawn(&shared, pods);
         }
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let app_shared = shared.clone();
-        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-            let s = app_shared.clone();
-            async move { apiserver::http::handle(s, req).await }
-        });
+        let app = in_process::router(shared.clone());
         let close_tx = shared.close_tx.clone();
         let stopped = async move {
             let _ = stop_rx.await;
@@ -157,6 +153,7 @@ impl FakeApiServerBuilder {
             shared,
             tls,
             addr: local,
+            in_process: false,
             stop: Some(stop_tx),
             task: Some(task),
         })

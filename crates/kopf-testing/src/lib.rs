@@ -56,6 +56,7 @@
 pub mod apiserver;
 mod builder;
 pub mod e2e;
+mod in_process;
 
 // The module paths from before the split into `apiserver` and `e2e`, kept for users.
 pub use apiserver::http as server;
@@ -168,6 +169,7 @@ pub struct FakeApiServer {
     shared: Arc<Shared>,
     tls: Option<ServingTls>,
     addr: SocketAddr,
+    in_process: bool,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -210,7 +212,8 @@ impl FakeApiServer {
     }
 
     /// A kube client for this server (with kube's own retries off: every answer, an injected
-    /// fault too, reaches the caller).
+    /// fault too, reaches the caller); in process for a server started
+    /// [`in_process`](Self::in_process).
     pub fn client(&self) -> kube::Client {
         // Building a client for a loopback URL cannot fail; fall back loudly if it ever does.
         match self.try_client() {
@@ -224,6 +227,9 @@ impl FakeApiServer {
 
     /// A kube client for this server, reporting failures.
     pub fn try_client(&self) -> Result<kube::Client, FakeError> {
+        if self.in_process {
+            return Ok(self.client_in_process());
+        }
         let url = self.url();
         let uri: axum::http::Uri =
             url.parse()
@@ -630,6 +636,9 @@ impl FakeApiServer {
     fn stop_now(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if self.in_process {
+            self.end_watches();
         }
     }
 }

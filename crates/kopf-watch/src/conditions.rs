@@ -10,7 +10,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use jiff::Timestamp;
 use kopf_core::conditions::{ConditionsSync, Intent, SyncFuture};
 use kopf_core::plan::{PatchPlan, PatchRequest};
 use kopf_core::text::excerpt;
@@ -221,7 +220,7 @@ impl ConditionsSync for ApiConditionsSync {
             plan.conditions(intents);
             plan.condition_clock(
                 body.pointer("/metadata/generation").and_then(Value::as_i64),
-                Timestamp::now(),
+                kopf_core::clock::now(),
             );
             let request = if status {
                 plan.status_request(&body, true)

@@ -94,7 +94,7 @@ impl Cycle {
                 .processor
                 .persistence()
                 .progress
-                .touch_patch(jiff::Timestamp::now()),
+                .touch_patch(kopf_core::clock::now()),
         );
         self.writes.apply(body, &plan, &[], None).await
     }

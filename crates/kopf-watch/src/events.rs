@@ -39,11 +39,11 @@ impl Poster {
                 .limiter
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .admit(uid, &mut spec, std::time::Instant::now());
+                .admit(uid, &mut spec, tokio::time::Instant::now());
             if !admitted {
                 continue;
             }
-            let Some((ns, event)) = event_body(body, &spec, &self.reporter, jiff::Timestamp::now())
+            let Some((ns, event)) = event_body(body, &spec, &self.reporter, kopf_core::clock::now())
             else {
                 continue;
             };

@@ -145,7 +145,7 @@ impl Observers {
             spec: spec.clone(),
             cause,
             record: Default::default(),
-            now: jiff::Timestamp::now(),
+            now: kopf_core::clock::now(),
         };
         match Invoke.oneshot(call).await {
             Ok(outcome) => outcome,

@@ -7,7 +7,7 @@
 //! object, and only after the latest state went through the cause handlers.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant as StdInstant};
+use std::time::Duration;
 
 use kopf_core::conditions::{Intent, auto_intents};
 use kopf_core::events::EventSpec;
@@ -118,7 +118,7 @@ impl Cycle {
         let ctx = ReconcileContext::new(Value::clone(body), trigger, failures)
             .with(memo.clone(), self.extensions.clone())
             .with_conditions_sync(sync.clone());
-        let started = StdInstant::now();
+        let started = Instant::now();
         let mut out = run(spec, ctx).await;
         let took = started.elapsed();
         self.reconcile_conditions(spec, &out.result, &mut out.plan, body);
@@ -180,7 +180,7 @@ impl Cycle {
         fresh.conditions(intents);
         fresh.condition_clock(
             body.pointer("/metadata/generation").and_then(Value::as_i64),
-            jiff::Timestamp::now(),
+            kopf_core::clock::now(),
         );
         *plan = fresh;
     }

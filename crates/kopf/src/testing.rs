@@ -48,6 +48,15 @@
 //! its settings suit tests: handlers retry 0.1 s after an arbitrary error instead of 60 s,
 //! and framework errors are throttled for 0.1 s to 1 s instead of Kopf's 1 s to 610 s
 //! ([`OperatorTest::backoff`], [`OperatorTest::error_delays`] to change them).
+//!
+//! **Time that the test controls.** With [`OperatorTest::on_current_runtime`] the operator
+//! runs on the test's own runtime and reaches the server in process
+//! ([`FakeApiServer::in_process`], [`FakeApiServer::client_in_process`]: no socket), so
+//! under `#[tokio::test(start_paused = true)]` its timers, daemons, backoffs, throttles,
+//! timeouts and lease renewals all wait on the test's paused clock: an hour of them passes
+//! as soon as the operator and the test have nothing else to do. The timestamps the
+//! operator writes and reads back (a handler's `delayed` and `started`) follow that clock
+//! too ([`kopf_core::clock::now`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -132,6 +141,7 @@ pub struct OperatorTest {
     client_retries: bool,
     log_filter: String,
     layer: Option<MakeLayer>,
+    current_runtime: bool,
 }
 
 /// A layer of the test's own for the operator's subscriber (see [`OperatorTest::layer`]).
@@ -148,6 +158,7 @@ impl std::fmt::Debug for OperatorTest {
             .field("wait_for_watch", &self.wait_for_watch)
             .field("client_retries", &self.client_retries)
             .field("log_filter", &self.log_filter)
+            .field("current_runtime", &self.current_runtime)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +178,7 @@ impl OperatorTest {
             client_retries: true,
             log_filter: format!("info,{}", crate::logging::KUBE_QUIET),
             layer: None,
+            current_runtime: false,
         }
     }
 
@@ -226,15 +238,80 @@ impl OperatorTest {
         self
     }
 
-    /// Starts the operator against `server` on a runtime of its own, and waits until it
-    /// watches (unless told not to). The CRDs the operator declares
-    /// ([`Operator::crd`]) are applied to the server first.
+    /// Whether [`start`](Self::start) runs the operator on the runtime that calls it (the
+    /// test's own) instead of a runtime of its own (the default), talking to the server in
+    /// process ([`FakeApiServer::client_in_process`]: no socket). Then the test's clock is
+    /// the operator's: under `#[tokio::test(start_paused = true)]`, every timer, backoff,
+    /// throttle and timeout of the operator waits on the paused clock, which runs ahead
+    /// whenever the operator and the test are idle — an hour of timers in a moment.
+    ///
+    /// The operator's log lines are captured from the calling thread (all of them on a
+    /// current-thread runtime, the default of `#[tokio::test]`, the test's own lines too);
+    /// on a multi-thread runtime, only those of its main task.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kopf::testing::{FakeApiServer, OperatorTest};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // In a `#[tokio::test(start_paused = true)]`:
+    /// let server = FakeApiServer::in_process().await?;
+    /// let operator = kopf::Operator::new().on_create("configmaps", "seen", || async {
+    ///     Ok::<_, kopf::HandlerError>(serde_json::json!("seen"))
+    /// });
+    /// let running = OperatorTest::new(operator).on_current_runtime(true).start(&server).await?;
+    /// tokio::time::sleep(Duration::from_secs(3600)).await; // an hour of operator time, at once
+    /// running.stop().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_current_runtime(mut self, on: bool) -> Self {
+        self.current_runtime = on;
+        self
+    }
+
+    /// Starts the operator against `server` on a runtime of its own (or on the current one:
+    /// [`on_current_runtime`](Self::on_current_runtime)), and waits until it watches (unless
+    /// told not to). The CRDs the operator declares ([`Operator::crd`]) are applied to the
+    /// server first.
     pub async fn start(self, server: &FakeApiServer) -> Result<Running, TestError> {
         self.operator.apply_crds(server).map_err(TestError::Crds)?;
         let logs = Captured::default();
+        let dispatch = self.dispatch(&logs);
+        let before = server.requests().last().map_or(0, |r| r.seq);
+        let wait_for_watch = self.wait_for_watch;
+        let mut running = if self.current_runtime {
+            self.spawn_here(server, dispatch, logs)
+        } else {
+            self.spawn_on_own_runtime(server, dispatch, logs)?
+        };
+        if wait_for_watch {
+            let watching = eventually("the operator's first watch", WATCH_TIMEOUT, async || {
+                server
+                    .requests()
+                    .iter()
+                    .any(|r| r.seq > before && r.query.contains("watch=true"))
+                    || running.has_stopped()
+            })
+            .await;
+            if running.has_stopped() {
+                let result = running.stop().await;
+                return Err(TestError::Stopped(match result {
+                    Ok(()) => "it returned Ok".into(),
+                    Err(e) => e.to_string(),
+                }));
+            }
+            watching?;
+        }
+        Ok(running)
+    }
+
+    /// Where the operator's log lines go: the capture (and the test's layer, if any).
+    fn dispatch(&self, logs: &Captured) -> tracing::Dispatch {
         let writer = logs.clone();
         let filter = tracing_subscriber::EnvFilter::new(&self.log_filter);
-        let dispatch = match &self.layer {
+        match &self.layer {
             None => tracing::Dispatch::new(
                 tracing_subscriber::fmt()
                     .with_writer(move || writer.clone())
@@ -255,21 +332,11 @@ impl OperatorTest {
                         .with(filter),
                 )
             }
-        };
-        let on_thread = dispatch.clone();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .thread_name("kopf-test-operator")
-            .on_thread_start(move || {
-                // Every thread of the operator's runtime (blocking ones too) logs to the
-                // capture for as long as it lives.
-                std::mem::forget(tracing::dispatcher::set_default(&on_thread));
-            })
-            .build()
-            .map_err(TestError::Runtime)?;
-        let before = server.requests().last().map_or(0, |r| r.seq);
-        let url = server.url();
+        }
+    }
+
+    /// The operator with the test's settings, and whether its client retries.
+    fn prepared(self) -> (Operator, bool) {
         let mut operator = self
             .operator
             .backoff(self.backoff)
@@ -278,53 +345,157 @@ impl OperatorTest {
         if !operator.peering_set {
             operator.peering.mode = kopf_peering::PeeringMode::Standalone;
         }
-        let retries = self.client_retries;
+        (operator, self.client_retries)
+    }
+
+    /// Runs the operator on a runtime of its own (two worker threads, every one logging to
+    /// the capture), reaching the server over its socket, or in process for a server
+    /// without one.
+    fn spawn_on_own_runtime(
+        self,
+        server: &FakeApiServer,
+        dispatch: tracing::Dispatch,
+        logs: Captured,
+    ) -> Result<Running, TestError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("kopf-test-operator")
+            .on_thread_start(move || {
+                // Every thread of the operator's runtime (blocking ones too) logs to the
+                // capture for as long as it lives.
+                std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+            })
+            .build()
+            .map_err(TestError::Runtime)?;
+        let connect = if server.is_in_process() {
+            // Made on the operator's runtime: the requests are served there.
+            let _entered = runtime.enter();
+            Connect::InProcess(server.client_in_process())
+        } else {
+            Connect::Url(server.url())
+        };
+        let (operator, retries) = self.prepared();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done) = tokio::sync::oneshot::channel();
         runtime.spawn(async move {
-            let result = async {
-                let config =
-                    crate::config::client_config(Some(&url), operator.inactivity_timeout).await?;
-                let client = kube::Client::try_from(config).map_err(Error::Client)?;
-                let client = if retries {
-                    operator.wrap_client(client)
-                } else {
-                    client
-                };
-                operator
-                    .run_until(client, async {
-                        let _ = stopped.await;
-                    })
-                    .await
-            }
-            .await;
-            let _ = done_tx.send(result);
+            let _ = done_tx.send(run(operator, connect, retries, stopped).await);
         });
-        let mut running = Running {
+        Ok(Running {
             stop: Some(stop),
             done: Some(done),
             runtime: Some(runtime),
+            task: None,
+            capture: None,
             logs,
-        };
-        if self.wait_for_watch {
-            let watching = eventually("the operator's first watch", WATCH_TIMEOUT, async || {
-                server
-                    .requests()
-                    .iter()
-                    .any(|r| r.seq > before && r.query.contains("watch=true"))
-                    || running.has_stopped()
-            })
-            .await;
-            if running.has_stopped() {
-                let result = running.stop().await;
-                return Err(TestError::Stopped(match result {
-                    Ok(()) => "it returned Ok".into(),
-                    Err(e) => e.to_string(),
-                }));
+        })
+    }
+
+    /// Runs the operator as a task of the current runtime, reaching the server in process,
+    /// and captures the log lines of the current thread.
+    fn spawn_here(
+        self,
+        server: &FakeApiServer,
+        dispatch: tracing::Dispatch,
+        logs: Captured,
+    ) -> Running {
+        use tracing::instrument::WithSubscriber;
+        let connect = Connect::InProcess(server.client_in_process());
+        let (operator, retries) = self.prepared();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let capture = ThreadCapture::set(&dispatch);
+        let task = tokio::spawn(
+            async move {
+                let _ = done_tx.send(run(operator, connect, retries, stopped).await);
             }
-            watching?;
+            .with_subscriber(dispatch),
+        );
+        Running {
+            stop: Some(stop),
+            done: Some(done),
+            runtime: None,
+            task: Some(task),
+            capture: Some(capture),
+            logs,
         }
-        Ok(running)
+    }
+}
+
+/// How the operator reaches the fake server.
+enum Connect {
+    /// Over a socket, with the client a real operator builds for this URL.
+    Url(String),
+    /// In process, with this client.
+    InProcess(kube::Client),
+}
+
+/// Runs `operator` until `stopped` fires, and returns its result.
+async fn run(
+    operator: Operator,
+    connect: Connect,
+    retries: bool,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+) -> Result<(), Error> {
+    let client = match connect {
+        Connect::Url(url) => {
+            let config =
+                crate::config::client_config(Some(&url), operator.inactivity_timeout).await?;
+            kube::Client::try_from(config).map_err(Error::Client)?
+        }
+        Connect::InProcess(client) => client,
+    };
+    let client = if retries {
+        operator.wrap_client(client)
+    } else {
+        client
+    };
+    operator
+        .run_until(client, async {
+            let _ = stopped.await;
+        })
+        .await
+}
+
+thread_local! {
+    /// The log captures set as this thread's default by operators started on the current
+    /// runtime, by their key (see [`ThreadCapture`]).
+    static CAPTURES: std::cell::RefCell<Vec<(u64, tracing::dispatcher::DefaultGuard)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A log capture set as the default of the thread that started an operator on the current
+/// runtime, until the operator stops (kept in a thread-local so that [`Running`] stays
+/// `Send`: unset only on the thread that set it, else when that thread ends).
+#[derive(Debug)]
+struct ThreadCapture {
+    key: u64,
+    thread: std::thread::ThreadId,
+}
+
+impl ThreadCapture {
+    fn set(dispatch: &tracing::Dispatch) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let key = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let guard = tracing::dispatcher::set_default(dispatch);
+        CAPTURES.with(|c| c.borrow_mut().push((key, guard)));
+        ThreadCapture {
+            key,
+            thread: std::thread::current().id(),
+        }
+    }
+}
+
+impl Drop for ThreadCapture {
+    fn drop(&mut self) {
+        if std::thread::current().id() == self.thread {
+            let guard = CAPTURES.with(|c| {
+                let mut c = c.borrow_mut();
+                let at = c.iter().position(|(k, _)| *k == self.key);
+                at.map(|at| c.remove(at))
+            });
+            drop(guard);
+        }
     }
 }
 
@@ -334,6 +505,9 @@ pub struct Running {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::sync::oneshot::Receiver<Result<(), Error>>>,
     runtime: Option<tokio::runtime::Runtime>,
+    /// The operator's task on the current runtime.
+    task: Option<tokio::task::JoinHandle<()>>,
+    capture: Option<ThreadCapture>,
     logs: Captured,
 }
 
@@ -400,10 +574,20 @@ impl Running {
             Some(done) => done.await.unwrap_or(Ok(())),
             None => Ok(()),
         };
+        self.release();
+        result
+    }
+
+    /// Ends what is left of the operator: its runtime, or its task on the current runtime
+    /// (and the capture of its thread's log lines).
+    fn release(&mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
-        result
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.capture = None;
     }
 
     /// Stops the operator (as SIGTERM would: running handlers get the grace period) and
@@ -416,18 +600,14 @@ impl Running {
             Some(done) => done.await.unwrap_or(Ok(())),
             None => Ok(()),
         };
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+        self.release();
         result
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+        self.release();
     }
 }
 

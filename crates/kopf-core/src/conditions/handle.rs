@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use jiff::Timestamp;
 use serde_json::Value;
 
 use super::model::{Condition, ConditionError, ConditionStatus, Intent, apply_intents};
@@ -92,7 +91,7 @@ impl ConditionsHandle {
             state.snapshot.as_ref(),
             &state.intents,
             state.generation,
-            Timestamp::now(),
+            crate::clock::now(),
         )
         .unwrap_or_else(|| {
             state
@@ -113,7 +112,7 @@ impl ConditionsHandle {
             Some(&Value::Array(before)),
             std::slice::from_ref(&intent),
             state.generation,
-            Timestamp::now(),
+            crate::clock::now(),
         )
         .is_some();
         state.intents.push(intent);
@@ -199,7 +198,7 @@ impl ConditionsHandle {
                     state.snapshot.as_ref(),
                     &intents,
                     state.generation,
-                    Timestamp::now(),
+                    crate::clock::now(),
                 ) {
                     state.snapshot = Some(Value::Array(list));
                 }

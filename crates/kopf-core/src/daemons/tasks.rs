@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -39,7 +38,7 @@ async fn call_once(
         spec: spec.clone(),
         cause,
         record: record.clone(),
-        now: Timestamp::now(),
+        now: crate::clock::now(),
     };
     let attempt = ctx.stack.call(call.clone()).await;
     if let Attempt::Done { outcome, .. } = &attempt {
@@ -57,7 +56,7 @@ async fn call_once(
         let intents = conditions.take_intents();
         if !intents.is_empty() {
             plan.conditions(intents);
-            plan.condition_clock(conditions.generation(), Timestamp::now());
+            plan.condition_clock(conditions.generation(), crate::clock::now());
         }
         if !plan.is_empty() || !outcome.events.is_empty() {
             // The latest state: the object may have changed during a long call.
@@ -95,7 +94,7 @@ async fn call_once(
 /// The in-memory retry record of a first attempt.
 pub(crate) fn first_record() -> ProgressRecord {
     ProgressRecord {
-        started: Some(format_time(Timestamp::now())),
+        started: Some(format_time(crate::clock::now())),
         retries: Some(0),
         ..Default::default()
     }

@@ -72,7 +72,7 @@ impl Cause {
             old: None,
             new: None,
             retry: 0,
-            started: format_time(jiff::Timestamp::now()),
+            started: format_time(crate::clock::now()),
             patch: PatchHandle::default(),
             events: EventsHandle::default(),
             subhandlers: SubHandlers::default(),

@@ -78,7 +78,7 @@ where
             let outcome = inner.call(call).await?;
             record.retries = Some(record.retries.unwrap_or(0) + 1);
             // Delays count from the end of the attempt, as in Kopf.
-            let now = Timestamp::now();
+            let now = crate::clock::now();
             let finished_at = format_time(now);
             let retry_in = match &outcome.result {
                 Ok(_) => {

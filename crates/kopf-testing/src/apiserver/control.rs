@@ -39,7 +39,8 @@ pub struct RequestRecord {
     pub seq: u64,
     /// Arrival time, RFC 3339 with microseconds.
     pub time: String,
-    /// Microseconds since the server started (for latency measurements).
+    /// Microseconds since the server started, on tokio's clock of the server's runtime (for
+    /// latency measurements; under a paused clock, the time the test advanced).
     pub micros: u64,
     /// HTTP method.
     pub method: String,

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 use crate::apiserver::control::{Faults, Introspection};
 use crate::apiserver::semantics::{State, StateConfig};
