@@ -19,6 +19,7 @@
 //! ```
 
 pub mod activities;
+pub mod backoff;
 pub mod causes;
 pub mod clock;
 pub mod conditions;

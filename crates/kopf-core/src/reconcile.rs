@@ -289,31 +289,13 @@ impl Backoff {
 
     /// The delay after `failures` failures in a row (1: the first).
     pub fn delay(&self, failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(40);
-        let full = self
-            .base
-            .checked_mul(1u32 << exp.min(31))
-            .unwrap_or(self.max)
-            .min(self.max);
-        if self.jitter <= 0.0 {
-            return full;
-        }
-        let cut = self.jitter * random_unit();
-        full.mul_f64(1.0 - cut)
+        crate::backoff::Backoff::new(
+            self.base,
+            self.max,
+            crate::backoff::Jitter::Shorten(self.jitter),
+        )
+        .delay(failures)
     }
-}
-
-/// A number in [0, 1) from the clock (good enough to spread retries; no dependency).
-fn random_unit() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The settings of a reconcile.

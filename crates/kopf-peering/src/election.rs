@@ -620,7 +620,7 @@ pub(crate) fn released_spec(old: &Record) -> Value {
 
 /// `period` plus up to 20 % (client-go's jitter factor 1.2).
 pub(crate) fn jittered(period: Duration) -> Duration {
-    period.mul_f64(1.0 + 0.2 * rand::random::<f64>())
+    kopf_core::backoff::Jitter::Lengthen(0.2).apply(period)
 }
 
 #[cfg(test)]

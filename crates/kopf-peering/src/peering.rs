@@ -351,9 +351,7 @@ impl Peering {
 
     /// Kopf's keep-alive interval: `lifetime` minus 5–10 s, at least 1 s.
     fn keepalive_interval(&self) -> Duration {
-        let lifetime = self.settings.lifetime.as_secs();
-        let jitter = rand::random_range(5..=10);
-        Duration::from_secs(lifetime.saturating_sub(jitter).max(1).min(lifetime.max(1)))
+        kopf_core::backoff::Jitter::LessSeconds(5, 10).apply(self.settings.lifetime)
     }
 
     /// Writes this operator's entry (`None`: removes it), as Kopf does:

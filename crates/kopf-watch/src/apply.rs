@@ -520,7 +520,7 @@ fn as_body(obj: RawObject) -> Value {
 
 /// `d` times a random factor in [0.5, 1].
 fn jitter(d: Duration) -> Duration {
-    d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
+    kopf_core::backoff::Jitter::Shorten(0.5).apply(d)
 }
 
 /// The dotted paths of the leaves (non-null scalars, lists, empty objects) of a fragment.

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use kopf_core::backoff::{Backoff, Delays, Jitter};
 use kopf_core::text::for_log;
 use tokio::time::Instant;
 
@@ -19,13 +20,11 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 /// delay multiplied by a random factor in [0.5, 1] (so that operators restarted together do
 /// not retry together); reset by the first success.
 #[derive(Debug, Clone)]
-pub(crate) struct WatchBackoff {
-    next: Duration,
-}
+pub(crate) struct WatchBackoff(Delays);
 
 impl Default for WatchBackoff {
     fn default() -> Self {
-        WatchBackoff { next: FIRST_DELAY }
+        WatchBackoff(Backoff::new(FIRST_DELAY, MAX_DELAY, Jitter::Shorten(0.5)).delays())
     }
 }
 
@@ -33,15 +32,13 @@ impl Iterator for WatchBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let delay = self.next;
-        self.next = (self.next * 2).min(MAX_DELAY);
-        Some(delay.mul_f64(0.5 + rand::random::<f64>() / 2.0))
+        self.0.next()
     }
 }
 
 impl kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
-        self.next = FIRST_DELAY;
+        self.0.reset();
     }
 }
 

@@ -1,233 +1,62 @@
-//! The operator's API client. Every request it sends goes through one layer that:
+//! The operator's API client. Every request it sends goes through a stack of tower layers,
+//! one module each, assembled in [`wrap`] (from the outside in):
 //!
-//! - paces the requests with a token bucket (`--qps`, `--burst`), except those of leader
-//!   election, sharding and peering (Leases, peering objects): a renewal must never wait
+//! - [`retry`]: sends a request again after a transient failure: `429 Too Many Requests`
+//!   (after its `Retry-After`, at most 60 s), `502`, `503`, `504`, `500` for GET and PATCH
+//!   (which can safely be repeated), and no answer at all (a refused or reset connection,
+//!   the request timeout). It waits 0.2 s, 0.4 s, 0.8 s, then 1 s between attempts (each
+//!   randomly shortened by up to a half, [`kopf_core::backoff`]), so that a recovered API
+//!   server is noticed within about a second, and gives up after 5 retries: the caller gets
+//!   the last answer or error. The first failure of an outage is one WARNING line (the
+//!   request, the status and the API server's message, what happens next); the next ones
+//!   are summarised every 10 s (see [`failures`]), and every retry is counted in
+//!   `kopf_api_retries_total`. It does not retry a refused or reset connection while the API
+//!   server has never answered this client: a server that was never reached (a wrong URL,
+//!   nothing listening) fails the operator's start at once with one clear line (a server
+//!   that takes the connection but is slow to answer gets its retries);
+//! - [`rate_limit`]: paces every attempt with a token bucket (`--qps`, `--burst`), except
+//!   those of leader election, sharding and peering ([`unpaced`]): a renewal must never wait
 //!   behind the operator's own work, or the replica loses its lead;
-//! - counts every answer in the metrics by verb and status (`kopf_api_requests_total`);
-//! - logs a warning when the API server has not answered a request after 10 s (a third of
-//!   the request timeout if that is shorter), and gives up on the attempt after the request
-//!   timeout (`--request-timeout`, default 30 s);
-//! - sends a request again after a transient failure: `429 Too Many Requests` (after its
-//!   `Retry-After`, at most 60 s), `502`, `503`, `504`, `500` for GET and PATCH (which can
-//!   safely be repeated), and no answer at all (a refused or reset connection, the request
-//!   timeout). It waits 0.2 s, 0.4 s, 0.8 s, then 1 s between attempts (each randomly
-//!   shortened by up to a half), so that a recovered API server is noticed within about a
-//!   second, and gives up after 5 retries: the caller gets the last answer or error. The
-//!   first failure of an outage is one WARNING line (the request, the status and the API
-//!   server's message, what happens next); the next ones are summarised every 10 s (see
-//!   [`failures`]), and every retry is counted in `kopf_api_retries_total`;
-//! - does not retry a refused or reset connection while the API server has never answered
-//!   this client: a server that was never reached (a wrong URL, nothing listening) fails
-//!   the operator's start at once with one clear line (a server that takes the connection
-//!   but is slow to answer gets its retries).
+//! - [`metrics`]: counts every answer by verb and status (`kopf_api_requests_total`);
+//! - [`timeout`]: logs a warning when the API server has not answered a request after 10 s
+//!   (a third of the request timeout if that is shorter), and gives up on the attempt after
+//!   the request timeout (`--request-timeout`, default 30 s).
 //!
-//! Watch requests are never sent again here (the watch engine restarts its streams itself),
-//! and other answers (`404`, `409`, ...) go to the caller unchanged. kube's own hidden retry
-//! of the same failures is off in the operator's clients (see [`crate::client_config`]).
+//! Watch requests are never sent again (the watch engine restarts its streams itself), and
+//! other answers (`404`, `409`, ...) go to the caller unchanged. kube's own hidden retry of
+//! the same failures is off in the operator's clients (see [`crate::client_config`]).
+//!
+//! The operator's stop ([`Stop`]) ends the client's own waits: a request held by the rate
+//! limit goes at once (requests are not paced any more once the operator stops), a retry's
+//! wait ends and the request is sent at once, and a request that fails after the stop is
+//! not sent again. An attempt in flight keeps its request timeout.
 
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
-use kopf_core::handler::BoxFuture;
+use http::Request;
 use kopf_core::metrics::Metrics;
-use tokio::time::Instant;
+use tower::ServiceBuilder;
 
 use kopf_core::extract::FromCause;
 use kopf_core::handler::{Cause, HandlerError};
 
-use crate::error::one_line;
-
 mod failures;
-use failures::Failures;
+mod metrics;
+mod rate_limit;
+mod request;
+mod retry;
+mod stop;
+mod timeout;
+mod unpaced;
 
-/// Retries of one request after transient failures (so at most 6 attempts).
-pub(crate) const MAX_RETRIES: u32 = 5;
-/// The first delay between attempts; it doubles up to [`BACKOFF_CAP`].
-const BACKOFF_FIRST: Duration = Duration::from_millis(200);
-/// The longest delay between attempts (but a 429's `Retry-After`): small, so that a
-/// recovered API server is noticed soon.
-const BACKOFF_CAP: Duration = Duration::from_secs(1);
-/// The longest `Retry-After` of a 429 honoured.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+pub(crate) use rate_limit::RateLimit;
+pub(crate) use stop::Stop;
+
 /// How long an attempt waits for the API server's answer (its head) by default.
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// After this long without an answer, a warning says that the request is still waiting
-/// (or after a third of the request timeout, if that is shorter).
-const SLOW_ANSWER: Duration = Duration::from_secs(10);
-/// Whether a request goes without the rate limit: Leases and peering objects are never held
-/// back behind the operator's own work (a renewal that waits in the queue can cost the
-/// lead).
-fn unpaced(path: &str) -> bool {
-    path.starts_with("/apis/coordination.k8s.io/")
-        || path.starts_with("/apis/kopf.dev/v1/clusterkopfpeerings")
-        || (path.starts_with("/apis/kopf.dev/v1/namespaces/") && path.contains("/kopfpeerings/"))
-}
 
-/// The longest wait the rate limit imposes, whatever its settings.
-const MAX_RATE_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
-/// The longest API server message quoted in a log line.
-const MESSAGE_EXCERPT: usize = 300;
-
-/// A token bucket: `burst` requests at once, then `qps` per second on average.
-#[derive(Debug)]
-pub(crate) struct RateLimit {
-    qps: f64,
-    burst: f64,
-    /// Tokens available at `at` (negative: requests already promised the next tokens).
-    state: Mutex<(f64, Instant)>,
-}
-
-impl RateLimit {
-    /// `qps` ≤ 0, NaN or infinite disables the limit (None); a `burst` of 0 counts as 1.
-    pub(crate) fn new(qps: f64, burst: u32) -> Option<Arc<Self>> {
-        (qps.is_finite() && qps > 0.0).then(|| {
-            let burst = f64::from(burst.max(1));
-            Arc::new(RateLimit {
-                qps,
-                burst,
-                state: Mutex::new((burst, Instant::now())),
-            })
-        })
-    }
-
-    /// How long the caller must wait for its token (the token is taken now); at most
-    /// [`MAX_RATE_WAIT`], whatever the settings.
-    pub(crate) fn reserve(&self) -> Duration {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let (tokens, at) = *state;
-        // `min` ignores a NaN operand: an overflow to infinity refills the bucket.
-        let refilled =
-            (tokens + now.saturating_duration_since(at).as_secs_f64() * self.qps).min(self.burst);
-        let left = refilled - 1.0;
-        *state = (left, now);
-        if left >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::try_from_secs_f64(-left / self.qps)
-                .map_or(MAX_RATE_WAIT, |wait| wait.min(MAX_RATE_WAIT))
-        }
-    }
-
-    pub(crate) async fn acquire(&self) {
-        let wait = self.reserve();
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
-
-/// The verb of a request, as Kubernetes names it (for the metrics).
-fn verb(request: &Request<kube::client::Body>) -> &'static str {
-    let query = request.uri().query().unwrap_or("");
-    let watch = query
-        .split('&')
-        .any(|kv| kv == "watch=true" || kv == "watch=1");
-    match *request.method() {
-        Method::GET if watch => "watch",
-        Method::GET => "get",
-        Method::POST => "create",
-        Method::PUT => "update",
-        Method::PATCH => "patch",
-        Method::DELETE => "delete",
-        _ => "other",
-    }
-}
-
-/// Whether an answer with this status is a transient failure of the API server (or of
-/// what stands between it and the operator).
-fn transient(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 429 | 500 | 502 | 503 | 504)
-}
-
-/// Whether a request of this method answered with this (transient) status is sent again:
-/// a 500 only for GET and PATCH, as the failed request may have taken effect (our patches
-/// are merge patches, or JSON patches guarded by a resourceVersion test: repeating them is
-/// harmless; a repeated POST, PUT or DELETE is not).
-fn retried(method: &Method, status: StatusCode) -> bool {
-    status != StatusCode::INTERNAL_SERVER_ERROR || matches!(*method, Method::GET | Method::PATCH)
-}
-
-/// Whether an error of the client means that no answer came (a refused, reset or timed-out
-/// connection): the request may be sent again. Errors of the client's own setup
-/// (credentials, ...) are not such failures.
-fn no_answer(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_))
-}
-
-/// Whether the error is this layer's request timeout (the server took the connection but
-/// did not answer in time).
-fn timed_out(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Service(e) if e.is::<NoAnswer>())
-}
-
-/// An error of the client in words, without kube's `ServiceError:` wrapping.
-fn describe(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Service(e) => one_line(e.as_ref()),
-        kube::Error::HyperError(e) => one_line(e),
-        e => one_line(e),
-    }
-}
-
-/// `2 s`, `0.25 s`.
-fn seconds(d: Duration) -> String {
-    let text = format!("{:.2}", d.as_secs_f64());
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    format!("{text} s")
-}
-
-/// The delay before retry number `retry` (from 1): 0.2 s doubling up to 1 s, each shortened
-/// by a random factor in [0.5, 1] so that many clients do not come back at once.
-fn backoff(retry: u32) -> Duration {
-    let doublings = retry.saturating_sub(1).min(16);
-    let full = BACKOFF_FIRST
-        .saturating_mul(1 << doublings)
-        .min(BACKOFF_CAP);
-    full.mul_f64(rand::random_range(0.5..=1.0))
-}
-
-/// The `Retry-After` of a 429 (whole seconds, at most [`MAX_RETRY_AFTER`]), if it has one.
-fn retry_after(response: &Response<kube::client::Body>) -> Option<Duration> {
-    response
-        .headers()
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER))
-}
-
-/// The `message` of a Kubernetes Status body, else the body's text, on one line and cut
-/// to [`MESSAGE_EXCERPT`] bytes.
-fn status_message(body: &[u8]) -> String {
-    let status = serde_json::from_slice::<serde_json::Value>(body).ok();
-    let message = match status
-        .as_ref()
-        .and_then(|s| s.get("message"))
-        .and_then(|m| m.as_str())
-    {
-        Some(message) => message.to_string(),
-        None => String::from_utf8_lossy(body).into_owned(),
-    };
-    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
-    kopf_core::text::excerpt(&line, MESSAGE_EXCERPT).into_owned()
-}
-
-/// An attempt that got no answer within the request timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("the API server{at} did not answer {method} {path} within {within}")]
-pub(crate) struct NoAnswer {
-    /// ` at <base URL>`, or nothing when the client does not know it.
-    at: String,
-    method: Method,
-    path: String,
-    within: String,
-}
-
-/// What the layer knows besides the client it wraps.
+/// What the layers know besides the client they wrap.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     /// The rate limit, if any.
@@ -240,245 +69,46 @@ pub(crate) struct Settings {
     pub(crate) server: Option<String>,
 }
 
-/// The service under the operator's [`kube::Client`].
-#[derive(Clone)]
-struct Limited {
-    inner: kube::Client,
-    settings: Arc<Settings>,
-    failures: Arc<Failures>,
+/// Wraps `client` with the layers, in this order (from the outside in): retries, rate
+/// limit, metrics, request timeout; kube's client sends each attempt. `stop` ends the
+/// layers' waits.
+pub(crate) fn wrap(client: kube::Client, settings: Settings, stop: Stop) -> kube::Client {
+    let namespace = client.default_namespace().to_string();
+    let service = ServiceBuilder::new()
+        .layer(retry::RetryLayer::new(
+            settings.metrics.clone(),
+            stop.clone(),
+        ))
+        .layer(rate_limit::RateLimitLayer::new(settings.limit, stop))
+        .layer(metrics::MetricsLayer::new(settings.metrics))
+        .layer(timeout::TimeoutLayer::new(
+            settings.request_timeout,
+            settings.server,
+        ))
+        .service(Send(client));
+    kube::Client::new(service, namespace)
 }
 
-impl tower::Service<Request<kube::client::Body>> for Limited {
-    type Response = Response<kube::client::Body>;
-    type Error = kube::Error;
-    type Future = BoxFuture<Result<Self::Response, kube::Error>>;
+/// The bottom of the stack: kube's client, which sends one attempt.
+#[derive(Clone)]
+struct Send(kube::Client);
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), kube::Error>> {
-        Poll::Ready(Ok(()))
+impl tower::Service<Request<kube::client::Body>> for Send {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = kopf_core::handler::BoxFuture<Result<Self::Response, kube::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), kube::Error>> {
+        std::task::Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { this.send(request).await })
+        let client = self.0.clone();
+        Box::pin(async move { client.send(request).await })
     }
-}
-
-/// A transient failure of one attempt.
-enum Failure {
-    /// A transient status.
-    Answer { status: StatusCode, message: String },
-    /// No answer came.
-    NoAnswer(String),
-}
-
-impl Failure {
-    /// The status for the metrics (0: no answer).
-    fn code(&self) -> u16 {
-        match self {
-            Failure::Answer { status, .. } => status.as_u16(),
-            Failure::NoAnswer(_) => 0,
-        }
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Answer { status, message } => {
-                write!(f, "{}", status.as_u16())?;
-                if let Some(reason) = status.canonical_reason() {
-                    write!(f, " {reason}")?;
-                }
-                if !message.is_empty() {
-                    write!(f, ": {message}")?;
-                }
-                Ok(())
-            }
-            Failure::NoAnswer(error) => write!(f, "no answer: {error}"),
-        }
-    }
-}
-
-impl Limited {
-    /// Sends `request`, again after transient failures (not for watches).
-    async fn send(
-        &self,
-        request: Request<kube::client::Body>,
-    ) -> Result<Response<kube::client::Body>, kube::Error> {
-        let verb = verb(&request);
-        let watch = verb == "watch";
-        let (parts, body) = request.into_parts();
-        // Kept for a resend (request bodies are small JSON documents).
-        let body = body
-            .collect()
-            .await
-            .map_err(|e| kube::Error::Service(e.into()))?
-            .to_bytes();
-        let method = &parts.method;
-        let path = parts.uri.path();
-        let attempts = MAX_RETRIES + 1;
-        let mut attempt = 1;
-        let coordination = unpaced(path);
-        loop {
-            if let Some(limit) = self.settings.limit.as_ref().filter(|_| !coordination) {
-                limit.acquire().await;
-            }
-            let mut request =
-                Request::from_parts(parts.clone(), kube::client::Body::from(body.clone()));
-            *request.extensions_mut() = parts.extensions.clone();
-            let result = self.attempt(request, method, path).await;
-            if let Some(m) = &self.settings.metrics {
-                m.api_request(verb, result.as_ref().map_or(0, |r| r.status().as_u16()));
-            }
-            match &result {
-                Ok(response) if transient(response.status()) => {
-                    self.failures.answered_with_failure()
-                }
-                Ok(_) => self.failures.answered(),
-                Err(_) => {}
-            }
-            if watch {
-                return result;
-            }
-            let (failure, wait, outcome) = match result {
-                Ok(response) if !transient(response.status()) => return Ok(response),
-                Ok(response) => {
-                    let status = response.status();
-                    let wait = (status == StatusCode::TOO_MANY_REQUESTS)
-                        .then(|| retry_after(&response))
-                        .flatten();
-                    let (response, message) = self.buffered(response).await;
-                    let failure = Failure::Answer { status, message };
-                    if !retried(method, status) {
-                        self.failures.failed(&format!(
-                            "API request {method} {path} failed: {failure}; not sent again (a {method} may have taken effect)."
-                        ));
-                        return Ok(response);
-                    }
-                    (failure, wait, Ok(response))
-                }
-                // A server that never answered and refuses (or resets) the connection is
-                // not there: the caller says so at once. One that is slow to answer (the
-                // request timeout) is given its retries.
-                Err(error)
-                    if no_answer(&error) && (self.failures.reached() || timed_out(&error)) =>
-                {
-                    (Failure::NoAnswer(describe(&error)), None, Err(error))
-                }
-                Err(error) => return Err(error),
-            };
-            if attempt >= attempts {
-                self.failures.failed(&format!(
-                    "API request {method} {path} failed: {failure}; giving up (attempt {attempt} of {attempts})."
-                ));
-                return outcome;
-            }
-            drop(outcome);
-            let delay = wait.unwrap_or_else(|| backoff(attempt));
-            attempt += 1;
-            self.failures.failed(&format!(
-                "API request {method} {path} failed: {failure}; retrying in {} (attempt {attempt} of {attempts}).",
-                seconds(delay)
-            ));
-            if let Some(m) = &self.settings.metrics {
-                m.api_retry(verb, failure.code());
-            }
-            tokio::time::sleep(delay).await;
-        }
-    }
-
-    /// One attempt: the answer's head within the request timeout, with a warning when it
-    /// is slow to come.
-    async fn attempt(
-        &self,
-        request: Request<kube::client::Body>,
-        method: &Method,
-        path: &str,
-    ) -> Result<Response<kube::client::Body>, kube::Error> {
-        let start = Instant::now();
-        let timeout = self.settings.request_timeout;
-        let send = self.inner.send(request);
-        tokio::pin!(send);
-        let warn_after = if timeout.is_zero() {
-            SLOW_ANSWER
-        } else {
-            SLOW_ANSWER.min(timeout / 3)
-        };
-        if !warn_after.is_zero() {
-            match tokio::time::timeout(warn_after, &mut send).await {
-                Ok(result) => return result,
-                Err(_) => tracing::warn!(
-                    "No answer from the API server to {method} {path} after {}; still waiting.",
-                    seconds(warn_after)
-                ),
-            }
-        }
-        let deadline = start.checked_add(timeout).filter(|_| !timeout.is_zero());
-        let Some(deadline) = deadline else {
-            return send.await;
-        };
-        match tokio::time::timeout_at(deadline, send).await {
-            Ok(result) => result,
-            Err(_) => Err(kube::Error::Service(Box::new(NoAnswer {
-                at: self
-                    .settings
-                    .server
-                    .as_ref()
-                    .map(|url| format!(" at {url}"))
-                    .unwrap_or_default(),
-                method: method.clone(),
-                path: path.to_string(),
-                within: seconds(timeout),
-            }))),
-        }
-    }
-
-    /// The answer with its body read (within the request timeout), and the API server's
-    /// message from it; the caller gets the same bytes.
-    async fn buffered(
-        &self,
-        response: Response<kube::client::Body>,
-    ) -> (Response<kube::client::Body>, String) {
-        let (parts, body) = response.into_parts();
-        let timeout = self.settings.request_timeout;
-        let read = if timeout.is_zero() {
-            Ok(body.collect().await)
-        } else {
-            tokio::time::timeout(timeout, body.collect()).await
-        };
-        match read {
-            Ok(Ok(collected)) => {
-                let bytes = collected.to_bytes();
-                let message = status_message(&bytes);
-                (
-                    Response::from_parts(parts, kube::client::Body::from(bytes)),
-                    message,
-                )
-            }
-            Ok(Err(e)) => (
-                Response::from_parts(parts, kube::client::Body::empty()),
-                format!("(its body could not be read: {})", describe(&e)),
-            ),
-            Err(_) => (
-                Response::from_parts(parts, kube::client::Body::empty()),
-                format!("(its body did not come within {})", seconds(timeout)),
-            ),
-        }
-    }
-}
-
-/// Wraps `client` with the rate limit, the request timeout, the retries of transient
-/// failures and the request metrics.
-pub(crate) fn wrap(client: kube::Client, settings: Settings) -> kube::Client {
-    let namespace = client.default_namespace().to_string();
-    kube::Client::new(
-        Limited {
-            inner: client,
-            settings: Arc::new(settings),
-            failures: Arc::default(),
-        },
-        namespace,
-    )
 }
 
 /// The Kubernetes client of the operator, as a handler argument (for creating children,
@@ -500,98 +130,20 @@ impl FromCause for Client {
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
+    use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
 
-    use proptest::prelude::*;
+    use http::{Method, Response};
+    use http_body_util::BodyExt;
+    use kopf_core::handler::BoxFuture;
+    use tokio::time::Instant;
 
     use super::*;
 
-    #[test]
-    fn leases_and_peering_are_not_paced() {
-        assert!(unpaced(
-            "/apis/coordination.k8s.io/v1/namespaces/ops/leases/op-leader"
-        ));
-        assert!(unpaced("/apis/kopf.dev/v1/clusterkopfpeerings/default"));
-        assert!(unpaced(
-            "/apis/kopf.dev/v1/namespaces/ops/kopfpeerings/default"
-        ));
-        assert!(!unpaced("/apis/kopf.dev/v1/namespaces/ops/kopfexamples/x"));
-        assert!(!unpaced("/api/v1/namespaces/ops/pods"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_bucket_lets_a_burst_through_then_paces() {
-        let limit = RateLimit::new(10.0, 5).expect("on");
-        for _ in 0..5 {
-            assert_eq!(limit.reserve(), Duration::ZERO, "the burst goes at once");
-        }
-        assert_eq!(limit.reserve(), Duration::from_millis(100));
-        assert_eq!(limit.reserve(), Duration::from_millis(200));
-        tokio::time::advance(Duration::from_secs(10)).await;
-        assert_eq!(limit.reserve(), Duration::ZERO, "refilled after a pause");
-        assert!(RateLimit::new(0.0, 5).is_none(), "qps 0: no limit");
-    }
-
-    #[test]
-    fn the_bucket_never_panics_and_its_waits_are_bounded() {
-        let tiny = RateLimit::new(1e-20, 1).expect("on");
-        assert_eq!(tiny.reserve(), Duration::ZERO);
-        assert_eq!(tiny.reserve(), MAX_RATE_WAIT, "1e20 s, capped");
-        let subnormal = RateLimit::new(f64::from_bits(1), 0).expect("on");
-        subnormal.reserve();
-        assert_eq!(
-            subnormal.reserve(),
-            MAX_RATE_WAIT,
-            "an infinite wait, capped"
-        );
-        for qps in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, -0.0] {
-            assert!(RateLimit::new(qps, 1).is_none(), "{qps}: no limit");
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn any_rate_limit_reserves_without_panicking(
-            qps in any::<f64>(),
-            // Small bursts run out within the test's reservations.
-            burst in prop_oneof![0..4u32, any::<u32>()],
-        ) {
-            if let Some(limit) = RateLimit::new(qps, burst) {
-                for _ in 0..4 {
-                    prop_assert!(limit.reserve() <= MAX_RATE_WAIT);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn the_backoff_doubles_up_to_a_second_with_jitter() {
-        let full = [0.2, 0.4, 0.8, 1.0, 1.0, 1.0];
-        for _ in 0..200 {
-            for (i, full) in full.iter().enumerate() {
-                let d = backoff(i as u32 + 1).as_secs_f64();
-                assert!(
-                    d >= full * 0.5 - 1e-9 && d <= full + 1e-9,
-                    "retry {}: {d}",
-                    i + 1
-                );
-            }
-        }
-        assert!(backoff(u32::MAX) <= BACKOFF_CAP);
-    }
-
-    #[test]
-    fn messages_come_from_status_bodies() {
-        let status = br#"{"kind":"Status","message":"etcdserver:\n request timed out","code":500}"#;
-        assert_eq!(status_message(status), "etcdserver: request timed out");
-        assert_eq!(
-            status_message(b"<html>bad gateway</html>"),
-            "<html>bad gateway</html>"
-        );
-        let long = status_message("x".repeat(1000).as_bytes());
-        assert!(long.starts_with(&"x".repeat(300)) && long.ends_with("(700 more bytes)"));
-        assert_eq!(seconds(Duration::from_secs(30)), "30 s");
-        assert_eq!(seconds(Duration::from_millis(250)), "0.25 s");
+    /// The layers around `client`, never stopped.
+    fn wrap(client: kube::Client, settings: Settings) -> kube::Client {
+        super::wrap(client, settings, Stop::default())
     }
 
     /// What the scripted server does with one request.
@@ -1111,5 +663,67 @@ mod tests {
             "{}",
             infos[0]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_ends_the_waits_and_the_retries() {
+        // A request held by the rate limit goes at once, and its failure is not retried.
+        let server = Scripted::new(&[Answer::Status(200), Answer::Busy(60)]);
+        let stop = Stop::default();
+        let settings = Settings {
+            limit: RateLimit::new(1e-20, 1),
+            metrics: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            server: None,
+        };
+        let client = super::wrap(
+            kube::Client::new(server.clone(), "default"),
+            settings,
+            stop.clone(),
+        );
+        reach(&client).await;
+        let start = Instant::now();
+        let held = tokio::spawn({
+            let client = client.clone();
+            async move { client.send(request(Method::GET, "/api")).await }
+        });
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        stop.stop();
+        let response = held.await.expect("joined").expect("answered");
+        assert_eq!(response.status(), 429, "not sent again after the stop");
+        assert_eq!(server.calls(), 2);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(3600),
+            "no year of waiting"
+        );
+        let start = Instant::now();
+
+        // A retry's wait ends at the stop: the request is sent again at once.
+        let server = Scripted::new(&[Answer::Status(200), Answer::Busy(60)]);
+        let stop = Stop::default();
+        let client = super::wrap(
+            kube::Client::new(server.clone(), "default"),
+            Settings {
+                limit: None,
+                metrics: None,
+                request_timeout: DEFAULT_REQUEST_TIMEOUT,
+                server: None,
+            },
+            stop.clone(),
+        );
+        reach(&client).await;
+        let retrying = tokio::spawn({
+            let client = client.clone();
+            async move { client.send(request(Method::GET, "/api")).await }
+        });
+        while server.calls() < 2 {
+            tokio::task::yield_now().await;
+        }
+        stop.stop();
+        let response = retrying.await.expect("joined").expect("answered");
+        assert_eq!(response.status(), 200, "sent again");
+        assert_eq!(server.calls(), 3);
+        assert_eq!(start.elapsed(), Duration::ZERO, "not after the Retry-After");
     }
 }

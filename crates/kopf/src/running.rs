@@ -259,6 +259,31 @@ impl Operator {
     /// resource (per namespace when exact namespaces are served). Then handlers still
     /// running get the [grace period](Self::grace_period) to finish.
     pub async fn run_until(
+        self,
+        client: kube::Client,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), Error> {
+        // `shutdown` is watched beside the run, not only where the run looks at it: it also
+        // ends the waits of the operator's clients (a request held by the rate limit).
+        let stopping = self.stopping.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let watched = async move {
+            shutdown.await;
+            stopping.stop();
+            let _ = stop.send(());
+            std::future::pending::<std::convert::Infallible>().await
+        };
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        tokio::select! {
+            result = self.serve_until(client, shutdown) => result,
+            never = watched => match never {},
+        }
+    }
+
+    /// [`run_until`](Self::run_until), with a `shutdown` that the run alone looks at.
+    async fn serve_until(
         mut self,
         client: kube::Client,
         shutdown: impl Future<Output = ()> + Send,

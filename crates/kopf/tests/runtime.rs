@@ -196,6 +196,44 @@ async fn the_shutdown_timeout_ends_the_process_whatever_runs() {
     assert!(op.has_logged("exiting now"), "{}", op.logs());
 }
 
+#[tokio::test]
+async fn sigterm_ends_the_wait_of_requests_held_by_the_rate_limit() {
+    let (_server, dir) = cluster().await;
+    // Three requests at once (the discoveries of the engine and of peering), then one per
+    // 1e20 s (a year, capped): the engine's first list waits for its token.
+    let mut op = operator(
+        "graceful",
+        &dir,
+        &[
+            "-A",
+            "--qps",
+            "1e-20",
+            "--burst",
+            "3",
+            "--shutdown-timeout",
+            "30",
+        ],
+    );
+    op.wait_for_log("running without peering", Duration::from_secs(20))
+        .await
+        .expect("the operator started");
+    let stopped = Instant::now();
+    op.signal(Signal::Term).await.expect("SIGTERM");
+    let status = op.wait(Duration::from_secs(20)).await.expect("exits");
+    assert!(status.success(), "exit 0: {status}\n{}", op.logs());
+    assert!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "at once, not after the shutdown timeout: {:?}",
+        stopped.elapsed()
+    );
+    let logs = op.logs();
+    let last = logs.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with("[INFO    ] Stopped."),
+        "the last line: {logs}"
+    );
+}
+
 /// `GET path` over HTTP/1.0: the status code and the body.
 async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

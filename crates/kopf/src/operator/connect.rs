@@ -74,6 +74,7 @@ impl Operator {
                 request_timeout: self.request_timeout,
                 server: server.map(|url| url.to_string().trim_end_matches('/').to_string()),
             },
+            self.stopping.clone(),
         )
     }
 }

@@ -88,6 +88,8 @@ pub struct Operator {
     pub(crate) metrics: Option<Metrics>,
     pub(crate) rate_limit: (f64, u32),
     pub(crate) request_timeout: Duration,
+    /// Given when the operator stops: it ends the waits of the clients it wraps.
+    pub(crate) stopping: client::Stop,
     pub(crate) grace_period: Duration,
     pub(crate) rbac_rules: Vec<serde_json::Value>,
     /// The name, version and description of `--version` and `--help`.
@@ -125,6 +127,7 @@ impl Default for Operator {
             metrics: None,
             rate_limit: (100.0, 1000),
             request_timeout: client::DEFAULT_REQUEST_TIMEOUT,
+            stopping: client::Stop::default(),
             grace_period: Duration::from_secs(20),
             rbac_rules: Vec::new(),
             about: None,
