@@ -8,7 +8,7 @@ use kopf_core::gate::{Gate, GateState};
 use kopf_core::shards::{Scope, ScopeObserver};
 use tokio::task::JoinSet;
 
-use crate::ResourceRef;
+use crate::resource::ResourceRef;
 
 /// How a pause ended.
 pub(crate) enum AfterPause {

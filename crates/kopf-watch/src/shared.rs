@@ -15,8 +15,8 @@ use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde_json::Value;
 use tower::ServiceExt;
 
-use crate::ResourceRef;
 use crate::apply::Pruned;
+use crate::resource::ResourceRef;
 use crate::settings::Settings;
 
 /// One observed state of an object, for its worker (the body is shared, never cloned).
