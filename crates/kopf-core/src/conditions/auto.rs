@@ -75,10 +75,19 @@ pub fn auto_intents(
         _ => None,
     });
     if let Some(summary) = &spec.summary {
-        out.push(summary_intent(summary, failure.as_deref(), retrying.as_deref(), done));
+        out.push(summary_intent(
+            summary,
+            failure.as_deref(),
+            retrying.as_deref(),
+            done,
+        ));
     }
     if spec.kstatus {
-        out.extend(kstatus_intents(failure.as_deref(), retrying.as_deref(), done));
+        out.extend(kstatus_intents(
+            failure.as_deref(),
+            retrying.as_deref(),
+            done,
+        ));
     }
     out
 }

@@ -258,7 +258,11 @@ async fn wait_idle(
 
 /// How long a timer sleeps after a call that started at `start`: the retry delay of a
 /// failure, else its interval (to the next multiple of it when sharp); None: it is done.
-fn timer_sleep(delay: Option<Duration>, options: &TimerOptions, start: Instant) -> Option<Duration> {
+fn timer_sleep(
+    delay: Option<Duration>,
+    options: &TimerOptions,
+    start: Instant,
+) -> Option<Duration> {
     Some(match (delay, options.interval) {
         (Some(delay), _) => delay,
         (None, Some(interval)) if options.sharp => {
