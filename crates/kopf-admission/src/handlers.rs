@@ -103,43 +103,7 @@ impl std::fmt::Display for Operation {
     }
 }
 
-/// Denies the reviewed request with a message and an HTTP code (Kopf's `AdmissionError`;
-/// the code defaults to 500 as in Kopf). Other errors deny too, with code 500.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct AdmissionError {
-    /// What the API client sees after `admission webhook "<name>" denied the request: `.
-    pub message: String,
-    /// The HTTP status code (the API server answers at least 400).
-    pub code: u16,
-}
-
-impl AdmissionError {
-    /// A denial with code 500 (Kopf's default).
-    pub fn new(message: impl Into<String>) -> Self {
-        AdmissionError {
-            message: message.into(),
-            code: 500,
-        }
-    }
-
-    /// A denial with a code, e.g. 400 or 422.
-    pub fn with_code(message: impl Into<String>, code: u16) -> Self {
-        AdmissionError {
-            message: message.into(),
-            code,
-        }
-    }
-}
-
-impl From<AdmissionError> for HandlerError {
-    fn from(e: AdmissionError) -> Self {
-        HandlerError::Admission {
-            message: e.message,
-            code: e.code,
-        }
-    }
-}
+pub use kopf_core::handler::AdmissionError;
 
 /// Which subresource requests a handler reviews.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

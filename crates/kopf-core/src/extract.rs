@@ -695,11 +695,11 @@ mod tests {
         );
         let boom = (|_c: Cause| -> Result<(), HandlerError> { panic!("sync boom") }).into_handler();
         assert!(
-            matches!(boom.call(cause()).await, Err(HandlerError::Other { message }) if message.contains("panicked"))
+            matches!(boom.call(cause()).await, Err(HandlerError::Other { message, .. }) if message.contains("panicked"))
         );
         let missing = memo_handler.into_handler().call(cause()).await;
         assert!(
-            matches!(&missing, Err(HandlerError::Permanent { message }) if message.contains("Operator::memo")),
+            matches!(&missing, Err(HandlerError::Permanent { message, .. }) if message.contains("Operator::memo")),
             "{missing:?}"
         );
         let mut seed = crate::memo::MemoSeed::default();
@@ -739,7 +739,7 @@ mod tests {
         assert_eq!(patch.get()["metadata"]["labels"]["seen"], "yes");
         let err = bad_spec.into_handler().call(cause()).await;
         assert!(
-            matches!(err, Err(HandlerError::Permanent { message }) if message.contains("does not fit"))
+            matches!(err, Err(HandlerError::Permanent { message, .. }) if message.contains("does not fit"))
         );
         let whole = (|c: Cause| async move { Ok::<_, HandlerError>(c.retry) }).into_handler();
         assert_eq!(whole.call(cause()).await, Ok(Some(json!(2))));

@@ -65,6 +65,73 @@ struct Inner {
     dead_window: Duration,
 }
 
+impl Inner {
+    /// Registers the families under their names (after the `kopf_` prefix), in the order
+    /// they are exposed.
+    fn register(&mut self) {
+        self.registry.register(
+            "leader_is_leader",
+            "Whether this replica holds the leader-election lease (1) or stands by (0)",
+            self.leader.clone(),
+        );
+        self.registry.register(
+            "leader_transitions",
+            "Times this replica became the leader",
+            self.leader_transitions.clone(),
+        );
+        self.registry.register(
+            "leader_renew_failures",
+            "Failed attempts of the leader to renew its lease",
+            self.leader_renew_failures.clone(),
+        );
+        self.registry.register(
+            "handler_calls",
+            "Handler calls by handler id, resource kind and outcome (success, temporary, permanent, error)",
+            self.handler_calls.clone(),
+        );
+        self.registry.register(
+            "handler_duration_seconds",
+            "Duration of handler calls",
+            self.handler_duration.clone(),
+        );
+        self.registry.register(
+            "handler_retries",
+            "Handler calls that were retries of an earlier failed attempt",
+            self.handler_retries.clone(),
+        );
+        self.registry.register(
+            "queue_depth",
+            "Objects with a change that no worker has picked up yet",
+            self.queue_depth.clone(),
+        );
+        self.registry.register(
+            "objects_tracked",
+            "Objects the operator knows (with a worker or idle)",
+            self.objects.clone(),
+        );
+        self.registry.register(
+            "api_requests",
+            "Requests to the Kubernetes API by verb and HTTP status code",
+            self.api_requests.clone(),
+        );
+        self.registry.register(
+            "api_retries",
+            "Requests to the Kubernetes API sent again after a transient failure, by verb and the failure's HTTP status code (0: no answer)",
+            self.api_retries.clone(),
+        );
+        self.registry.register(
+            "write_failures",
+            "Writes of the operator's state (object, status) that failed for good, by endpoint and HTTP status code (0: no answer)",
+            self.write_failures.clone(),
+        );
+        self.registry.register(
+            "watch_restarts",
+            "Failures of watch streams (each is followed by a reconnection)",
+            self.watch_restarts.clone(),
+        );
+    }
+}
+
 /// What is known about one resource's watch stream.
 #[derive(Clone, Debug, Default)]
 struct WatchHealth {
@@ -102,98 +169,26 @@ impl Metrics {
 
     /// Like [`new`](Self::new), with another window for the last failure of a dead watch.
     pub fn with_dead_window(dead_window: Duration) -> Self {
-        let mut registry = Registry::with_prefix("kopf");
-        let handler_calls = Family::<Labels, Counter>::default();
-        let handler_duration =
-            Family::<Labels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
-        let handler_retries = Family::<Labels, Counter>::default();
-        let queue_depth = Family::<Labels, Gauge>::default();
-        let objects = Family::<Labels, Gauge>::default();
-        let api_requests = Family::<Labels, Counter>::default();
-        let api_retries = Family::<Labels, Counter>::default();
-        let write_failures = Family::<Labels, Counter>::default();
-        let watch_restarts = Family::<Labels, Counter>::default();
-        let leader = Family::<Labels, Gauge>::default();
-        let leader_transitions = Family::<Labels, Counter>::default();
-        let leader_renew_failures = Family::<Labels, Counter>::default();
-        registry.register(
-            "leader_is_leader",
-            "Whether this replica holds the leader-election lease (1) or stands by (0)",
-            leader.clone(),
-        );
-        registry.register(
-            "leader_transitions",
-            "Times this replica became the leader",
-            leader_transitions.clone(),
-        );
-        registry.register(
-            "leader_renew_failures",
-            "Failed attempts of the leader to renew its lease",
-            leader_renew_failures.clone(),
-        );
-        registry.register(
-            "handler_calls",
-            "Handler calls by handler id, resource kind and outcome (success, temporary, permanent, error)",
-            handler_calls.clone(),
-        );
-        registry.register(
-            "handler_duration_seconds",
-            "Duration of handler calls",
-            handler_duration.clone(),
-        );
-        registry.register(
-            "handler_retries",
-            "Handler calls that were retries of an earlier failed attempt",
-            handler_retries.clone(),
-        );
-        registry.register(
-            "queue_depth",
-            "Objects with a change that no worker has picked up yet",
-            queue_depth.clone(),
-        );
-        registry.register(
-            "objects_tracked",
-            "Objects the operator knows (with a worker or idle)",
-            objects.clone(),
-        );
-        registry.register(
-            "api_requests",
-            "Requests to the Kubernetes API by verb and HTTP status code",
-            api_requests.clone(),
-        );
-        registry.register(
-            "api_retries",
-            "Requests to the Kubernetes API sent again after a transient failure, by verb and the failure's HTTP status code (0: no answer)",
-            api_retries.clone(),
-        );
-        registry.register(
-            "write_failures",
-            "Writes of the operator's state (object, status) that failed for good, by endpoint and HTTP status code (0: no answer)",
-            write_failures.clone(),
-        );
-        registry.register(
-            "watch_restarts",
-            "Failures of watch streams (each is followed by a reconnection)",
-            watch_restarts.clone(),
-        );
-        Metrics(Arc::new(Inner {
-            registry,
-            handler_calls,
-            handler_duration,
-            handler_retries,
-            queue_depth,
-            objects,
-            api_requests,
-            api_retries,
-            write_failures,
-            watch_restarts,
-            leader,
-            leader_transitions,
-            leader_renew_failures,
+        let mut inner = Inner {
+            registry: Registry::with_prefix("kopf"),
+            handler_calls: Family::default(),
+            handler_duration: Family::new_with_constructor(histogram as fn() -> Histogram),
+            handler_retries: Family::default(),
+            queue_depth: Family::default(),
+            objects: Family::default(),
+            api_requests: Family::default(),
+            api_retries: Family::default(),
+            write_failures: Family::default(),
+            watch_restarts: Family::default(),
+            leader: Family::default(),
+            leader_transitions: Family::default(),
+            leader_renew_failures: Family::default(),
             leadership: Mutex::default(),
             watches: Mutex::default(),
             dead_window,
-        }))
+        };
+        inner.register();
+        Metrics(Arc::new(inner))
     }
 
     /// The metrics in Prometheus' text exposition format.

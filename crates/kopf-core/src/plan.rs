@@ -16,7 +16,8 @@
 //! results and the diff-base travel in the same `/status` PATCH, which is atomic; what the
 //! object still gets (handlers' own patches, annotation progress, a finalizer) is sent
 //! FIRST then, so that the write that claims the cause is still the last one
-//! ([`PatchPlan::status_claims`]).
+//! ([`PatchPlan::status_claims`]). [`PatchPlan::writes`] gives the writes in that order, each
+//! rendered against the object as the write before it left it ([`writes`]).
 //!
 //! ```
 //! use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
@@ -41,6 +42,10 @@ use serde_json::{Map, Value, json};
 
 use crate::conditions::{Intent, apply_intents};
 use crate::finalizers;
+
+pub mod writes;
+
+pub use writes::{Stored, WriteKind, WriteStep, Writes};
 
 /// One request the plan turns into.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,8 +234,9 @@ impl PatchPlan {
         out
     }
 
-    /// The requests, at most one per endpoint, in the order they must be sent: the status
-    /// merge patch first (only with a status subresource), then the object's changes (a merge
+    /// The requests, at most one per endpoint, in the order of [`writes`](Self::writes),
+    /// all rendered against `body` (as if nothing changed it in between): the status merge
+    /// patch first (only with a status subresource), then the object's changes (a merge
     /// patch, or one JSON patch guarded by the resourceVersion test when the finalizer changes
     /// too); the other way round when the status carries the diff-base
     /// ([`status_claims`](Self::status_claims)), so that the write that claims the cause is
@@ -238,7 +244,7 @@ impl PatchPlan {
     pub fn requests(&self, body: &Value, status_subresource: bool) -> Vec<PatchRequest> {
         let status = self.status_request(body, status_subresource);
         let object = self.object_request(body, status_subresource);
-        if self.status_claims {
+        if self.object_first(status_subresource) {
             object.into_iter().chain(status).collect()
         } else {
             status.into_iter().chain(object).collect()

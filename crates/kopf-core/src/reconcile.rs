@@ -821,7 +821,7 @@ mod tests {
         )
         .await;
         assert!(
-            matches!(out.result, Err(HandlerError::Other { message }) if message.contains("panicked"))
+            matches!(out.result, Err(HandlerError::Other { message, .. }) if message.contains("panicked"))
         );
 
         let slow = ReconcileSpec::new("s", |_b: Value, _c: ReconcileContext| async move {
@@ -835,7 +835,7 @@ mod tests {
         )
         .await;
         assert!(
-            matches!(out.result, Err(HandlerError::Other { message }) if message.contains("timed out"))
+            matches!(out.result, Err(HandlerError::Other { message, .. }) if message.contains("timed out"))
         );
     }
 

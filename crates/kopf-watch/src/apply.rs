@@ -1,11 +1,8 @@
-//! The applier: a cycle's [`PatchPlan`] sent to the API server, in the order that never loses
-//! a handler's outcome, with every failure classified, logged and counted.
+//! The applier: a cycle's [`PatchPlan`] sent to the API server, step by step as
+//! [`PatchPlan::writes`] gives them (the order that never loses a handler's outcome is
+//! kopf-core's: [`kopf_core::plan::writes`]), with every failure classified, logged and
+//! counted.
 //!
-//! * The `/status` PATCH (the handlers' results) goes first, the object's PATCH (progress
-//!   records, the diff-base, the finalizer) second: if anything fails in between (an error, a
-//!   kill), the cause is not marked handled and its handlers run again (at least once).
-//!   With the diff-base in the status ([`PatchPlan::status_claims`]), the results and the
-//!   diff-base are one `/status` PATCH (atomic); the object's PATCH, if any, goes first then.
 //! * `404`: the object is gone; nothing more is sent.
 //! * `409` on a merge patch: a conflict inside the API server; the same patch is sent again.
 //! * `422` on a write that carries handlers' results: the server (a CRD's status schema)
@@ -20,11 +17,10 @@
 //! After a write that carries results, what the server stored is compared with what was
 //! sent: fields the server dropped (pruned by a CRD's structural schema) are reported.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use kopf_core::metrics::Metrics;
-use kopf_core::plan::{FinalizerEdit, PatchPlan, PatchRequest};
+use kopf_core::plan::{PatchPlan, PatchRequest, Stored, WriteKind, WriteStep};
 use kopf_core::text::excerpt;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
@@ -177,8 +173,9 @@ impl Writer<'_> {
         }
     }
 
-    /// Sends `plan` for the object `body` (as observed). `delivered` is what handlers put
-    /// into its status this cycle (see [`kopf_core::processing::CycleOutcome::delivered`]).
+    /// Sends `plan` for the object `body` (as observed): the steps of
+    /// [`PatchPlan::writes`], in its order. `delivered` is what handlers put into its status
+    /// this cycle (see [`kopf_core::processing::CycleOutcome::delivered`]).
     pub async fn apply(
         &self,
         body: &Value,
@@ -189,168 +186,56 @@ impl Writer<'_> {
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if plan.status_claims()
-            && self.status_subresource
-            && let Some(request) = plan.object_request(body, true)
-        {
-            // The `/status` write claims the cause (it carries the diff-base): the object's
-            // changes go first, the status write against the object they left.
-            let base = match self.object_first(name, request, plan, body).await {
-                Ok(base) => base,
+        let mut writes = plan.writes(body, self.status_subresource);
+        let mut pruned = Vec::new();
+        while let Some(step) = writes.next() {
+            let results = step.results;
+            let stored = match self.send(name, step, plan, writes.base(), delivered).await {
+                Ok(stored) => stored,
                 Err(applied) => return applied,
             };
-            return match self
-                .apply_in_order(name, &base, plan, delivered, false)
-                .await
-            {
-                // Nothing left for the status: the object's write was the last.
-                Applied::Written { rv: None, pruned } => Applied::Written {
-                    rv: base
-                        .pointer("/metadata/resourceVersion")
-                        .and_then(Value::as_str)
-                        .and_then(|s| s.parse().ok()),
-                    pruned,
-                },
-                other => other,
-            };
-        }
-        self.apply_in_order(name, body, plan, delivered, true).await
-    }
-
-    /// The object's request of a plan whose status write claims the cause; the base of the
-    /// status write after it (the object as written).
-    async fn object_first(
-        &self,
-        name: &str,
-        request: PatchRequest,
-        plan: &PatchPlan,
-        body: &Value,
-    ) -> Result<Value, Applied> {
-        match request {
-            PatchRequest::MergeObject(patch) => match self.merge(name, &patch, false).await {
-                Ok(obj) => Ok(as_body(obj)),
-                Err(e) => Err(self.merge_failed("object", name, &e, &[])),
-            },
-            PatchRequest::JsonObject(ops) => {
-                let rv = self.guarded(name, ops, plan, body).await?;
-                let mut base = plan.preview(body);
-                if let Some(m) = base.as_object_mut() {
-                    // The status is not written yet.
-                    match body.get("status") {
-                        Some(status) => m.insert("status".into(), status.clone()),
-                        None => m.remove("status"),
-                    };
-                }
-                if let Some(rv) = rv
-                    && let Some(meta) = base.get_mut("metadata").and_then(Value::as_object_mut)
-                {
-                    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-                }
-                Ok(base)
+            if results && let Stored::Object(object) = &stored {
+                pruned = pruned_fields(delivered, object);
             }
-            PatchRequest::MergeStatus(_) | PatchRequest::JsonStatus(_) => Ok(body.clone()),
+            writes.stored(stored);
+        }
+        Applied::Written {
+            rv: writes.rv(),
+            pruned,
         }
     }
 
-    /// The status write, then (with `object`) the object's write.
-    async fn apply_in_order(
+    /// One step of a plan, rendered against `base`; its refusals handled as its kind says.
+    async fn send(
         &self,
         name: &str,
-        body: &Value,
+        step: WriteStep,
         plan: &PatchPlan,
+        base: &Value,
         delivered: &[(String, Value)],
-        object: bool,
-    ) -> Applied {
-        let mut rv = None;
-        let mut pruned = Vec::new();
-        // The base of the object's request: the object as the status write returned it
-        // (its resourceVersion is our own write's), when a guarded JSON patch follows.
-        let mut base: Cow<'_, Value> = Cow::Borrowed(body);
-        match plan.status_request(body, self.status_subresource) {
-            Some(PatchRequest::MergeStatus(patch)) => match self.merge(name, &patch, true).await {
-                Ok(obj) => {
-                    rv = written_rv(&obj);
-                    pruned = pruned_fields(delivered, &obj.body);
-                    if plan.finalizer_edit().is_some() {
-                        base = Cow::Owned(as_body(obj));
-                    }
-                }
-                Err(e) => return self.merge_failed("status", name, &e, delivered),
-            },
-            Some(PatchRequest::JsonStatus(ops)) => {
-                // Conditions changed: the status write is guarded by the list it read.
-                match self
-                    .conditions(name, plan, body, true, ops, delivered)
-                    .await
-                {
-                    Ok(obj) => {
-                        rv = written_rv(&obj);
-                        pruned = pruned_fields(delivered, &obj.body);
-                        // The object's request goes against what the status write saw.
-                        base = Cow::Owned(as_body(obj));
-                    }
-                    Err(applied) => return applied,
+    ) -> Result<Stored, Applied> {
+        let endpoint = step.request.endpoint();
+        let status = endpoint == "status";
+        // A 422 blames the handlers only on the write that carries their results.
+        let results = if step.results { delivered } else { &[] };
+        match (step.request, step.kind) {
+            (PatchRequest::MergeStatus(patch) | PatchRequest::MergeObject(patch), _) => {
+                match self.merge(name, &patch, status).await {
+                    Ok(obj) => Ok(Stored::Object(as_body(obj))),
+                    Err(e) => Err(self.merge_failed(endpoint, name, &e, results)),
                 }
             }
-            _ => {}
-        }
-        let Some(request) = plan
-            .object_request(&base, self.status_subresource)
-            .filter(|_| object)
-        else {
-            return Applied::Written { rv, pruned };
-        };
-        let releasing = matches!(plan.finalizer_edit(), Some(FinalizerEdit::Remove(_)))
-            && kopf_core::finalizers::is_deleting(body);
-        if let PatchRequest::JsonObject(ops) = &request
-            && !self.status_subresource
-            && !releasing
-            && plan.conditions_for(&base).is_some()
-        {
-            // Without a status subresource, the conditions go with the object, guarded.
-            return match self
-                .conditions(name, plan, &base, false, ops.clone(), delivered)
+            (
+                PatchRequest::JsonStatus(ops) | PatchRequest::JsonObject(ops),
+                WriteKind::Finalizer { releasing },
+            ) => self
+                .guarded(name, ops, plan, releasing)
                 .await
-            {
-                Ok(obj) => Applied::Written {
-                    rv: written_rv(&obj),
-                    pruned: pruned_fields(delivered, &obj.body),
-                },
-                Err(applied) => applied,
-            };
-        }
-        match request {
-            PatchRequest::MergeObject(patch) => match self.merge(name, &patch, false).await {
-                Ok(obj) => {
-                    if !self.status_subresource {
-                        pruned = pruned_fields(delivered, &obj.body);
-                    }
-                    Applied::Written {
-                        rv: written_rv(&obj),
-                        pruned,
-                    }
-                }
-                Err(e) => {
-                    let carries_results = !self.status_subresource;
-                    self.merge_failed(
-                        "object",
-                        name,
-                        &e,
-                        if carries_results { delivered } else { &[] },
-                    )
-                }
-            },
-            PatchRequest::JsonObject(ops) => match self.guarded(name, ops, plan, body).await {
-                Ok(written) => Applied::Written {
-                    rv: written.or(rv),
-                    pruned,
-                },
-                Err(applied) => applied,
-            },
-            // `object_request` never returns a status patch.
-            PatchRequest::MergeStatus(_) | PatchRequest::JsonStatus(_) => {
-                Applied::Written { rv, pruned }
-            }
+                .map(Stored::Version),
+            (PatchRequest::JsonStatus(ops) | PatchRequest::JsonObject(ops), _) => self
+                .conditions(name, plan, base, status, ops, results)
+                .await
+                .map(|obj| Stored::Object(as_body(obj))),
         }
     }
 
@@ -449,10 +334,8 @@ impl Writer<'_> {
         name: &str,
         mut ops: Vec<Value>,
         plan: &PatchPlan,
-        body: &Value,
+        releasing: bool,
     ) -> Result<Option<u64>, Applied> {
-        let releasing = matches!(plan.finalizer_edit(), Some(FinalizerEdit::Remove(_)))
-            && kopf_core::finalizers::is_deleting(body);
         let mut attempt = 1;
         loop {
             let patch = match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {

@@ -43,7 +43,8 @@ impl Poster {
             if !admitted {
                 continue;
             }
-            let Some((ns, event)) = event_body(body, &spec, &self.reporter, kopf_core::clock::now())
+            let Some((ns, event)) =
+                event_body(body, &spec, &self.reporter, kopf_core::clock::now())
             else {
                 continue;
             };

@@ -8,7 +8,7 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde_json::Value;
 
-use crate::ResourceRef;
+use crate::resource::ResourceRef;
 
 /// One observed state of an object, for its worker (the body is shared, never cloned).
 #[derive(Debug, Clone)]

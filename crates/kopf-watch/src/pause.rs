@@ -7,7 +7,7 @@ use std::future::Future;
 
 use kopf_core::gate::{Gate, GateState};
 
-use crate::ResourceRef;
+use crate::resource::ResourceRef;
 use crate::shard::Shards;
 
 /// How a pause ended.

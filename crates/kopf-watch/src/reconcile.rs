@@ -159,11 +159,11 @@ impl Cycle {
         let mut intents: Vec<Intent> = declared.declared.clone();
         let outcome = match result {
             Ok(_) => HandlerOutcome::Succeeded,
-            Err(HandlerError::Permanent { message } | HandlerError::Admission { message, .. }) => {
-                HandlerOutcome::Failed {
-                    message: message.clone(),
-                }
-            }
+            Err(
+                HandlerError::Permanent { message, .. } | HandlerError::Admission { message, .. },
+            ) => HandlerOutcome::Failed {
+                message: message.clone(),
+            },
             Err(e) => HandlerOutcome::Retrying {
                 message: e.to_string(),
             },
@@ -221,7 +221,7 @@ fn log_reconciled(
             }
             "success"
         }
-        Err(HandlerError::Permanent { message } | HandlerError::Admission { message, .. }) => {
+        Err(HandlerError::Permanent { message, .. } | HandlerError::Admission { message, .. }) => {
             tracing::error!(
                 "Reconcile '{id}' failed permanently: {message}. It runs again when the object or what it owns changes."
             );

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use kube::core::ApiResource;
 use serde_json::Value;
 
-use crate::WatchError;
+use crate::error::WatchError;
+use crate::resource::ResourceRef;
 
 /// One resource as discovery describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -234,6 +235,16 @@ impl Selector {
     }
 }
 
+impl From<Discovered> for ResourceRef {
+    fn from(d: Discovered) -> Self {
+        ResourceRef {
+            namespaced: d.namespaced,
+            status_subresource: d.status_subresource,
+            api_resource: d.api_resource,
+        }
+    }
+}
+
 fn shares_prefix(a: &str, b: &str) -> bool {
     a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count() >= 5
 }
@@ -241,85 +252,72 @@ fn shares_prefix(a: &str, b: &str) -> bool {
 /// Reads an aggregated discovery document (`/api` or `/apis`) into resources.
 pub fn from_aggregated(doc: &Value) -> Vec<Discovered> {
     let mut out = Vec::new();
-    for group in doc
-        .get("items")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for group in array(doc, "items") {
         let name = group
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let versions = group
-            .get("versions")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for (i, version) in versions.iter().enumerate() {
-            let v = version.get("version").and_then(Value::as_str).unwrap_or("");
-            for r in version
-                .get("resources")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let strings = |k: &str| -> Vec<String> {
-                    r.get(k)
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(Value::as_str)
-                                .map(str::to_string)
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
-                let plural = r
-                    .get("resource")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                let kind = r
-                    .pointer("/responseKind/kind")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                let api_version = if name.is_empty() {
-                    v.to_string()
-                } else {
-                    format!("{name}/{v}")
-                };
-                out.push(Discovered {
-                    api_resource: ApiResource {
-                        group: name.to_string(),
-                        version: v.to_string(),
-                        api_version,
-                        kind,
-                        plural,
-                    },
-                    singular: r
-                        .get("singularResource")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    short_names: strings("shortNames"),
-                    namespaced: r.get("scope").and_then(Value::as_str) == Some("Namespaced"),
-                    verbs: strings("verbs"),
-                    status_subresource: r
-                        .get("subresources")
-                        .and_then(Value::as_array)
-                        .is_some_and(|subs| {
-                            subs.iter().any(|s| {
-                                s.get("subresource").and_then(Value::as_str) == Some("status")
-                            })
-                        }),
-                    preferred: i == 0,
-                });
-            }
+        for (i, version) in array(group, "versions").iter().enumerate() {
+            let v = text(version, "version");
+            out.extend(
+                array(version, "resources")
+                    .iter()
+                    .map(|r| discovered(name, v, i == 0, r)),
+            );
         }
     }
     out
+}
+
+/// One resource of an aggregated discovery document, in `group`'s `version`.
+fn discovered(group: &str, version: &str, preferred: bool, r: &Value) -> Discovered {
+    let api_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Discovered {
+        api_resource: ApiResource {
+            group: group.to_string(),
+            version: version.to_string(),
+            api_version,
+            kind: r
+                .pointer("/responseKind/kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            plural: text(r, "resource").to_string(),
+        },
+        singular: text(r, "singularResource").to_string(),
+        short_names: strings(r, "shortNames"),
+        namespaced: r.get("scope").and_then(Value::as_str) == Some("Namespaced"),
+        verbs: strings(r, "verbs"),
+        status_subresource: array(r, "subresources")
+            .iter()
+            .any(|s| s.get("subresource").and_then(Value::as_str) == Some("status")),
+        preferred,
+    }
+}
+
+/// The list under `key` (empty when there is none).
+fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The string under `key` (empty when there is none).
+fn text<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The strings of the list under `key`.
+fn strings(v: &Value, key: &str) -> Vec<String> {
+    array(v, key)
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]

@@ -16,12 +16,12 @@ use kopf_core::processing::Processor;
 use kopf_core::reconcile::ReconcileSpec;
 use serde_json::Value;
 
-use crate::ResourceRef;
 use crate::books::Books;
 use crate::cycle::Cycle;
 use crate::events::Poster;
 use crate::lanes::Lanes;
 use crate::observe::Observers;
+use crate::resource::ResourceRef;
 use crate::settings::Settings;
 use crate::spawning::Spawning;
 use crate::uid::Uid;

@@ -34,10 +34,11 @@ use kube::runtime::watcher;
 use tokio::time::Instant;
 
 use crate::early::{self, EarlyWatch};
+use crate::error::WatchError;
 use crate::narrowing;
 use crate::raw::{EventStream, RawObject, metadata_object};
+use crate::resource::ResourceRef;
 use crate::settings::Settings;
-use crate::{ResourceRef, WatchError};
 
 /// A streaming list that sends nothing for this long before its end is taken as a server
 /// that ignores `sendInitialEvents`.
@@ -60,6 +61,86 @@ pub(crate) struct WatchStream {
     early_after: Option<Duration>,
 }
 
+/// The watch's label and field selectors: the user's (checked), and the one derived from
+/// the handlers' filters (logged).
+fn selectors(
+    settings: &Settings,
+    handlers: &[HandlerSpec],
+    resource: &str,
+) -> Result<watcher::Config, WatchError> {
+    let invalid =
+        |option: &'static str, selector: &str, reason: String| WatchError::InvalidSelector {
+            option,
+            selector: selector.into(),
+            reason: reason.into(),
+        };
+    let user_labels = settings.label_selector.as_deref();
+    if let Some(s) = user_labels {
+        narrowing::check_label_selector(s)
+            .map_err(|e| invalid("label selector (-l/--label-selector)", s, e))?;
+    }
+    if let Some(s) = settings.field_selector.as_deref() {
+        narrowing::check_field_selector(s)
+            .map_err(|e| invalid("field selector (--field-selector)", s, e))?;
+    }
+    let derived = if settings.derive_label_selectors {
+        match narrowing::derive(handlers) {
+            Ok(selector) => {
+                tracing::info!(
+                    resource,
+                    selector = %selector,
+                    "watching only the objects with these labels: every handler of the resource filters on them"
+                );
+                Some(selector)
+            }
+            Err(why) => {
+                tracing::debug!(resource, "no label selector derived: {why}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut config = watcher::Config::default();
+    if let Some(labels) = narrowing::combine(user_labels, derived.as_deref()) {
+        config = config.labels(&labels);
+    }
+    if let Some(fields) = settings.field_selector.as_deref() {
+        config = config.fields(fields.trim());
+    }
+    Ok(config)
+}
+
+/// The resource of a metadata-only watch, when its handlers need nothing else (logged); an
+/// error when declared conditions need the status.
+fn metadata_only(
+    handlers: &[HandlerSpec],
+    ar: &ApiResource,
+    resource: &str,
+) -> Result<Option<ApiResource>, WatchError> {
+    if !narrowing::metadata_only(handlers) {
+        return Ok(None);
+    }
+    if let Some(h) = handlers.iter().find(|h| {
+        h.declared::<kopf_core::conditions::ConditionsSpec>()
+            .is_some()
+    }) {
+        return Err(WatchError::MetadataOnly {
+            resource: resource.to_string(),
+            reason: format!(
+                "its declared conditions ('{}') are written with a test of the status, which a metadata-only watch does not have",
+                h.id
+            )
+            .into(),
+        });
+    }
+    tracing::info!(
+        resource,
+        "watching metadata only: the handlers see no spec and no status"
+    );
+    Ok(Some(ar.clone()))
+}
+
 impl WatchStream {
     /// The stream of `resource` with `handlers`: the user's selectors are checked here, the
     /// derived one logged.
@@ -74,66 +155,8 @@ impl WatchStream {
         } else {
             format!("{}.{}", ar.plural, ar.group)
         };
-        let invalid =
-            |option: &'static str, selector: &str, reason: String| WatchError::InvalidSelector {
-                option,
-                selector: selector.into(),
-                reason: reason.into(),
-            };
-        let user_labels = settings.label_selector.as_deref();
-        if let Some(s) = user_labels {
-            narrowing::check_label_selector(s)
-                .map_err(|e| invalid("label selector (-l/--label-selector)", s, e))?;
-        }
-        if let Some(s) = settings.field_selector.as_deref() {
-            narrowing::check_field_selector(s)
-                .map_err(|e| invalid("field selector (--field-selector)", s, e))?;
-        }
-        let derived = if settings.derive_label_selectors {
-            match narrowing::derive(handlers) {
-                Ok(selector) => {
-                    tracing::info!(
-                        resource,
-                        selector = %selector,
-                        "watching only the objects with these labels: every handler of the resource filters on them"
-                    );
-                    Some(selector)
-                }
-                Err(why) => {
-                    tracing::debug!(resource, "no label selector derived: {why}");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let mut config = watcher::Config::default();
-        if let Some(labels) = narrowing::combine(user_labels, derived.as_deref()) {
-            config = config.labels(&labels);
-        }
-        if let Some(fields) = settings.field_selector.as_deref() {
-            config = config.fields(fields.trim());
-        }
-        let metadata = narrowing::metadata_only(handlers).then(|| ar.clone());
-        if metadata.is_some() {
-            if let Some(h) = handlers.iter().find(|h| {
-                h.declared::<kopf_core::conditions::ConditionsSpec>()
-                    .is_some()
-            }) {
-                return Err(WatchError::MetadataOnly {
-                    resource: resource.clone(),
-                    reason: format!(
-                        "its declared conditions ('{}') are written with a test of the status, which a metadata-only watch does not have",
-                        h.id
-                    )
-                    .into(),
-                });
-            }
-            tracing::info!(
-                resource,
-                "watching metadata only: the handlers see no spec and no status"
-            );
-        }
+        let config = selectors(settings, handlers, resource)?;
+        let metadata = metadata_only(handlers, ar, resource)?;
         Ok(WatchStream {
             config,
             metadata,

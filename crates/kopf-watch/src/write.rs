@@ -12,9 +12,9 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde_json::Value;
 
-use crate::ResourceRef;
 use crate::apply::{Applied, Pruned, Writer};
 use crate::object::api_for;
+use crate::resource::ResourceRef;
 
 /// How a cycle ended for the worker.
 pub(crate) enum CycleEnd {

@@ -27,7 +27,7 @@ async fn permanent_fn() -> Result<(), PermanentError> {
 
 /// Any other error is retried after the backoff, up to the retry limit.
 async fn flaky_fn() -> Result<(), HandlerError> {
-    Err("the backend is down".into())
+    Err(HandlerError::other("the backend is down"))
 }
 
 /// Too slow: cancelled when its timeout runs out (Kopf only checks between attempts).

@@ -646,3 +646,57 @@ async fn selectors_by_short_name_and_group_version_plural() {
     );
     running.stop().await;
 }
+
+/// A handler's own error type, with a source (as `thiserror` makes them).
+#[derive(Debug)]
+struct Storing(std::io::Error);
+
+impl std::fmt::Display for Storing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the report could not be stored")
+    }
+}
+
+impl std::error::Error for Storing {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+fn store_report() -> Result<(), Storing> {
+    Err(Storing(std::io::Error::other("the disk is full")))
+}
+
+/// `?` on a user's error in a handler keeps it: the log line of the failure shows the
+/// user's message and its source; the progress record keeps the user's message.
+#[tokio::test]
+async fn a_users_error_is_logged_with_its_source() {
+    let server = server().await;
+    let op = Operator::new().on_create("kopfexamples", "store_fn", |_c: Cause| async move {
+        store_report()?;
+        Ok::<_, HandlerError>(())
+    });
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    let line =
+        "Handler 'store_fn' failed temporarily: the report could not be stored: the disk is full";
+    eventually("the failure logged with its source", async || {
+        !running.logged_at("ERROR", line).is_empty()
+    })
+    .await;
+    eventually("the progress record", async || {
+        api.get("k").await.ok().is_some_and(|o| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kopf.zalando.org/store_fn"))
+                .and_then(|r| serde_json::from_str::<Value>(r).ok())
+                .is_some_and(|r| r["message"] == "the report could not be stored")
+        })
+    })
+    .await;
+    running.stop().await;
+}

@@ -56,26 +56,12 @@ pub fn auto_intents(
 ) -> Vec<Intent> {
     let mut out = Vec::new();
     if spec.per_handler {
-        for (id, outcome) in outcomes.iter().filter(|(id, _)| !id.is_empty()) {
-            let t = handler_condition_type(id);
-            match outcome {
-                HandlerOutcome::Succeeded => {
-                    out.push(set(&t, ConditionStatus::True, "Succeeded", ""))
-                }
-                HandlerOutcome::Waiting => out.push(set(
-                    &t,
-                    ConditionStatus::Unknown,
-                    "Waiting",
-                    "sub-handlers are not finished",
-                )),
-                HandlerOutcome::Retrying { message } => {
-                    out.push(set(&t, ConditionStatus::Unknown, "Retrying", message))
-                }
-                HandlerOutcome::Failed { message } => {
-                    out.push(set(&t, ConditionStatus::False, "Failed", message))
-                }
-            }
-        }
+        out.extend(
+            outcomes
+                .iter()
+                .filter(|(id, _)| !id.is_empty())
+                .map(|(id, outcome)| per_handler(id, outcome)),
+        );
     }
     let failure = outcomes.iter().find_map(|(id, o)| match o {
         HandlerOutcome::Failed { message } if id.is_empty() => Some(message.clone()),
@@ -89,46 +75,87 @@ pub fn auto_intents(
         _ => None,
     });
     if let Some(summary) = &spec.summary {
-        let intent = match (&failure, done) {
-            (Some(m), _) => set(summary, ConditionStatus::False, "Failed", m),
-            (None, true) => set(summary, ConditionStatus::True, "Succeeded", ""),
-            (None, false) => set(
-                summary,
-                ConditionStatus::Unknown,
+        out.push(summary_intent(
+            summary,
+            failure.as_deref(),
+            retrying.as_deref(),
+            done,
+        ));
+    }
+    if spec.kstatus {
+        out.extend(kstatus_intents(
+            failure.as_deref(),
+            retrying.as_deref(),
+            done,
+        ));
+    }
+    out
+}
+
+/// The condition of one handler's outcome.
+fn per_handler(id: &str, outcome: &HandlerOutcome) -> Intent {
+    let t = handler_condition_type(id);
+    match outcome {
+        HandlerOutcome::Succeeded => set(&t, ConditionStatus::True, "Succeeded", ""),
+        HandlerOutcome::Waiting => set(
+            &t,
+            ConditionStatus::Unknown,
+            "Waiting",
+            "sub-handlers are not finished",
+        ),
+        HandlerOutcome::Retrying { message } => {
+            set(&t, ConditionStatus::Unknown, "Retrying", message)
+        }
+        HandlerOutcome::Failed { message } => set(&t, ConditionStatus::False, "Failed", message),
+    }
+}
+
+/// The summary condition: the first failure, else done, else retrying or reconciling.
+fn summary_intent(
+    summary: &str,
+    failure: Option<&str>,
+    retrying: Option<&str>,
+    done: bool,
+) -> Intent {
+    match (failure, done) {
+        (Some(m), _) => set(summary, ConditionStatus::False, "Failed", m),
+        (None, true) => set(summary, ConditionStatus::True, "Succeeded", ""),
+        (None, false) => set(
+            summary,
+            ConditionStatus::Unknown,
+            if retrying.is_some() {
+                "Retrying"
+            } else {
+                "Reconciling"
+            },
+            retrying.unwrap_or(""),
+        ),
+    }
+}
+
+/// kstatus's `Reconciling` and `Stalled` (in the order they are written).
+fn kstatus_intents(failure: Option<&str>, retrying: Option<&str>, done: bool) -> [Intent; 2] {
+    match (failure, done) {
+        (Some(m), _) => [
+            set("Stalled", ConditionStatus::True, "Failed", m),
+            set("Reconciling", ConditionStatus::False, "Failed", ""),
+        ],
+        (None, true) => [
+            set("Reconciling", ConditionStatus::False, "Succeeded", ""),
+            set("Stalled", ConditionStatus::False, "Succeeded", ""),
+        ],
+        (None, false) => [
+            set(
+                "Reconciling",
+                ConditionStatus::True,
                 if retrying.is_some() {
                     "Retrying"
                 } else {
-                    "Reconciling"
+                    "Progressing"
                 },
-                retrying.as_deref().unwrap_or(""),
+                retrying.unwrap_or(""),
             ),
-        };
-        out.push(intent);
+            set("Stalled", ConditionStatus::False, "Progressing", ""),
+        ],
     }
-    if spec.kstatus {
-        match (&failure, done) {
-            (Some(m), _) => {
-                out.push(set("Stalled", ConditionStatus::True, "Failed", m));
-                out.push(set("Reconciling", ConditionStatus::False, "Failed", ""));
-            }
-            (None, true) => {
-                out.push(set("Reconciling", ConditionStatus::False, "Succeeded", ""));
-                out.push(set("Stalled", ConditionStatus::False, "Succeeded", ""));
-            }
-            (None, false) => {
-                out.push(set(
-                    "Reconciling",
-                    ConditionStatus::True,
-                    if retrying.is_some() {
-                        "Retrying"
-                    } else {
-                        "Progressing"
-                    },
-                    retrying.as_deref().unwrap_or(""),
-                ));
-                out.push(set("Stalled", ConditionStatus::False, "Progressing", ""));
-            }
-        }
-    }
-    out
 }

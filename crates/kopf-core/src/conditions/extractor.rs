@@ -86,17 +86,3 @@ impl Conditions {
         self.0.sync().await
     }
 }
-
-/// An invalid type or reason is the handler's bug: retrying does not help.
-impl From<ConditionError> for HandlerError {
-    fn from(e: ConditionError) -> Self {
-        HandlerError::permanent(e.to_string())
-    }
-}
-
-/// A failed mid-handler write may work the next time.
-impl From<SyncError> for HandlerError {
-    fn from(e: SyncError) -> Self {
-        HandlerError::other(e)
-    }
-}

@@ -179,28 +179,10 @@ pub(super) async fn timer_loop(run: Run, options: TimerOptions) {
     // The essence change an idle-only timer has already been called for.
     let mut called_for: Option<Instant> = None;
     loop {
-        if let Some(idle) = options.idle {
-            // Wait until the object has been unchanged for `idle` (and, for idle-only
-            // timers, until it changed since the last call).
-            loop {
-                let changed = live.borrow_and_update().changed;
-                let quiet = changed.elapsed();
-                let fresh = options.interval.is_some() || called_for != Some(changed);
-                if fresh && quiet >= idle {
-                    called_for = Some(changed);
-                    break;
-                }
-                let wait = if fresh {
-                    idle - quiet
-                } else {
-                    Duration::from_secs(3600)
-                };
-                tokio::select! {
-                    _ = stopped.wait() => return,
-                    _ = tokio::time::sleep(wait) => {}
-                    r = live.changed() => if r.is_err() { return },
-                }
-            }
+        if let Some(idle) = options.idle
+            && !wait_idle(idle, &options, &mut live, &stopped, &mut called_for).await
+        {
+            return;
         }
         let start = Instant::now();
         let delay = match call_once(&spec, &ctx, &live, &stopped, &record)
@@ -234,20 +216,62 @@ pub(super) async fn timer_loop(run: Run, options: TimerOptions) {
         if stopped.is_set() {
             return;
         }
-        let sleep = match (delay, options.interval) {
-            (Some(delay), _) => delay,
-            (None, Some(interval)) if options.sharp => {
-                // The next multiple of the interval since this call started.
-                let spent = start.elapsed().as_nanos();
-                let step = interval.as_nanos().max(1);
-                Duration::from_nanos((step - spent % step) as u64)
-            }
-            (None, Some(interval)) => interval,
-            (None, None) if options.idle.is_some() => Duration::ZERO,
-            (None, None) => return,
+        let Some(sleep) = timer_sleep(delay, &options, start) else {
+            return;
         };
         if stopped.sleep(sleep).await.is_some() {
             return;
         }
     }
+}
+
+/// Waits until the object has been unchanged for `idle` (and, for idle-only timers, until
+/// it changed since the last call); false when the timer stops meanwhile.
+async fn wait_idle(
+    idle: Duration,
+    options: &TimerOptions,
+    live: &mut watch::Receiver<Live>,
+    stopped: &Stopped,
+    called_for: &mut Option<Instant>,
+) -> bool {
+    loop {
+        let changed = live.borrow_and_update().changed;
+        let quiet = changed.elapsed();
+        let fresh = options.interval.is_some() || *called_for != Some(changed);
+        if fresh && quiet >= idle {
+            *called_for = Some(changed);
+            return true;
+        }
+        let wait = if fresh {
+            idle - quiet
+        } else {
+            Duration::from_secs(3600)
+        };
+        tokio::select! {
+            _ = stopped.wait() => return false,
+            _ = tokio::time::sleep(wait) => {}
+            r = live.changed() => if r.is_err() { return false },
+        }
+    }
+}
+
+/// How long a timer sleeps after a call that started at `start`: the retry delay of a
+/// failure, else its interval (to the next multiple of it when sharp); None: it is done.
+fn timer_sleep(
+    delay: Option<Duration>,
+    options: &TimerOptions,
+    start: Instant,
+) -> Option<Duration> {
+    Some(match (delay, options.interval) {
+        (Some(delay), _) => delay,
+        (None, Some(interval)) if options.sharp => {
+            // The next multiple of the interval since this call started.
+            let spent = start.elapsed().as_nanos();
+            let step = interval.as_nanos().max(1);
+            Duration::from_nanos((step - spent % step) as u64)
+        }
+        (None, Some(interval)) => interval,
+        (None, None) if options.idle.is_some() => Duration::ZERO,
+        (None, None) => return None,
+    })
 }

@@ -1,7 +1,10 @@
 //! How a handler fails: [`HandlerError`] (Kopf's temporary, permanent and arbitrary errors),
-//! what to do with arbitrary ones ([`ErrorsMode`]), and how other errors (kube's, serde's,
-//! I/O, strings) become one.
+//! what to do with arbitrary ones ([`ErrorsMode`]), and how other errors become one: `?` on
+//! any error type (`std::error::Error + Send + Sync + 'static`) keeps it as the failure's
+//! [`source`](HandlerError::source), and the logs show its chain of causes.
 
+use std::error::Error;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -10,6 +13,16 @@ use serde_json::Value;
 pub type HandlerResult = Result<Option<Value>, HandlerError>;
 
 /// Handler failures, classified as Kopf classifies them.
+///
+/// `?` turns any error (`std::error::Error + Send + Sync + 'static`) into one: kube's
+/// errors as Kopf classifies API errors, [`TemporaryError`], [`PermanentError`] and
+/// [`AdmissionError`] as what they say, anything else into [`HandlerError::Other`] (handled
+/// by the handler's errors mode), which keeps the error as its [`source`](Self::source).
+/// Its text (`Display`) is the message followed by the causes of the source that the
+/// message does not quote already: what the logs and the events show.
+///
+/// (It is not a `std::error::Error` itself, so that any error converts into it; box it
+/// with `Box::<dyn std::error::Error + Send + Sync>::from` where one is needed.)
 ///
 /// ```
 /// use std::time::Duration;
@@ -28,33 +41,36 @@ pub type HandlerResult = Result<Option<Value>, HandlerError>;
 /// }
 ///
 /// // Anything else that is an error: handled by the handler's errors mode (retried after
-/// // its backoff by default); `?` works on kube's errors, JSON errors and boxed errors.
+/// // its backoff by default); `?` works on any error type, which stays the source.
 /// fn parse(text: &str) -> Result<serde_json::Value, HandlerError> {
 ///     Ok(serde_json::from_str(text)?)
 /// }
 /// assert!(matches!(check(0), Err(HandlerError::Permanent { .. })));
-/// assert!(matches!(parse("{"), Err(HandlerError::Other { .. })));
+/// let error = parse("{").unwrap_err();
+/// assert!(matches!(error, HandlerError::Other { .. }));
+/// assert!(error.source().is_some_and(|e| e.is::<serde_json::Error>()));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandlerError {
     /// Retry after `delay` (None: at once).
-    #[error("{message}")]
     Temporary {
         /// The error text (stored in the progress record).
         message: String,
         /// When to retry.
         delay: Option<Duration>,
+        /// The error it comes from, if any.
+        source: Option<ErrorSource>,
     },
     /// Fail for good; never retried.
-    #[error("{message}")]
     Permanent {
         /// The error text.
         message: String,
+        /// The error it comes from, if any.
+        source: Option<ErrorSource>,
     },
     /// A permanent error with an HTTP status code for admission webhooks (Kopf's
     /// `AdmissionError`): the review is denied with this message and code. Elsewhere it
     /// is a permanent error.
-    #[error("{message}")]
     Admission {
         /// The error text (the denial message).
         message: String,
@@ -62,11 +78,65 @@ pub enum HandlerError {
         code: u16,
     },
     /// Any other error: handled by the handler's errors mode (retry with backoff by default).
-    #[error("{message}")]
     Other {
         /// The error text.
         message: String,
+        /// The error it comes from (the one `?` was used on), if any.
+        source: Option<ErrorSource>,
     },
+}
+
+/// The error a [`HandlerError`] comes from (shared: a handler error is cheap to clone).
+/// Two are equal when their texts are.
+#[derive(Clone)]
+pub struct ErrorSource(Arc<dyn Error + Send + Sync + 'static>);
+
+impl ErrorSource {
+    /// Keeps `error`.
+    pub fn new(error: impl Error + Send + Sync + 'static) -> Self {
+        ErrorSource(Arc::new(error))
+    }
+
+    /// The error.
+    pub fn error(&self) -> &(dyn Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl From<Box<dyn Error + Send + Sync + 'static>> for ErrorSource {
+    fn from(error: Box<dyn Error + Send + Sync + 'static>) -> Self {
+        ErrorSource(Arc::from(error))
+    }
+}
+
+impl std::fmt::Debug for ErrorSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl PartialEq for ErrorSource {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for ErrorSource {}
+
+impl std::fmt::Display for HandlerError {
+    /// The message, then each cause of the source that the text does not quote yet.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = self.message().to_string();
+        let mut cause = self.source();
+        while let Some(error) = cause {
+            let line = error.to_string();
+            if !text.contains(&line) {
+                text = format!("{text}: {line}");
+            }
+            cause = error.source();
+        }
+        f.write_str(&text)
+    }
 }
 
 impl HandlerError {
@@ -75,6 +145,7 @@ impl HandlerError {
         HandlerError::Temporary {
             message: message.into(),
             delay: Some(delay),
+            source: None,
         }
     }
 
@@ -82,13 +153,118 @@ impl HandlerError {
     pub fn permanent(message: impl Into<String>) -> Self {
         HandlerError::Permanent {
             message: message.into(),
+            source: None,
         }
     }
 
-    /// Any other error, from anything displayable.
+    /// Any other error, from anything displayable (its text only; `?` or
+    /// [`from_error`](Self::from_error) keeps an error as the source).
     pub fn other(error: impl std::fmt::Display) -> Self {
         HandlerError::Other {
             message: error.to_string(),
+            source: None,
+        }
+    }
+
+    /// Any error, classified as `?` classifies it (see [`HandlerError`]).
+    pub fn from_error(error: impl Error + Send + Sync + 'static) -> Self {
+        Self::from_boxed(Box::new(error))
+    }
+
+    /// A boxed error, classified as `?` classifies it (see [`HandlerError`]).
+    pub fn from_boxed(error: Box<dyn Error + Send + Sync + 'static>) -> Self {
+        let error = match error.downcast::<kube::Error>() {
+            Ok(e) => return from_kube(*e),
+            Err(other) => other,
+        };
+        let error = match error.downcast::<TemporaryError>() {
+            Ok(e) => {
+                return HandlerError::Temporary {
+                    message: e.message,
+                    delay: e.delay,
+                    source: None,
+                };
+            }
+            Err(other) => other,
+        };
+        if let Some(e) = error.downcast_ref::<PermanentError>() {
+            return HandlerError::permanent(e.0.clone());
+        }
+        if let Some(e) = error.downcast_ref::<AdmissionError>() {
+            return HandlerError::Admission {
+                message: e.message.clone(),
+                code: e.code,
+            };
+        }
+        // A child that cannot be adopted will not become adoptable by retrying; an invalid
+        // condition type or reason is the handler's bug.
+        if error.is::<crate::hierarchy::HierarchyError>()
+            || error.is::<crate::conditions::ConditionError>()
+        {
+            return HandlerError::permanent(error.to_string());
+        }
+        HandlerError::Other {
+            message: error.to_string(),
+            source: Some(ErrorSource::from(error)),
+        }
+    }
+
+    /// The error text (without the source's causes; what the progress record stores).
+    pub fn message(&self) -> &str {
+        match self {
+            HandlerError::Temporary { message, .. }
+            | HandlerError::Permanent { message, .. }
+            | HandlerError::Admission { message, .. }
+            | HandlerError::Other { message, .. } => message,
+        }
+    }
+
+    /// When a temporary error is retried (None: at once, and for the other kinds).
+    pub fn delay(&self) -> Option<Duration> {
+        match self {
+            HandlerError::Temporary { delay, .. } => *delay,
+            _ => None,
+        }
+    }
+
+    /// The same failure as a permanent one with `message` (its source kept).
+    pub fn into_permanent(self, message: String) -> Self {
+        HandlerError::Permanent {
+            message,
+            source: self.into_source(),
+        }
+    }
+
+    /// The same failure as a temporary one retried after `delay` (its message and source
+    /// kept).
+    pub fn into_temporary(self, delay: Option<Duration>) -> Self {
+        let message = self.message().to_string();
+        HandlerError::Temporary {
+            message,
+            delay,
+            source: self.into_source(),
+        }
+    }
+
+    fn into_source(self) -> Option<ErrorSource> {
+        match self {
+            HandlerError::Temporary { source, .. }
+            | HandlerError::Permanent { source, .. }
+            | HandlerError::Other { source, .. } => source,
+            HandlerError::Admission { .. } => None,
+        }
+    }
+
+    /// The error this one comes from: the error `?` was used on in the handler, whose own
+    /// `source()` chain follows.
+    pub fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            HandlerError::Temporary { source, .. }
+            | HandlerError::Permanent { source, .. }
+            | HandlerError::Other { source, .. } => {
+                source.as_ref().map(|s| s.error() as &(dyn Error + 'static))
+            }
+            HandlerError::Admission { .. } => None,
         }
     }
 
@@ -99,6 +275,41 @@ impl HandlerError {
         } else {
             HandlerError::other(format!("the handler was cancelled: {error}"))
         }
+    }
+}
+
+/// `?` on any error in a handler: see [`HandlerError`].
+impl<E: Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(error: E) -> Self {
+        HandlerError::from_error(error)
+    }
+}
+
+/// A handler error where a `std::error::Error` is needed (its text, and its source).
+#[derive(Debug)]
+struct Failed(HandlerError);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.message())
+    }
+}
+
+impl Error for Failed {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl From<HandlerError> for Box<dyn Error + Send + Sync + 'static> {
+    fn from(error: HandlerError) -> Self {
+        Box::new(Failed(error))
+    }
+}
+
+impl From<HandlerError> for Box<dyn Error + 'static> {
+    fn from(error: HandlerError) -> Self {
+        Box::new(Failed(error))
     }
 }
 
@@ -123,36 +334,38 @@ pub struct TemporaryError {
     pub delay: Option<Duration>,
 }
 
-impl From<TemporaryError> for HandlerError {
-    fn from(e: TemporaryError) -> Self {
-        HandlerError::Temporary {
-            message: e.message,
-            delay: e.delay,
-        }
-    }
-}
-
 /// Fail for good (Kopf's `PermanentError`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
 pub struct PermanentError(pub String);
 
-impl From<PermanentError> for HandlerError {
-    fn from(e: PermanentError) -> Self {
-        HandlerError::Permanent { message: e.0 }
-    }
+/// Denies the reviewed request with a message and an HTTP code (Kopf's `AdmissionError`;
+/// the code defaults to 500 as in Kopf). Other errors deny too, with code 500. Elsewhere
+/// than in an admission handler it is a permanent error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AdmissionError {
+    /// What the API client sees after `admission webhook "<name>" denied the request: `.
+    pub message: String,
+    /// The HTTP status code (the API server answers at least 400).
+    pub code: u16,
 }
 
-impl From<Box<dyn std::error::Error + Send + Sync>> for HandlerError {
-    fn from(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
-        HandlerError::other(e)
+impl AdmissionError {
+    /// A denial with code 500 (Kopf's default).
+    pub fn new(message: impl Into<String>) -> Self {
+        AdmissionError {
+            message: message.into(),
+            code: 500,
+        }
     }
-}
 
-/// A child that cannot be adopted will not become adoptable by retrying.
-impl From<crate::hierarchy::HierarchyError> for HandlerError {
-    fn from(e: crate::hierarchy::HierarchyError) -> Self {
-        HandlerError::permanent(e.to_string())
+    /// A denial with a code, e.g. 400 or 422.
+    pub fn with_code(message: impl Into<String>, code: u16) -> Self {
+        AdmissionError {
+            message: message.into(),
+            code,
+        }
     }
 }
 
@@ -163,7 +376,7 @@ const API_BUSY_DELAY: Duration = Duration::from_secs(5);
 /// How long after a server error (5xx) or a request that got no answer.
 const API_DOWN_DELAY: Duration = Duration::from_secs(10);
 
-/// `?` on the errors of kube's client in a handler, classified as Kopf classifies API errors:
+/// kube's client errors (`?` on them in a handler), classified as Kopf classifies API errors:
 /// what may work on a later attempt is temporary — a conflict (409, retried after 1 s), the
 /// server being busy (429, after its `retryAfterSeconds` or 5 s), a server error (5xx) or no
 /// answer at all (a connection error, a timeout: after 10 s) — and any other refusal (400,
@@ -180,70 +393,42 @@ const API_DOWN_DELAY: Duration = Duration::from_secs(10);
 /// }
 /// # let _ = read_settings;
 /// ```
-impl From<kube::Error> for HandlerError {
-    fn from(e: kube::Error) -> Self {
-        match &e {
-            kube::Error::Api(s) => {
-                let message = format!(
-                    "the API server answered {}{}: {}",
-                    s.code,
-                    if s.reason.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" {}", s.reason)
-                    },
-                    crate::text::excerpt(&s.message, 500)
-                );
-                let retry_after = s
-                    .details
-                    .as_ref()
-                    .map(|d| d.retry_after_seconds)
-                    .filter(|secs| *secs > 0)
-                    .map(|secs| Duration::from_secs(u64::from(secs)));
-                match s.code {
-                    409 => HandlerError::temporary(message, API_CONFLICT_DELAY),
-                    429 => HandlerError::temporary(message, retry_after.unwrap_or(API_BUSY_DELAY)),
-                    500..=599 => {
-                        HandlerError::temporary(message, retry_after.unwrap_or(API_DOWN_DELAY))
-                    }
-                    _ => HandlerError::permanent(message),
+fn from_kube(e: kube::Error) -> HandlerError {
+    match &e {
+        kube::Error::Api(s) => {
+            let message = format!(
+                "the API server answered {}{}: {}",
+                s.code,
+                if s.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", s.reason)
+                },
+                crate::text::excerpt(&s.message, 500)
+            );
+            let retry_after = s
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|secs| *secs > 0)
+                .map(|secs| Duration::from_secs(u64::from(secs)));
+            match s.code {
+                409 => HandlerError::temporary(message, API_CONFLICT_DELAY),
+                429 => HandlerError::temporary(message, retry_after.unwrap_or(API_BUSY_DELAY)),
+                500..=599 => {
+                    HandlerError::temporary(message, retry_after.unwrap_or(API_DOWN_DELAY))
                 }
+                _ => HandlerError::permanent(message),
             }
-            kube::Error::HyperError(_) | kube::Error::Service(_) => HandlerError::temporary(
-                format!(
-                    "no answer from the API server: {}",
-                    crate::text::for_log(&e)
-                ),
-                API_DOWN_DELAY,
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) => HandlerError::temporary(
+            format!(
+                "no answer from the API server: {}",
+                crate::text::for_log(&e)
             ),
-            other => HandlerError::other(crate::text::for_log(other)),
-        }
-    }
-}
-
-impl From<serde_json::Error> for HandlerError {
-    fn from(e: serde_json::Error) -> Self {
-        HandlerError::other(e)
-    }
-}
-
-impl From<std::io::Error> for HandlerError {
-    fn from(e: std::io::Error) -> Self {
-        HandlerError::other(e)
-    }
-}
-
-impl From<String> for HandlerError {
-    fn from(message: String) -> Self {
-        HandlerError::Other { message }
-    }
-}
-
-impl From<&str> for HandlerError {
-    fn from(message: &str) -> Self {
-        HandlerError::Other {
-            message: message.into(),
-        }
+            API_DOWN_DELAY,
+        ),
+        other => HandlerError::other(crate::text::for_log(other)),
     }
 }
 
@@ -251,6 +436,99 @@ impl From<&str> for HandlerError {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A user's error type with a source, as handlers have them.
+    #[derive(Debug)]
+    struct Storing(std::io::Error);
+
+    impl std::fmt::Display for Storing {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("the report could not be stored")
+        }
+    }
+
+    impl Error for Storing {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    fn store() -> Result<(), Storing> {
+        Err(Storing(std::io::Error::other("the disk is full")))
+    }
+
+    fn handler() -> Result<(), HandlerError> {
+        store()?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_users_error_is_kept_as_the_source_and_its_causes_are_in_the_text() {
+        let error = handler().expect_err("fails");
+        assert!(matches!(
+            &error,
+            HandlerError::Other { message, .. } if message == "the report could not be stored"
+        ));
+        assert_eq!(error.message(), "the report could not be stored");
+        let source = error.source().expect("the user's error");
+        assert!(source.is::<Storing>());
+        assert_eq!(
+            source.source().map(ToString::to_string).as_deref(),
+            Some("the disk is full")
+        );
+        assert_eq!(
+            error.to_string(),
+            "the report could not be stored: the disk is full"
+        );
+        // Where a std error is needed, the chain stays.
+        let boxed: Box<dyn Error + Send + Sync> = error.clone().into();
+        assert_eq!(boxed.to_string(), "the report could not be stored");
+        assert!(boxed.source().is_some_and(|s| s.is::<Storing>()));
+        // A text already quoted is not repeated.
+        let quoted = HandlerError::Permanent {
+            message: "failed: the disk is full".into(),
+            source: Some(ErrorSource::new(std::io::Error::other("the disk is full"))),
+        };
+        assert_eq!(quoted.to_string(), "failed: the disk is full");
+        // Without a source, the text is the message, as before.
+        assert_eq!(HandlerError::other("plain").to_string(), "plain");
+        assert_eq!(HandlerError::other("plain").source().map(|_| ()), None);
+    }
+
+    #[test]
+    fn kopfs_errors_stay_what_they_say_through_question_marks() {
+        fn fails(e: impl Error + Send + Sync + 'static) -> Result<(), HandlerError> {
+            Err(e)?
+        }
+        assert_eq!(
+            fails(PermanentError("never".into())),
+            Err(HandlerError::permanent("never"))
+        );
+        assert_eq!(
+            fails(TemporaryError {
+                message: "later".into(),
+                delay: Some(Duration::from_secs(3)),
+            }),
+            Err(HandlerError::temporary("later", Duration::from_secs(3)))
+        );
+        assert_eq!(
+            fails(AdmissionError::with_code("denied", 422)),
+            Err(HandlerError::Admission {
+                message: "denied".into(),
+                code: 422
+            })
+        );
+        let invalid = crate::conditions::ConditionError::InvalidReason {
+            value: "".into(),
+            why: "empty",
+        };
+        assert!(matches!(
+            fails(invalid),
+            Err(HandlerError::Permanent { .. })
+        ));
+        let io = fails(std::io::Error::other("no"));
+        assert!(matches!(io, Err(HandlerError::Other { ref message, .. }) if message == "no"));
+    }
 
     #[test]
     fn kube_errors_are_classified_as_kopf_classifies_api_errors() {

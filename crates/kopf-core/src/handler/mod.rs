@@ -20,7 +20,10 @@ pub(crate) mod owners;
 pub(crate) mod spec;
 
 pub use context::{EventsHandle, Extensions, PatchHandle};
-pub use error::{ErrorsMode, HandlerError, HandlerResult, PermanentError, TemporaryError};
+pub use error::{
+    AdmissionError, ErrorSource, ErrorsMode, HandlerError, HandlerResult, PermanentError,
+    TemporaryError,
+};
 pub use options::{
     FieldFilter, FieldPredicate, MetaFilter, Options, ValuePredicate, WhenFilter, split_field,
 };

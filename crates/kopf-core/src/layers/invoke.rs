@@ -114,6 +114,7 @@ impl Service<HandlerCall> for Invoke {
                     _ = grace.wait() => Err(HandlerError::Temporary {
                         message: "cancelled: the operator is shutting down".into(),
                         delay: None,
+                        source: None,
                     }),
                 },
             };
@@ -147,7 +148,7 @@ mod tests {
         });
         let out = run(Invoke, call_with(boom, ProgressRecord::default())).await;
         assert!(
-            matches!(out.result, Err(HandlerError::Other { message }) if message.contains("panicked"))
+            matches!(out.result, Err(HandlerError::Other { message, .. }) if message.contains("panicked"))
         );
     }
 
@@ -194,7 +195,7 @@ mod tests {
             .expect("cancelled at once")
             .expect("no panic");
         assert!(
-            matches!(&out.result, Err(HandlerError::Temporary { message, delay: None }) if message.contains("shutting down")),
+            matches!(&out.result, Err(HandlerError::Temporary { message, delay: None, .. }) if message.contains("shutting down")),
             "{:?}",
             out.result
         );

@@ -238,7 +238,7 @@ impl Stack {
     pub async fn reject(&self, call: HandlerCall, message: String) -> Attempt {
         let inner = tower::service_fn(move |_call: HandlerCall| {
             let message = message.clone();
-            async move { Ok::<_, Infallible>(CallOutcome::of(Err(HandlerError::Other { message }))) }
+            async move { Ok::<_, Infallible>(CallOutcome::of(Err(HandlerError::other(message)))) }
         });
         let svc = tower::ServiceBuilder::new()
             .layer(FilterLayer)

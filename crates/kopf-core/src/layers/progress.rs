@@ -89,15 +89,15 @@ where
                     record.message = None;
                     None
                 }
-                Err(HandlerError::Temporary { message, delay }) => {
+                Err(HandlerError::Temporary { message, delay, .. }) => {
                     let d = delay.unwrap_or(Duration::ZERO);
                     record = retrying(record, now, d, Some(message.clone()));
                     Some(d)
                 }
                 Err(
-                    HandlerError::Permanent { message }
+                    HandlerError::Permanent { message, .. }
                     | HandlerError::Admission { message, .. }
-                    | HandlerError::Other { message },
+                    | HandlerError::Other { message, .. },
                 ) => {
                     record.success = Some(false);
                     record.failure = Some(true);

@@ -89,30 +89,34 @@ where
                 None
             };
             outcome.result = match outcome.result {
-                Err(HandlerError::Temporary { message, delay }) => {
-                    match doomed(delay.unwrap_or(Duration::ZERO)) {
-                        Some(why) => Err(HandlerError::permanent(format!(
-                            "{name} failed temporarily but {why}: {message}"
-                        ))),
-                        None => Err(HandlerError::Temporary { message, delay }),
+                Err(e @ HandlerError::Temporary { .. }) => {
+                    match doomed(e.delay().unwrap_or_default()) {
+                        Some(why) => {
+                            let message =
+                                format!("{name} failed temporarily but {why}: {}", e.message());
+                            Err(e.into_permanent(message))
+                        }
+                        None => Err(e),
                     }
                 }
-                Err(HandlerError::Other { message }) => match spec.errors {
+                Err(e @ HandlerError::Other { .. }) => match spec.errors {
                     ErrorsMode::Ignored => {
-                        tracing::warn!(
-                            "{name} failed with an exception and will ignore it: {message}"
-                        );
+                        tracing::warn!("{name} failed with an exception and will ignore it: {e}");
                         Ok(None)
                     }
-                    ErrorsMode::Permanent => Err(HandlerError::permanent(message)),
+                    ErrorsMode::Permanent => {
+                        let message = e.message().to_string();
+                        Err(e.into_permanent(message))
+                    }
                     ErrorsMode::Temporary => match doomed(spec.backoff) {
-                        Some(why) => Err(HandlerError::permanent(format!(
-                            "{name} failed with an exception and will stop now (it {why} on the next attempt): {message}"
-                        ))),
-                        None => Err(HandlerError::Temporary {
-                            message,
-                            delay: Some(spec.backoff),
-                        }),
+                        Some(why) => {
+                            let message = format!(
+                                "{name} failed with an exception and will stop now (it {why} on the next attempt): {}",
+                                e.message()
+                            );
+                            Err(e.into_permanent(message))
+                        }
+                        None => Err(e.into_temporary(Some(spec.backoff))),
                     },
                 },
                 other => other,
@@ -146,7 +150,7 @@ mod tests {
         )
         .await;
         assert!(
-            matches!(out.result, Err(HandlerError::Permanent { message }) if message.contains("exceeded 3 retries"))
+            matches!(out.result, Err(HandlerError::Permanent { message, .. }) if message.contains("exceeded 3 retries"))
         );
         s.backoff = Duration::from_secs(7);
         let out = run(
@@ -158,7 +162,8 @@ mod tests {
             out.result,
             Err(HandlerError::Temporary {
                 message: "x".into(),
-                delay: Some(Duration::from_secs(7))
+                delay: Some(Duration::from_secs(7)),
+                source: None,
             })
         );
         s.errors = ErrorsMode::Ignored;
@@ -191,7 +196,7 @@ mod tests {
         )
         .await;
         assert!(
-            matches!(&out.result, Err(HandlerError::Permanent { message })
+            matches!(&out.result, Err(HandlerError::Permanent { message, .. })
                 if message == "Handler 'h' failed temporarily but will exceed 2 retries: later"),
             "{:?}",
             out.result
@@ -213,7 +218,7 @@ mod tests {
         )
         .await;
         assert!(
-            matches!(&out.result, Err(HandlerError::Permanent { message }) if message.contains("will time out")),
+            matches!(&out.result, Err(HandlerError::Permanent { message, .. }) if message.contains("will time out")),
             "{:?}",
             out.result
         );

@@ -92,7 +92,7 @@ mod tests {
         .await;
         assert!(started.elapsed() < Duration::from_secs(10));
         assert!(
-            matches!(out.result, Err(HandlerError::Permanent { message }) if message.contains("timed out"))
+            matches!(out.result, Err(HandlerError::Permanent { message, .. }) if message.contains("timed out"))
         );
         // Without a timeout, the inner result passes through.
         let out = run(

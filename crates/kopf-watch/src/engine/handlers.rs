@@ -11,10 +11,11 @@ use kopf_core::layers::Stack;
 use kopf_core::processing::{Persistence, Processor};
 use kopf_core::reconcile::ReconcileSpec;
 
+use crate::error::WatchError;
 use crate::pause::resource_name;
+use crate::resource::ResourceRef;
 use crate::settings::Settings;
 use crate::shared::{Setup, WorkerShared};
-use crate::{ResourceRef, WatchError};
 
 /// The handlers that run outside the changing cycle, by kind, and the reconcile.
 #[derive(Debug)]
