@@ -126,26 +126,11 @@ impl WorkerShared {
     /// such states: they are checked here, in the engine, without a task or a held body.
     pub(crate) fn settled(&self, event: EventKind, body: &Value, initial: bool) -> bool {
         // Objects with daemons, timers or a reconcile keep their worker: it is where those
-        // run, so its first state always starts one.
-        if event == EventKind::Deleted
-            || initial
-            || self.processor.conditions_spec().is_some()
-            || !self.spawners.is_empty()
-            || self.reconcile.is_some()
-        {
-            return false;
-        }
-        let persistence = self.processor.persistence();
-        let cause = kopf_core::causes::detect(
-            event,
-            body,
-            &persistence.essence,
-            &persistence.finalizer,
-            initial,
-        );
-        cause.reason == Reason::Noop
-            && self.processor.requires_finalizer(body)
-                == kopf_core::finalizers::has(body, &persistence.finalizer)
+        // run, so its first state always starts one. Whether the state needs a cycle is the
+        // processor's rule.
+        self.spawners.is_empty()
+            && self.reconcile.is_none()
+            && !self.processor.needs_cycle(event, body, initial)
     }
 
     /// An object became known (a slot was made for it).
