@@ -1,5 +1,5 @@
-//! What one processing cycle of one object takes and gives, for the layers around it
-//! ([`crate::layers::FinalizerLayer`]) and for the worker that writes its outcome: the
+//! What one processing cycle of one object takes and gives, for the steps around it (the
+//! finalizer's, in `processing`) and for the worker that writes its outcome: the
 //! [`CycleCall`], the [`CycleOutcome`] with its [`PatchPlan`], each handler's
 //! [`HandlerOutcome`], the [`FinalizerChange`]. The cycle itself is
 //! [`crate::processing::Processor`]'s.
@@ -96,7 +96,7 @@ pub enum FinalizerChange {
     Removed,
 }
 
-/// One cycle of one object, as the cycle-level layers see it.
+/// One cycle of one object, as the steps around the cycle see it.
 #[derive(Debug, Clone)]
 pub struct CycleCall {
     /// The object.

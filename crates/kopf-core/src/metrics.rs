@@ -339,8 +339,8 @@ impl Metrics {
     }
 }
 
-/// A handler-stack layer ([`Stack::layer`](crate::layers::Stack::layer)) that counts every
-/// attempt in [`Metrics`].
+/// A handler-stack layer (the facade puts it around the attempt, innermost of the user
+/// layers there) that counts every attempt in [`Metrics`].
 #[derive(Clone, Debug)]
 pub struct MetricsLayer(pub Metrics);
 

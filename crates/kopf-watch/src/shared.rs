@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use kopf_core::causes::{EventKind, Reason};
+use kopf_core::causes::EventKind;
 use kopf_core::events::RateLimiter;
 use kopf_core::handler::{Extensions, HandlerSpec};
 use kopf_core::layers::Stack;
@@ -174,26 +174,11 @@ impl WorkerShared {
     /// such states: they are checked here, in the engine, without a task or a held body.
     pub(crate) fn settled(&self, event: EventKind, body: &Value, initial: bool) -> bool {
         // Objects with daemons, timers or a reconcile keep their worker: it is where those
-        // run, so its first state always starts one.
-        if event == EventKind::Deleted
-            || initial
-            || self.cycle.processor.conditions_spec().is_some()
-            || !self.spawning.spawners.is_empty()
-            || self.reconcile.is_some()
-        {
-            return false;
-        }
-        let persistence = self.cycle.processor.persistence();
-        let cause = kopf_core::causes::detect(
-            event,
-            body,
-            &persistence.essence,
-            &persistence.finalizer,
-            initial,
-        );
-        cause.reason == Reason::Noop
-            && self.cycle.processor.requires_finalizer(body)
-                == kopf_core::finalizers::has(body, &persistence.finalizer)
+        // run, so its first state always starts one. Whether the state needs a cycle is the
+        // processor's rule.
+        self.spawning.spawners.is_empty()
+            && self.reconcile.is_none()
+            && !self.cycle.processor.needs_cycle(event, body, initial)
     }
 
     /// An object became known (a slot was made for it).

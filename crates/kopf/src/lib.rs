@@ -483,7 +483,7 @@ pub use kopf_core::handler::{
     EventsHandle, EventsHandle as Events, PatchHandle, PatchHandle as Patch,
 };
 pub use kopf_core::index::{Index, IndexOutput, Indexes};
-pub use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
+pub use kopf_core::layers::{Attempt, AttemptService, CallOutcome, HandlerCall, HandlerService};
 pub use kopf_core::memo::Memo;
 pub use kopf_core::metrics::{Metrics, MetricsLayer};
 pub use kopf_core::processing::{Lifecycle, Persistence};

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use kopf_core::metrics::{Metrics, MetricsLayer};
+use kopf_core::metrics::Metrics;
 
 #[cfg(feature = "testing")]
 use crate::config::client_config;
@@ -296,8 +296,10 @@ impl Operator {
         self.settings.extensions.insert(grace);
         if let Some(metrics) = &self.metrics {
             self.settings.metrics = Some(metrics.clone());
-            self.stack = self.stack.layer(MetricsLayer(metrics.clone()));
         }
+        // The handler stack, assembled once for every resource's processor, daemons and
+        // timers (activities have theirs, without the metrics layer).
+        let stack = self.stack.build(self.metrics.as_ref());
         let grace_period = self.grace_period;
         let shutdown = async move {
             shutdown.await;
@@ -382,7 +384,7 @@ impl Operator {
         let served = kopf_watch::Orchestrator::new(client, registrations)
             .settings(settings)
             .persistence(self.persistence)
-            .stack(self.stack)
+            .stack(stack)
             .wait_for_resources(self.wait_for_resources)
             .gate(gate)
             .run(shutdown)

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf::{
-    Cause, HandlerCall, HandlerError, HandlerService, Memo, Operator, ProgressStorage, Reason,
-    Retry, Selector, TemporaryError,
+    AttemptService, Cause, HandlerCall, HandlerError, HandlerService, Memo, Operator,
+    ProgressStorage, Reason, Retry, Selector, TemporaryError,
 };
 use kopf_testing::{FaultRule, RequestPattern};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -404,6 +404,116 @@ async fn user_layers_wrap_every_handler_call() {
         count(&server, "PATCH", "/k"),
         1,
         "one object PATCH per cycle"
+    );
+    running.stop().await;
+}
+
+type Places = Arc<Mutex<Vec<(String, &'static str, String)>>>;
+
+/// How an outcome looks to a user layer.
+fn label(result: &Result<Option<Value>, HandlerError>) -> String {
+    match result {
+        Ok(_) => "ok".into(),
+        Err(HandlerError::Temporary { .. }) => "temporary".into(),
+        Err(_) => "permanent".into(),
+    }
+}
+
+/// A user layer at a place below the progress record's: logs the call's handler and the
+/// outcome it sees.
+fn at(
+    place: &'static str,
+    log: Places,
+) -> impl tower::Layer<HandlerService, Service = HandlerService> + Clone {
+    tower::layer::layer_fn(move |inner: HandlerService| {
+        let log = log.clone();
+        HandlerService::new(tower::service_fn(move |call: HandlerCall| {
+            let log = log.clone();
+            let id = call.spec.id.clone();
+            let inner = inner.clone();
+            async move {
+                let outcome = inner.oneshot(call).await?;
+                log.lock().unwrap_or_else(|e| e.into_inner()).push((
+                    id,
+                    place,
+                    label(&outcome.result),
+                ));
+                Ok(outcome)
+            }
+        }))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_layers_run_at_each_place_in_order() {
+    let server = server().await;
+    let log: Places = Arc::default();
+    let before = log.clone();
+    let op = Operator::new()
+        .layer_around_handler(at("around the handler", log.clone()))
+        .layer(at("around the attempt", log.clone()))
+        .layer_before_filters(tower::layer::layer_fn(move |inner: AttemptService| {
+            let log = before.clone();
+            AttemptService::new(tower::service_fn(move |call: HandlerCall| {
+                let log = log.clone();
+                let id = call.spec.id.clone();
+                let inner = inner.clone();
+                async move {
+                    let attempt = inner.oneshot(call).await?;
+                    let seen = match &attempt {
+                        kopf::Attempt::Done { outcome, .. } => label(&outcome.result),
+                        kopf::Attempt::Skipped => "skipped".into(),
+                    };
+                    log.lock().unwrap_or_else(|e| e.into_inner()).push((
+                        id,
+                        "before the filters",
+                        seen,
+                    ));
+                    Ok(attempt)
+                }
+            }))
+        }))
+        .on_create("kopfexamples", "ok_fn", || async {
+            Ok::<_, HandlerError>(1)
+        })
+        .on_with(
+            Reason::Create,
+            "kopfexamples",
+            "last_fn",
+            |_c: Cause| async {
+                Err::<(), _>(HandlerError::temporary("later", Duration::from_secs(1)))
+            },
+            kopf::Options::new().retries(1),
+        );
+    let running = Running::start(&server, op).await;
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    until_object(&api, "k", "the creation", |o| {
+        status_of(o, "ok_fn") == 1
+            && o.and_then(|o| o.metadata.annotations.as_ref())
+                .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
+    })
+    .await;
+    let mut seen = log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // Calls of different handlers may interleave; each handler's own entries stay in the
+    // order its call went back up the stack.
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    let entry =
+        |id: &str, place: &'static str, seen: &str| (id.to_string(), place, seen.to_string());
+    assert_eq!(
+        seen,
+        vec![
+            // The last allowed attempt fails temporarily: the handler's own outcome inside,
+            // Kopf's look-ahead makes it permanent outside the classification.
+            entry("last_fn", "around the handler", "temporary"),
+            entry("last_fn", "around the attempt", "permanent"),
+            entry("last_fn", "before the filters", "permanent"),
+            entry("ok_fn", "around the handler", "ok"),
+            entry("ok_fn", "around the attempt", "ok"),
+            entry("ok_fn", "before the filters", "ok"),
+        ]
     );
     running.stop().await;
 }

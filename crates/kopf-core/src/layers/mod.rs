@@ -1,54 +1,62 @@
-//! The per-handler middleware, as tower layers over the service that invokes a handler:
+//! The per-handler middleware, as tower layers over the service that invokes a handler.
+//! The facade (`kopf`) assembles them once per operator, with `tower::ServiceBuilder`, in
+//! this order (outermost first; the user layers' places in brackets):
 //!
 //! ```text
-//! Filter -> Events -> Progress -> [user layers] -> Retry -> Timeout -> Invoke
+//! [before filters] -> Filter -> Events -> Progress -> Rejected -> [around the attempt]
+//!     -> Classify -> [around the handler] -> Timeout -> Invoke
 //! ```
 //!
 //! * [`FilterLayer`] skips handlers whose label/annotation/`when` filters do not match;
 //! * [`EventsLayer`] turns failures (and, if enabled, successes) into Kubernetes Events;
 //! * [`ProgressLayer`] turns the outcome into the handler's next progress record;
-//! * user layers ([`Stack::layer`]) see every attempt with its classified outcome;
-//! * [`RetryLayer`] applies the retry limit and the timeout between attempts (with Kopf's
-//!   look-ahead), and classifies arbitrary errors by the handler's errors mode;
+//! * [`RejectedLayer`] answers for a handler whose last result the API server rejected:
+//!   that rejection is its attempt (the layers below are not involved);
+//! * [`ClassifyLayer`] classifies the outcome under Kopf's retry rules: the retry limit and
+//!   the timeout between attempts (with Kopf's look-ahead), arbitrary errors by the
+//!   handler's errors mode. It does not retry: the next attempt is a later cycle's;
 //! * [`TimeoutLayer`] cancels an async handler at its deadline;
 //! * [`Invoke`] runs the handler in its own task (a panic stays an error of that handler).
 //!
-//! One level up, the [`FinalizerLayer`] wraps a whole processing cycle of an object: it adds
-//! the finalizer when handlers need it and removes it once deletion is handled.
+//! Above [`ProgressLayer`] a service answers an [`Attempt`] ([`AttemptService`]); below it,
+//! a [`CallOutcome`] ([`HandlerService`]). Each layer is tested alone against a fake inner
+//! service; [`Stack`] holds the assembled service for the processing cycle, daemons, timers
+//! and activities ([`Stack::framework`] is the same order without user layers).
 //!
-//! Each layer is tested alone against a fake inner service; [`Stack`] builds the per-handler
-//! stack the processing cycle uses.
+//! The operator's finalizer is not a layer: it is a step around the whole cycle of an object
+//! ([`crate::finalizers::around_cycle`]).
 
+mod classify;
 mod events;
 mod filter;
-mod finalizer;
 mod invoke;
 mod progress;
-mod retry;
+mod rejected;
 mod timeout;
 
+pub use classify::{Classify, ClassifyLayer};
 pub use events::{Events, EventsLayer};
 pub use filter::{Filter, FilterLayer};
-pub use finalizer::{Finalizer, FinalizerLayer, RequiresFinalizer};
 pub use invoke::{EndGrace, GraceOver, Invoke};
 pub use progress::{Progress, ProgressLayer, retrying};
-pub use retry::{Retry, RetryLayer};
+pub use rejected::{Rejected, RejectedLayer};
 pub use timeout::{Timeout, TimeoutLayer};
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use tower::util::BoxCloneService;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 use crate::events::EventSpec;
 use crate::handler::error::HandlerError;
 use crate::handler::spec::{Cause, HandlerSpec};
 use crate::progress::{ProgressRecord, parse_time};
+use rejected::Rejection;
 
 /// One call of one handler.
 #[derive(Clone)]
@@ -159,70 +167,89 @@ impl Attempt {
     }
 }
 
-/// The type-erased service user layers wrap: a handler call to its outcome.
+/// The type-erased service of the layers below the classification's place: a handler call
+/// to its outcome. User layers around the attempt and around the handler wrap it.
 pub type HandlerService = BoxCloneService<HandlerCall, CallOutcome, Infallible>;
 
-type UserLayer = Arc<dyn Fn(HandlerService) -> HandlerService + Send + Sync>;
+/// The type-erased service of the layers above the progress record's place: a handler call
+/// to its [`Attempt`]. User layers before the filters wrap it, and the whole stack is one.
+pub type AttemptService = BoxCloneService<HandlerCall, Attempt, Infallible>;
 
-/// The per-handler stack: the framework's layers around the user's own.
+/// The per-handler stack, assembled once (by the facade, `kopf`, with its user layers; or
+/// with the framework's layers alone, [`Stack::framework`]) and held by whoever calls
+/// handlers: the processor of each resource, daemons and timers, activities. A call clones
+/// the assembled service; nothing is built per call.
 ///
 /// ```
-/// use kopf_core::layers::{HandlerCall, HandlerService, Stack};
-/// use tower::ServiceExt;
+/// # async fn demo() {
+/// use kopf_core::causes::Reason;
+/// use kopf_core::handler::{Cause, HandlerSpec};
+/// use kopf_core::layers::{Attempt, HandlerCall, Stack};
+/// use serde_json::json;
 ///
-/// // A user layer that logs every attempt's outcome.
-/// let stack = Stack::default().layer(tower::layer::layer_fn(|inner: HandlerService| {
-///     tower::service_fn(move |call: HandlerCall| {
-///         let id = call.spec.id.clone();
-///         let inner = inner.clone();
-///         async move {
-///             let outcome = inner.oneshot(call).await?;
-///             tracing::info!(handler = %id, ok = outcome.result.is_ok(), "attempt");
-///             Ok(outcome)
-///         }
-///     })
-/// }));
-/// # let _ = stack;
+/// let stack = Stack::framework(false);
+/// let spec = HandlerSpec::new("h", None, |_c: Cause| async { Ok(Some(json!(1))) });
+/// let call = HandlerCall {
+///     spec,
+///     cause: Cause::for_body(Reason::Create, json!({"metadata": {"name": "x"}})),
+///     record: Default::default(),
+///     now: jiff::Timestamp::now(),
+/// };
+/// assert!(matches!(stack.call(call).await, Attempt::Done { retry_in: None, .. }));
+/// # }
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Stack {
-    user: Vec<UserLayer>,
+    /// The assembled stack. Behind a lock because a boxed service is `Send` but not `Sync`;
+    /// the lock is held only to clone it.
+    service: Arc<Mutex<AttemptService>>,
     success_events: bool,
 }
 
 impl std::fmt::Debug for Stack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stack")
-            .field("user_layers", &self.user.len())
             .field("success_events", &self.success_events)
-            .finish()
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Stack {
+    /// The framework's layers alone, without success events.
+    fn default() -> Self {
+        Stack::framework(false)
     }
 }
 
 impl Stack {
-    /// Adds a user layer; the first added is the outermost of the user layers. They sit
-    /// between the progress layer and the retry layer, so they see every attempt with its
-    /// classified outcome (temporary with a delay, permanent, or success).
-    pub fn layer<L>(mut self, layer: L) -> Self
+    /// A stack of an assembled service. `success_events` says whether the service's
+    /// [`EventsLayer`] posts success events (the cycle then also posts a parent's success
+    /// once all its sub-handlers have succeeded).
+    pub fn new<S>(service: S, success_events: bool) -> Self
     where
-        L: Layer<HandlerService> + Send + Sync + 'static,
-        L::Service: Service<HandlerCall, Response = CallOutcome, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        <L::Service as Service<HandlerCall>>::Future: Send + 'static,
+        S: Service<HandlerCall, Response = Attempt, Error = Infallible> + Clone + Send + 'static,
+        S::Future: Send + 'static,
     {
-        self.user.push(Arc::new(move |inner| {
-            BoxCloneService::new(layer.layer(inner))
-        }));
-        self
+        Stack {
+            service: Arc::new(Mutex::new(BoxCloneService::new(service))),
+            success_events,
+        }
     }
 
-    /// Post a `Normal` event when a handler succeeds (off by default: Kopf's "succeeded"
-    /// events are a known source of API load).
-    pub fn success_events(mut self, on: bool) -> Self {
-        self.success_events = on;
-        self
+    /// The framework's layers alone, with no user layer, in the order the facade (`kopf`)
+    /// documents for its stack: Filter, Events, Progress, Rejected, Classify, Timeout,
+    /// Invoke. For the I/O-free core used without the facade (its tests, engines built
+    /// directly).
+    pub fn framework(success_events: bool) -> Self {
+        let service = tower::ServiceBuilder::new()
+            .layer(FilterLayer)
+            .layer(EventsLayer::new(success_events))
+            .layer(ProgressLayer)
+            .layer(RejectedLayer)
+            .layer(ClassifyLayer)
+            .layer(TimeoutLayer)
+            .service(Invoke);
+        Stack::new(service, success_events)
     }
 
     /// Whether success events are on.
@@ -234,41 +261,23 @@ impl Stack {
     /// schema refused it): the handler is not called again; its attempt fails with
     /// `message` and is classified by its errors mode (retried after its backoff, failed for
     /// good, or ignored), with its events and its next progress record, as if it had
-    /// returned that error. User layers are not involved: the handler did not run now.
-    pub async fn reject(&self, call: HandlerCall, message: String) -> Attempt {
-        let inner = tower::service_fn(move |_call: HandlerCall| {
-            let message = message.clone();
-            async move { Ok::<_, Infallible>(CallOutcome::of(Err(HandlerError::other(message)))) }
-        });
-        let svc = tower::ServiceBuilder::new()
-            .layer(FilterLayer)
-            .layer(EventsLayer::new(self.success_events))
-            .layer(ProgressLayer)
-            .layer(RetryLayer)
-            .service(inner);
-        let span = handler_span(&call);
-        let attempt = match svc.oneshot(call).instrument(span.clone()).await {
-            Ok(a) => a,
-            Err(never) => match never {},
-        };
-        record_attempt(&span, &attempt);
-        attempt
+    /// returned that error (see [`RejectedLayer`]). The layers below the rejection's place
+    /// (user layers around the attempt or the handler) are not involved: the handler did
+    /// not run now.
+    pub async fn reject(&self, mut call: HandlerCall, message: String) -> Attempt {
+        call.cause.extensions.insert(Rejection(message));
+        self.call(call).await
     }
 
     /// Runs one call through the whole stack.
     pub async fn call(&self, call: HandlerCall) -> Attempt {
-        let mut inner: HandlerService =
-            BoxCloneService::new(RetryLayer.layer(TimeoutLayer.layer(Invoke)));
-        for layer in self.user.iter().rev() {
-            inner = layer(inner);
-        }
-        let svc = tower::ServiceBuilder::new()
-            .layer(FilterLayer)
-            .layer(EventsLayer::new(self.success_events))
-            .layer(ProgressLayer)
-            .service(inner);
+        let service = self
+            .service
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let span = handler_span(&call);
-        let attempt = match svc.oneshot(call).instrument(span.clone()).await {
+        let attempt = match service.oneshot(call).instrument(span.clone()).await {
             Ok(a) => a,
             Err(never) => match never {},
         };
@@ -383,37 +392,108 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// A layer that counts the calls that reach it.
+    fn counting(
+        seen: Arc<AtomicUsize>,
+    ) -> impl tower::Layer<HandlerService, Service = HandlerService> + Clone {
+        tower::layer::layer_fn(move |inner: HandlerService| {
+            let seen = seen.clone();
+            BoxCloneService::new(tower::service_fn(move |call: HandlerCall| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                inner.clone().oneshot(call)
+            }))
+        })
+    }
+
     #[tokio::test]
-    async fn user_layers_see_every_attempt_in_order() {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-        let counter = Arc::new(AtomicUsize::new(0));
-        let log = |name: &'static str, seen: Arc<std::sync::Mutex<Vec<String>>>| {
-            tower::layer::layer_fn(move |inner: HandlerService| {
-                let seen = seen.clone();
-                tower::service_fn(move |call: HandlerCall| {
-                    seen.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(name.into());
-                    inner.clone().oneshot(call)
-                })
-            })
-        };
-        let c = counter.clone();
-        let stack = Stack::default()
-            .layer(log("outer", seen.clone()))
-            .layer(log("inner", seen.clone()));
+    async fn a_call_and_a_rejection_go_through_the_one_assembled_service() {
+        let below = Arc::new(AtomicUsize::new(0));
+        let called = Arc::new(AtomicUsize::new(0));
+        let c = called.clone();
+        let stack = Stack::new(
+            tower::ServiceBuilder::new()
+                .layer(FilterLayer)
+                .layer(EventsLayer::new(false))
+                .layer(ProgressLayer)
+                .layer(RejectedLayer)
+                .layer(counting(below.clone()))
+                .layer(BoxCloneService::layer())
+                .layer(ClassifyLayer)
+                .service(Invoke),
+            false,
+        );
         let handler = HandlerSpec::new("h", None, move |_c: Cause| {
             c.fetch_add(1, Ordering::SeqCst);
             async { Ok(Some(json!("ok"))) }
         });
         let attempt = stack
-            .call(call_with(handler, ProgressRecord::default()))
+            .call(call_with(handler.clone(), ProgressRecord::default()))
             .await;
         assert!(matches!(attempt, Attempt::Done { retry_in: None, .. }));
-        assert_eq!(counter.load(Ordering::SeqCst), 1);
+        assert_eq!(called.load(Ordering::SeqCst), 1);
+        assert_eq!(below.load(Ordering::SeqCst), 1);
+        let rejected = stack
+            .reject(
+                call_with(handler, ProgressRecord::default()),
+                "status.x: Invalid value".into(),
+            )
+            .await;
+        let Attempt::Done {
+            outcome, retry_in, ..
+        } = rejected
+        else {
+            panic!("not done")
+        };
+        assert_eq!(retry_in, Some(Duration::from_secs(60)), "its backoff");
         assert_eq!(
-            *seen.lock().unwrap_or_else(|e| e.into_inner()),
-            vec!["outer".to_string(), "inner".to_string()]
+            outcome.events,
+            vec![EventSpec::warning(
+                "Logging",
+                "Handler 'h' failed temporarily: status.x: Invalid value"
+            )],
+            "the events above the rejection's place see it"
         );
+        assert_eq!(
+            called.load(Ordering::SeqCst),
+            1,
+            "the handler is not called"
+        );
+        assert_eq!(below.load(Ordering::SeqCst), 1, "nor the layers below");
+    }
+
+    #[tokio::test]
+    async fn the_framework_stack_skips_classifies_and_records() {
+        let stack = Stack::framework(true);
+        let mut filtered = spec();
+        filtered.labels = vec![(
+            "a".into(),
+            crate::handler::MetaFilter::Value("other".into()),
+        )];
+        let skipped = stack
+            .call(call_with(filtered, ProgressRecord::default()))
+            .await;
+        assert!(matches!(skipped, Attempt::Skipped));
+        let mut failing = HandlerSpec::new("f", None, |_c: Cause| async {
+            Err(HandlerError::other("boom"))
+        });
+        failing.errors = crate::handler::ErrorsMode::Permanent;
+        let Attempt::Done {
+            outcome, record, ..
+        } = stack
+            .call(call_with(failing, ProgressRecord::default()))
+            .await
+        else {
+            panic!("not done")
+        };
+        assert_eq!(outcome.result, Err(HandlerError::permanent("boom")));
+        assert_eq!(record.failure, Some(true));
+        assert_eq!(outcome.events.len(), 1);
+        let Attempt::Done { outcome, .. } = stack
+            .call(call_with(spec(), ProgressRecord::default()))
+            .await
+        else {
+            panic!("not done")
+        };
+        assert_eq!(outcome.events, vec![EventSpec::success("h")]);
     }
 }

@@ -88,7 +88,7 @@ impl Operator {
         kopf_core::activities::ActivityContext {
             memo: kopf_core::memo::Memos::operator(Arc::new(self.memo.clone())),
             extensions,
-            stack: self.stack.clone(),
+            stack: self.stack.build(None),
         }
     }
 }

@@ -7,13 +7,14 @@ mod conditions;
 mod connect;
 mod reconcile;
 mod resource_handlers;
+mod stack;
 #[cfg(feature = "admission")]
 mod webhooks;
 
 use std::time::Duration;
 
 use kopf_core::handler::{HandlerSpec, Options};
-use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
+use kopf_core::layers::{Attempt, AttemptService, CallOutcome, HandlerCall, HandlerService};
 use kopf_core::metrics::Metrics;
 use kopf_core::processing::{Lifecycle, Persistence};
 use kopf_core::progress::{ProgressLocation, ProgressStorage};
@@ -21,6 +22,7 @@ use kopf_diff::essence::DiffBaseLocation;
 use kopf_watch::Selector;
 
 pub use reconcile::Reconciler;
+pub(crate) use stack::StackLayers;
 
 use crate::{cli, client, login};
 
@@ -63,7 +65,8 @@ pub struct Operator {
     /// Whether the progress storage was chosen ([`progress_storage`](Self::progress_storage),
     /// [`persistence`](Self::persistence)); if not, it follows the diff-base's.
     pub(crate) progress_set: bool,
-    pub(crate) stack: kopf_core::layers::Stack,
+    /// The user layers of the handler stack, assembled when the operator starts.
+    pub(crate) stack: StackLayers,
     pub(crate) memo: kopf_core::memo::MemoSeed,
     pub(crate) wait_for_resources: bool,
     pub(crate) gate: kopf_core::gate::Gate,
@@ -107,7 +110,7 @@ impl Default for Operator {
             settings: kopf_watch::Settings::default(),
             persistence: Persistence::default(),
             progress_set: false,
-            stack: kopf_core::layers::Stack::default(),
+            stack: StackLayers::default(),
             memo: kopf_core::memo::MemoSeed::default(),
             wait_for_resources: false,
             gate: kopf_core::gate::Gate::open(),
@@ -381,8 +384,30 @@ impl Operator {
         self
     }
 
-    /// Adds a tower layer around every handler call (metrics, tracing, auth...). It sees
-    /// each attempt with its classified outcome; see [`kopf_core::layers::Stack::layer`].
+    /// Adds a tower layer around every handler attempt (metrics, tracing, auth...): it sees
+    /// each attempt with its classified outcome (temporary with its delay, permanent, or
+    /// success), after the filters and before the errors mode's classification is made
+    /// final. A handler whose last result the API server rejected does not reach it. The
+    /// first added is the outermost. The places and the whole order of the handler stack:
+    /// `docs/handlers.md` ("The handler stack").
+    ///
+    /// ```
+    /// use kopf::{HandlerCall, HandlerService, Operator};
+    /// use tower::ServiceExt;
+    ///
+    /// let operator = Operator::new().layer(tower::layer::layer_fn(|inner: HandlerService| {
+    ///     tower::service_fn(move |call: HandlerCall| {
+    ///         let id = call.spec.id.clone();
+    ///         let inner = inner.clone();
+    ///         async move {
+    ///             let outcome = inner.oneshot(call).await?;
+    ///             kopf::tracing::info!(handler = %id, ok = outcome.result.is_ok(), "attempt");
+    ///             Ok(outcome)
+    ///         }
+    ///     })
+    /// }));
+    /// # let _ = operator;
+    /// ```
     pub fn layer<L>(mut self, layer: L) -> Self
     where
         L: tower::Layer<HandlerService> + Send + Sync + 'static,
@@ -392,13 +417,45 @@ impl Operator {
             + 'static,
         <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
     {
-        self.stack = self.stack.layer(layer);
+        self.stack.around_attempt(layer);
+        self
+    }
+
+    /// Adds a tower layer before the handler stack's filters: it sees every call, those the
+    /// filters skip ([`Attempt::Skipped`]) and rejected results too, and its [`Attempt`]
+    /// with the events and the next progress record. The first added is the outermost.
+    pub fn layer_before_filters<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<AttemptService> + Send + Sync + 'static,
+        L::Service: tower::Service<HandlerCall, Response = Attempt, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
+    {
+        self.stack.before_filters(layer);
+        self
+    }
+
+    /// Adds a tower layer around the handler itself: inside the classification, outside
+    /// the timeout, it sees the handler's own outcome (an arbitrary error before the errors
+    /// mode makes it temporary, permanent or ignored). The first added is the outermost.
+    pub fn layer_around_handler<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<HandlerService> + Send + Sync + 'static,
+        L::Service: tower::Service<HandlerCall, Response = CallOutcome, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
+    {
+        self.stack.around_handler(layer);
         self
     }
 
     /// Post a `Normal` event each time a handler succeeds (off by default).
     pub fn success_events(mut self, on: bool) -> Self {
-        self.stack = self.stack.success_events(on);
+        self.stack.success_events(on);
         self
     }
 

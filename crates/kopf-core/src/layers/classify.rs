@@ -1,6 +1,10 @@
-//! Retry limits and timeouts between attempts, and the classification of arbitrary errors by
-//! the handler's errors mode — with Kopf's look-ahead: an attempt that fails temporarily
-//! fails for good at once when its next attempt would exceed the retry limit or the timeout.
+//! Classifies one attempt under Kopf's retry rules: the retry limit and the timeout between
+//! attempts, and arbitrary errors by the handler's errors mode, with Kopf's look-ahead (an
+//! attempt that fails temporarily fails for good at once when its next attempt would exceed
+//! the retry limit or the timeout).
+//!
+//! It does not retry: a temporary outcome goes into the handler's progress record, and the
+//! next attempt is a later cycle's (or, for daemons, timers and activities, their loop's).
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -12,32 +16,33 @@ use super::{CallOutcome, HandlerCall};
 use crate::handler::error::{ErrorsMode, HandlerError};
 use crate::handler::spec::BoxFuture;
 
-/// Applies `retries`, `timeout` and the errors mode of the handler.
+/// Classifies the attempt by the handler's `retries`, `timeout` and errors mode: temporary
+/// (with the delay until the next attempt), permanent, or success.
 ///
 /// ```
-/// use kopf_core::layers::{Invoke, RetryLayer, TimeoutLayer};
+/// use kopf_core::layers::{ClassifyLayer, Invoke, TimeoutLayer};
 /// use tower::Layer;
 ///
-/// let service = RetryLayer.layer(TimeoutLayer.layer(Invoke));
+/// let service = ClassifyLayer.layer(TimeoutLayer.layer(Invoke));
 /// # let _ = service;
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RetryLayer;
+pub struct ClassifyLayer;
 
-/// The service of [`RetryLayer`].
+/// The service of [`ClassifyLayer`].
 #[derive(Debug, Clone)]
-pub struct Retry<S> {
+pub struct Classify<S> {
     inner: S,
 }
 
-impl<S> Layer<S> for RetryLayer {
-    type Service = Retry<S>;
-    fn layer(&self, inner: S) -> Retry<S> {
-        Retry { inner }
+impl<S> Layer<S> for ClassifyLayer {
+    type Service = Classify<S>;
+    fn layer(&self, inner: S) -> Classify<S> {
+        Classify { inner }
     }
 }
 
-impl<S> Service<HandlerCall> for Retry<S>
+impl<S> Service<HandlerCall> for Classify<S>
 where
     S: Service<HandlerCall, Response = CallOutcome, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
@@ -145,7 +150,7 @@ mod tests {
         let mut s = spec();
         s.retries = Some(3);
         let out = run(
-            RetryLayer.layer(fake(Ok(None))),
+            ClassifyLayer.layer(fake(Ok(None))),
             call_with(s.clone(), attempt(3)),
         )
         .await;
@@ -154,7 +159,7 @@ mod tests {
         );
         s.backoff = Duration::from_secs(7);
         let out = run(
-            RetryLayer.layer(fake(Err(HandlerError::other("x")))),
+            ClassifyLayer.layer(fake(Err(HandlerError::other("x")))),
             call_with(s.clone(), attempt(0)),
         )
         .await;
@@ -168,14 +173,14 @@ mod tests {
         );
         s.errors = ErrorsMode::Ignored;
         let out = run(
-            RetryLayer.layer(fake(Err(HandlerError::other("x")))),
+            ClassifyLayer.layer(fake(Err(HandlerError::other("x")))),
             call_with(s.clone(), attempt(0)),
         )
         .await;
         assert_eq!(out.result, Ok(None));
         s.errors = ErrorsMode::Permanent;
         let out = run(
-            RetryLayer.layer(fake(Err(HandlerError::other("x")))),
+            ClassifyLayer.layer(fake(Err(HandlerError::other("x")))),
             call_with(s, attempt(0)),
         )
         .await;
@@ -188,7 +193,7 @@ mod tests {
         let mut s = spec();
         s.retries = Some(2);
         let out = run(
-            RetryLayer.layer(fake(Err(HandlerError::temporary(
+            ClassifyLayer.layer(fake(Err(HandlerError::temporary(
                 "later",
                 Duration::from_secs(1),
             )))),
@@ -203,7 +208,7 @@ mod tests {
         );
         // A first attempt is still retried.
         let out = run(
-            RetryLayer.layer(fake(Err(HandlerError::other("boom")))),
+            ClassifyLayer.layer(fake(Err(HandlerError::other("boom")))),
             call_with(s.clone(), attempt(0)),
         )
         .await;
@@ -213,7 +218,7 @@ mod tests {
         s.timeout = Some(Duration::from_secs(30));
         s.backoff = Duration::from_secs(60);
         let out = run(
-            RetryLayer.layer(fake(Err(HandlerError::other("boom")))),
+            ClassifyLayer.layer(fake(Err(HandlerError::other("boom")))),
             call_with(s, attempt(0)),
         )
         .await;
