@@ -244,7 +244,7 @@ pub(crate) fn parse_args(attr: TokenStream, kind: Kind) -> syn::Result<Args> {
                     }
                 };
                 args.options
-                    .push(quote!(.errors(::kopf::ErrorsMode::#variant)));
+                    .push(quote!(.errors(::kopf::__private::ErrorsMode::#variant)));
             }
             "when" => args.options.push(quote!(.when(#value))),
             "regex" => {

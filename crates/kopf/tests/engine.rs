@@ -7,8 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf::{
-    Cause, HandlerCall, HandlerError, HandlerService, Memo, Operator, ProgressStorage, Reason,
-    Retry, Selector, TemporaryError,
+    Cause, HandlerError, Operator, Reason, Selector, TemporaryError,
+    handler::{Memo, Retry},
+    layers::{HandlerCall, HandlerService},
+    persistence::ProgressStorage,
 };
 use kopf_testing::{FaultRule, RequestPattern};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -461,7 +463,7 @@ async fn an_expired_watch_relists_and_keeps_serving() {
 async fn kopfs_one_handler_per_cycle_runs_each_handler_once() {
     let server = server().await;
     let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
-    let mut op = Operator::new().lifecycle(kopf::Lifecycle::Asap);
+    let mut op = Operator::new().lifecycle(kopf::persistence::Lifecycle::Asap);
     for id in ["a_fn", "b_fn", "c_fn"] {
         let calls = calls.clone();
         op = op.on_create("kopfexamples", id, move || {
@@ -503,7 +505,7 @@ async fn a_write_that_comes_back_later_than_the_consistency_timeout_is_read_not_
     let server = server().await;
     let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
     let mut op = Operator::new()
-        .lifecycle(kopf::Lifecycle::Asap)
+        .lifecycle(kopf::persistence::Lifecycle::Asap)
         .consistency_timeout(Duration::from_millis(300));
     for id in ["a_fn", "b_fn"] {
         let calls = calls.clone();
@@ -626,7 +628,7 @@ async fn the_touch_goes_where_the_progress_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_queue_gauge_returns_to_zero_when_everything_is_processed() {
     let server = server().await;
-    let metrics = kopf::Metrics::new();
+    let metrics = kopf::metrics::Metrics::new();
     let op = Operator::new()
         .metrics(metrics.clone())
         .on_create("kopfexamples", "create_fn", || async {

@@ -16,7 +16,7 @@ impl Operator {
     /// list it was computed from: other controllers' conditions are never clobbered.
     ///
     /// ```
-    /// use kopf::{ConditionStatus, Conditions, ConditionsSpec, HandlerError, Operator};
+    /// use kopf::{HandlerError, Operator, conditions::{ConditionStatus, Conditions, ConditionsSpec}};
     ///
     /// async fn create_fn(conditions: Conditions) -> Result<(), HandlerError> {
     ///     conditions.set("Provisioned", ConditionStatus::True, "Created", "the database exists")?;

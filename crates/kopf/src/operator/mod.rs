@@ -28,7 +28,7 @@ use crate::{cli, client, login};
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use kopf::{HandlerError, Name, Operator, Options, Reason, Spec, TimerOptions};
+/// use kopf::{HandlerError, Operator, Options, Reason, TimerOptions, handler::{Name, Spec}};
 /// use serde_json::{Value, json};
 ///
 /// async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
@@ -362,7 +362,7 @@ impl Operator {
     /// continued (it is read when the status has none); see `docs/persistence.md`.
     ///
     /// ```
-    /// use kopf::{DiffBaseLocation, Operator};
+    /// use kopf::{Operator, persistence::DiffBaseLocation};
     /// let operator = Operator::new().diff_base_storage(DiffBaseLocation::status());
     /// ```
     pub fn diff_base_storage(mut self, location: DiffBaseLocation) -> Self {
@@ -447,7 +447,7 @@ impl Operator {
     /// shutdown works while paused.
     ///
     /// ```
-    /// use kopf::{Gate, Operator};
+    /// use kopf::{Operator, peering::Gate};
     ///
     /// let (control, gate) = Gate::channel();
     /// let operator = Operator::new().gate(gate);
@@ -471,7 +471,7 @@ impl Operator {
     /// [`kopf::testing`](crate::testing) run standalone unless this was called.
     ///
     /// ```
-    /// use kopf::{Operator, PeeringSettings};
+    /// use kopf::{Operator, peering::PeeringSettings};
     ///
     /// // A development copy that pauses the deployed operators (priority 0) while it runs.
     /// let operator = Operator::new().peering(PeeringSettings::default().priority(666));
@@ -493,7 +493,7 @@ impl Operator {
     /// its options override these settings.
     ///
     /// ```
-    /// use kopf::{LeaderElection, Operator};
+    /// use kopf::{Operator, peering::LeaderElection};
     ///
     /// let operator = Operator::new().leader_election(LeaderElection::new("my-operator-leader"));
     /// # let _ = operator;
@@ -513,7 +513,7 @@ impl Operator {
     /// `--shards N` and the lease options override these settings.
     ///
     /// ```
-    /// use kopf::{Operator, Sharding};
+    /// use kopf::{Operator, peering::Sharding};
     ///
     /// let operator = Operator::new().sharding(Sharding::new("my-operator-shards", 4));
     /// # let _ = operator;

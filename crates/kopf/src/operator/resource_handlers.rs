@@ -32,7 +32,7 @@ impl Operator {
     /// (Kopf's `@kopf.on.create`); what it returns lands in `status.<id>`.
     ///
     /// ```
-    /// use kopf::{HandlerError, Operator, Selector, Spec};
+    /// use kopf::{HandlerError, Operator, Selector, handler::Spec};
     ///
     /// async fn create_fn(Spec(spec): Spec) -> Result<String, HandlerError> {
     ///     Ok(format!("created with {}", spec["field"]))
@@ -56,7 +56,7 @@ impl Operator {
     /// changed since the last handled state; `Diff`, `Old` and `New` tell what changed.
     ///
     /// ```
-    /// use kopf::{Diff, HandlerError, Operator};
+    /// use kopf::{HandlerError, Operator, handler::Diff};
     ///
     /// let operator = Operator::new().on_update("kopfexamples", "update_fn", |Diff(diff): Diff| async move {
     ///     Ok::<_, HandlerError>(format!("{} change(s)", diff.len()))
@@ -77,7 +77,7 @@ impl Operator {
     /// handler is registered with `Options::optional`).
     ///
     /// ```
-    /// use kopf::{HandlerError, Name, Operator};
+    /// use kopf::{HandlerError, Operator, handler::Name};
     ///
     /// let operator = Operator::new().on_delete("kopfexamples", "delete_fn", |Name(name): Name| async move {
     ///     kopf::tracing::info!("cleaning up after {name}");
@@ -118,7 +118,7 @@ impl Operator {
     /// Its id gets the field as a suffix: `<id>/<field>`; `Old` and `New` are the field's.
     ///
     /// ```
-    /// use kopf::{HandlerError, New, Old, Operator};
+    /// use kopf::{HandlerError, Operator, handler::{New, Old}};
     ///
     /// let operator = Operator::new().on_field("kopfexamples", "field_fn", "spec.size",
     ///     |Old(old): Old, New(new): New| async move {
@@ -166,7 +166,7 @@ impl Operator {
     /// given kind, and the [`Owner`](crate::Owner) argument names the owner to act on.
     ///
     /// ```
-    /// use kopf::{HandlerError, Operator, Options, Owner};
+    /// use kopf::{HandlerError, Operator, Options, handler::Owner};
     ///
     /// // Every change of a Pod whose controller is a TrainingJob, with the job's name.
     /// let operator = Operator::new().on_event_with(
@@ -199,7 +199,7 @@ impl Operator {
     /// regex stops the operator at its start, with the handler's id.
     ///
     /// ```
-    /// use kopf::{Captures, HandlerError, LogLine, Operator};
+    /// use kopf::{HandlerError, Operator, handler::{Captures, LogLine}};
     ///
     /// let operator = Operator::new().on_log(
     ///     "pods",
