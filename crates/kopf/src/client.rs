@@ -23,7 +23,7 @@
 //!
 //! Watch requests are never sent again here (the watch engine restarts its streams itself),
 //! and other answers (`404`, `409`, ...) go to the caller unchanged. kube's own hidden retry
-//! of the same failures is off in the operator's clients (see [`crate::client_config`]).
+//! of the same failures is off in the operator's clients (see [`crate::config::client_config`]).
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

@@ -29,7 +29,7 @@ impl JsonSchema for ConditionStatus {
     }
 
     fn schema_id() -> Cow<'static, str> {
-        "kopf::conditions::ConditionStatus".into()
+        "kopf::ConditionStatus".into()
     }
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
@@ -47,7 +47,7 @@ impl JsonSchema for Condition {
     }
 
     fn schema_id() -> Cow<'static, str> {
-        "kopf::conditions::Condition".into()
+        "kopf::Condition".into()
     }
 
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {

@@ -407,7 +407,7 @@ impl Operator {
         self
     }
 
-    /// An operator-wide memo value: each object gets its own copy, for [`Memo<T>`](crate::Memo) arguments.
+    /// An operator-wide memo value: each object gets its own copy, for [`Memo<T>`](crate::handler::Memo) arguments.
     pub fn memo<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.memo.insert(value);
         self
@@ -440,7 +440,7 @@ impl Operator {
     /// The operator's gate (default: always open), for peering or leader election to pause
     /// the operator: while the gate is paused, the operator sends no list or watch request
     /// for its resources, starts no handler cycle (one in progress finishes) and stops its
-    /// daemons and timers (their [`Stopped`](crate::Stopped) says
+    /// daemons and timers (their [`Stopped`](crate::handler::Stopped) says
     /// [`StopReason::OperatorPausing`](crate::StopReason::OperatorPausing)); when the gate
     /// opens, it lists every resource again and processes the objects as after a start
     /// (resume handlers, daemons and timers spawned again). Indexes keep their contents;
@@ -527,7 +527,7 @@ impl Operator {
     /// (default 70 s, as Kopf): it resumes from its last resourceVersion, without a relist.
     /// Applies to the clients the operator builds itself ([`main`](Self::main),
     /// [`run_with_args`](Self::run_with_args)); a client passed to
-    /// [`run_until`](Self::run_until) keeps its own read timeout (see [`client_config`](crate::client_config)).
+    /// [`run_until`](Self::run_until) keeps its own read timeout (see [`client_config`](crate::config::client_config)).
     pub fn inactivity_timeout(mut self, timeout: Duration) -> Self {
         self.inactivity_timeout = timeout;
         self
