@@ -153,16 +153,10 @@ pub fn count_root(lib: &str, macros: &[String]) -> Root {
         let stmt = strip_attributes(&stmt);
         if let Some(tree) = stmt.strip_prefix("pub use ") {
             let tree = tree.trim_end_matches(';').trim();
-            if !tree.contains("::") && !tree.contains('{') {
-                // `pub use tracing;`: a crate, re-exported whole.
-                root.modules.insert(tree.to_string());
-                continue;
-            }
-            // `pub use kopf_peering as peering;`: a crate under another name.
-            let is_crate_alias = tree
-                .split_once(" as ")
-                .is_some_and(|(path, _)| !path.contains("::") && !path.contains('{'));
-            if is_crate_alias {
+            // `pub use tracing;`, `pub use kopf_peering as peering;`: a crate, re-exported
+            // whole (under its name or another).
+            let path = tree.split(" as ").next().unwrap_or(tree);
+            if !path.contains("::") && !path.contains('{') {
                 let mut names = Vec::new();
                 use_names(tree, &mut names);
                 root.modules.extend(names);
