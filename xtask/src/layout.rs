@@ -13,6 +13,7 @@
 //!   (`kopf_core::layers::finalizer`, `apiserver::http`; a last segment may be an item of the
 //!   module) and every source file (`kopf-core/src/extract.rs`).
 //! * **The facade's doc examples name only `kopf::` paths** (see `docpaths.rs`).
+//! * **kopf's root stays small and its extractor list true** (see `api_surface.rs`).
 //!
 //! Every crate of the workspace is read (its `src/`); the report lists the circles, the long
 //! files and the missing names, and the command fails if there is any.
@@ -782,6 +783,7 @@ pub fn run() -> Result<()> {
         println!("  MISSING: ARCHITECTURE.md names `{m}`, which is not in the code (keep it true)");
     }
     failures += crate::docpaths::check(&root)?;
+    failures += crate::api_surface::check(&root)?;
     if failures > 0 {
         bail!("{failures} layout problem(s)");
     }

@@ -37,6 +37,7 @@
 //! meaningful numbers (`cargo xtask` runs a debug build unless told otherwise; the report
 //! says which).
 
+mod api_surface;
 mod bench;
 mod cargo;
 mod chaos;

@@ -7,7 +7,7 @@
 //! cargo run -p kopf-cli --example hello -- run --fake --apply examples/crd.yaml
 //! ```
 
-use kopf::{HandlerError, Name};
+use kopf::{HandlerError, handler::Name};
 
 #[kopf::on::create("kopfexamples")]
 async fn hello_fn(Name(name): Name) -> Result<String, HandlerError> {

@@ -201,7 +201,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
-            kopf::fake_apiserver(args).await?;
+            kopf::cli::fake_apiserver(args).await?;
             Ok(())
         }
     }

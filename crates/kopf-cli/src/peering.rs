@@ -84,7 +84,7 @@ pub struct PeersArgs {
 }
 
 async fn client() -> anyhow::Result<kube::Client> {
-    let config = kopf::client_config(None, Duration::from_secs(70))
+    let config = kopf::config::client_config(None, Duration::from_secs(70))
         .await
         .context("configuring the Kubernetes client")?;
     kube::Client::try_from(config).context("creating the Kubernetes client")

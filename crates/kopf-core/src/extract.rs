@@ -38,12 +38,13 @@ use crate::memo::Memo;
 
 pub use crate::handler::error::{PermanentError, TemporaryError};
 
-/// Builds a handler argument from the cause. A failure is a permanent error of the handler
+/// Builds a handler argument from the cause (the list of extractors, which the note below
+/// repeats, is `crates/kopf/src/extractors.md`; `cargo xtask layout` checks both). A failure is a permanent error of the handler
 /// (the object does not fit the type it asks for; retrying would not help).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a handler argument",
     label = "not an extractor",
-    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Owner, Owners, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, Index<K, V>, Indexes, Stopped, EventType, SubHandlers, Conditions, or the whole Cause"
+    note = "handler arguments are extractors: Spec<T>, Status<T>, Body, Meta, Name, Namespace, Uid, Owner, Owners, Labels, Annotations, Diff, Old<T>, New<T>, Reason, Retry, Started, Runtime, Patch, Events, Logger, Memo<T>, Index<K, V>, Indexes, Stopped, EventType, SubHandlers, Conditions, Client, LogLine, Captures, Operation, DryRun, UserInfo, SubResource, Warnings, or the whole Cause (the list: kopf::handler)"
 )]
 pub trait FromCause: Sized + Send + 'static {
     /// Extracts the value.

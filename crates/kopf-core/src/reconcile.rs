@@ -487,7 +487,7 @@ impl ReconcileContext {
     }
 
     /// Any handler extractor: `ctx.extract::<Memo<App>>()`, `ctx.extract::<Index<K, V>>()`,
-    /// `ctx.extract::<kopf::Client>()`...
+    /// `ctx.extract::<kopf::handler::Client>()`...
     pub fn extract<T: FromCause>(&self) -> Result<T, HandlerError> {
         T::from_cause(&self.cause)
     }

@@ -295,7 +295,7 @@ impl Args {
                     }
                 };
                 self.options
-                    .push(quote!(.errors(::kopf::ErrorsMode::#variant)));
+                    .push(quote!(.errors(::kopf::__private::ErrorsMode::#variant)));
             }
             _ => {
                 let d = seconds(key, &value)?;

@@ -23,7 +23,7 @@ fn parse_fn(item: TokenStream) -> syn::Result<ItemFn> {
 /// `IntoHandler::into_handler(name)`, spanned at the function's name so that a function
 /// that cannot be a handler is reported there.
 fn into_handler(name: &Ident) -> TokenStream2 {
-    quote_spanned!(name.span()=> ::kopf::IntoHandler::into_handler(#name))
+    quote_spanned!(name.span()=> ::kopf::__private::IntoHandler::into_handler(#name))
 }
 
 /// The expansion of an attribute of `kind` on `item`: the function and its registration,
@@ -88,16 +88,16 @@ impl Parts<'_> {
         let Parts { id, into, name, .. } = self;
         let reason = |r: &str| {
             let r = Ident::new(r, Span::call_site());
-            quote!(::kopf::HandlerSpec::from_arc(#id, ::core::option::Option::Some(::kopf::Reason::#r), #into))
+            quote!(::kopf::__private::HandlerSpec::from_arc(#id, ::core::option::Option::Some(::kopf::Reason::#r), #into))
         };
         match kind {
             Kind::Create => reason("Create"),
             Kind::Update => reason("Update"),
             Kind::Delete => reason("Delete"),
-            Kind::Resume => quote!(::kopf::HandlerSpec::resume_handler(#id, #into)),
+            Kind::Resume => quote!(::kopf::__private::HandlerSpec::resume_handler(#id, #into)),
             Kind::Field => {
                 let field = &args.field;
-                quote!(::kopf::HandlerSpec::field_handler(#id, #field, #into))
+                quote!(::kopf::__private::HandlerSpec::field_handler(#id, #field, #into))
             }
             Kind::Timer => {
                 let base = match &args.interval {
@@ -105,16 +105,16 @@ impl Parts<'_> {
                     None => quote!(::kopf::TimerOptions::default()),
                 };
                 let spawning = &args.spawning;
-                quote!(::kopf::HandlerSpec::timer(#id, #base #(#spawning)*, #into))
+                quote!(::kopf::__private::HandlerSpec::timer(#id, #base #(#spawning)*, #into))
             }
             Kind::Daemon => {
                 let spawning = &args.spawning;
-                quote!(::kopf::HandlerSpec::daemon(#id, ::kopf::DaemonOptions::new() #(#spawning)*, #into))
+                quote!(::kopf::__private::HandlerSpec::daemon(#id, ::kopf::DaemonOptions::new() #(#spawning)*, #into))
             }
             Kind::Index => {
                 quote_spanned!(name.span()=> ::kopf::registry::index_spec(#id, #name))
             }
-            _ => quote!(::kopf::HandlerSpec::event(#id, #into)),
+            _ => quote!(::kopf::__private::HandlerSpec::event(#id, #into)),
         }
     }
 
@@ -174,7 +174,7 @@ impl Parts<'_> {
                         #target,
                         #id,
                         #regex,
-                        |spec: ::kopf::LogSpec| spec #(#log)*,
+                        |spec: ::kopf::__private::LogSpec| spec #(#log)*,
                         #name,
                         ::kopf::Options::new() #(#options)*,
                     )
@@ -229,7 +229,7 @@ impl Parts<'_> {
             place,
             ..
         } = self;
-        let make = quote_spanned!(name.span()=> ::kopf::admission::Converter::new(#target, #name));
+        let make = quote_spanned!(name.span()=> ::kopf::__private::Converter::new(#target, #name));
         quote! {
             ::kopf::registry::ConverterRegistration {
                 crd: #target,
@@ -289,9 +289,9 @@ impl Parts<'_> {
             ::kopf::registry::WebhookRegistration {
                 resource: #target,
                 id: #id,
-                kind: ::kopf::admission::WebhookKind::#variant,
+                kind: ::kopf::__private::WebhookKind::#variant,
                 make: || #into,
-                options: || ::kopf::WebhookOptions::new() #(#options)*,
+                options: || ::kopf::__private::WebhookOptions::new() #(#options)*,
                 #place
             }
         }

@@ -253,7 +253,7 @@ pub fn mutate(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// * `owns = ["configmaps", "deployments.apps"]` (or one string): objects of these
 ///   resources whose ownerReferences name an object trigger its reconcile;
 /// * `watches("secrets" = secret_owners)`: objects of these resources trigger the
-///   reconcile of the objects their mapper, a `fn(&T) -> Vec<kopf::ObjectRef>`, names;
+///   reconcile of the objects their mapper, a `fn(&T) -> Vec<kopf::reconcile::ObjectRef>`, names;
 /// * `cleanup = remove_children`: an `async fn(Arc<K>, ReconcileContext) -> Result<(), E>`
 ///   run when an object is deleted, behind the operator's finalizer;
 /// * `debounce = "500ms"`, `timeout = 30`: durations, as seconds (integers or floats) or

@@ -24,7 +24,7 @@ pub(crate) fn option(key: &Ident, name: &str, given: Given) -> syn::Result<Token
         ("watches", _) => {
             return Err(syn::Error::new_spanned(
                 key,
-                "`watches` takes a list of resources and their mappers: watches(\"secrets\" = secret_owners), where `fn secret_owners(secret: &T) -> Vec<kopf::ObjectRef>`",
+                "`watches` takes a list of resources and their mappers: watches(\"secrets\" = secret_owners), where `fn secret_owners(secret: &T) -> Vec<kopf::reconcile::ObjectRef>`",
             ));
         }
         (_, Given::Value(v)) => v,
@@ -125,7 +125,7 @@ fn backoff(key: &Ident, value: &Expr) -> syn::Result<TokenStream2> {
         ));
     }
     let (base, max) = (duration_tokens(base), duration_tokens(max));
-    Ok(quote!(.backoff(::kopf::Backoff::exponential(#base, #max))))
+    Ok(quote!(.backoff(::kopf::__private::Backoff::exponential(#base, #max))))
 }
 
 fn owns_error(at: &Expr) -> syn::Error {

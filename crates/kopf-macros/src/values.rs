@@ -76,15 +76,15 @@ pub(crate) fn operation(lit: &LitStr) -> syn::Result<TokenStream2> {
             ));
         }
     };
-    Ok(quote!(.operation(::kopf::Operation::#variant)))
+    Ok(quote!(.operation(::kopf::__private::Operation::#variant)))
 }
 
 /// `present`, `absent`, a literal, or any expression (a predicate function).
 pub(crate) fn filter(value: &Expr, meta: bool) -> TokenStream2 {
     let ty = if meta {
-        quote!(::kopf::MetaFilter)
+        quote!(::kopf::__private::MetaFilter)
     } else {
-        quote!(::kopf::FieldFilter)
+        quote!(::kopf::__private::FieldFilter)
     };
     if let Expr::Path(p) = value
         && let Some(ident) = p.path.get_ident()

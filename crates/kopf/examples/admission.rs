@@ -16,10 +16,7 @@
 //! Service (`WebhookServer::service`) with a certificate (`run --webhook-cert/--webhook-key`),
 //! or give a host name the API server can reach (`run --webhook-host`).
 
-use kopf::{
-    AdmissionError, DryRun, Name, Operation, Operator, Patch, Spec, UserInfo, Warnings,
-    WebhookOptions,
-};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 /// Rejects objects without `spec.field`; warns when `spec.items` is empty.

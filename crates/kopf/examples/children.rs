@@ -6,7 +6,7 @@
 //! KUBECONFIG=<the path in the banner> kubectl get configmaps
 //! ```
 
-use kopf::{Body, Client, HandlerError, Operator, Spec};
+use kopf::prelude::*;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};

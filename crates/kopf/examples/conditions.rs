@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use kopf::{ConditionStatus, Conditions, ConditionsSpec, HandlerError, Name, Operator};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 /// The steps of the (pretend) provisioning.

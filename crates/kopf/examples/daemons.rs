@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use kopf::{Client, DaemonOptions, HandlerError, Logger, Name, Namespace, Operator, Stopped};
+use kopf::prelude::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;

@@ -5,7 +5,7 @@
 //! cargo run --example decorated -- run --fake
 //! ```
 
-use kopf::{HandlerError, Name, New, Old, Spec};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 #[kopf::on::create("kopfexamples")]

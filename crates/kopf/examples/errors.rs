@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use kopf::{HandlerError, Operator, Options, PermanentError, Reason, Retry, TemporaryError};
+use kopf::prelude::*;
 
 /// Succeeds on the third attempt; the progress annotation keeps the count meanwhile.
 async fn eventually_fn(Retry(retry): Retry) -> Result<String, TemporaryError> {

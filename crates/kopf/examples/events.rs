@@ -8,7 +8,7 @@
 //! KUBECONFIG=<the path in the banner> kubectl get events
 //! ```
 
-use kopf::{Events, HandlerError, Name, Operator, Spec};
+use kopf::prelude::*;
 
 async fn create_fn(Name(name): Name, events: Events) -> Result<(), HandlerError> {
     events.info("Greeting", format!("Hello, {name}!"));

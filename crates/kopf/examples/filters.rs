@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use kopf::{HandlerError, MetaFilter, Name, New, Old, Operator, Options, Reason};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 async fn matched(Name(name): Name) -> Result<Value, HandlerError> {

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use kopf::{HandlerError, Operator, Spec};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 /// `30s`, `2m`, `1h` or plain seconds.

@@ -6,7 +6,7 @@
 //! KUBECONFIG=<the path in the banner> kubectl delete kex kopf-example-1
 //! ```
 
-use kopf::{Diff, HandlerError, Name, New, Old, Operator, Reason, Spec};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 async fn create_fn(Name(name): Name, Spec(spec): Spec) -> Result<Value, HandlerError> {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use kopf::{HandlerError, Index, Name, Operator, Spec};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 /// `spec.field` → the object's name (objects without a field are not indexed).

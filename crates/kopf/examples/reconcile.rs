@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kopf::{Action, Client, HandlerError, Operator, ReconcileContext, Reconciler};
+use kopf::prelude::*;
 use kube::api::{Api, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::json;

@@ -10,10 +10,7 @@
 
 use std::time::Duration;
 
-use kopf::{
-    HandlerError, Name, New, Old, Operator, Options, Reason, Retry, Spec, SubHandlers,
-    TemporaryError,
-};
+use kopf::prelude::*;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

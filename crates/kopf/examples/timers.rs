@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use kopf::{HandlerError, Logger, Memo, Operator, Spec, TimerOptions};
+use kopf::prelude::*;
 use serde_json::{Value, json};
 
 /// How many times `tick` ran for an object (each object has its own copy).

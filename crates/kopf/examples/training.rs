@@ -15,10 +15,7 @@
 
 use std::path::PathBuf;
 
-use kopf::{
-    Body, Captures, Client, HandlerError, LogLine, LogSpec, MetaFilter, Operator, Options, Owner,
-    Spec,
-};
+use kopf::prelude::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};

@@ -73,6 +73,11 @@ use parse::*;
 pub use storage::Storage;
 pub use tools::{CrdArgs, CrdOutput, OlmArgs, RbacArgs};
 
+// What the commands do, for the `kopf` command and tools that run them in-process.
+pub use crate::fake::fake_apiserver;
+pub use crate::olm::validate_bundle;
+pub use crate::rbac::{RbacCheck, RbacReport};
+
 /// The version of kopf-rs the operator is built with.
 pub const KOPF_VERSION: &str = env!("CARGO_PKG_VERSION");
 

@@ -24,7 +24,7 @@
 //!
 //! Watch requests are never sent again (the watch engine restarts its streams itself), and
 //! other answers (`404`, `409`, ...) go to the caller unchanged. kube's own hidden retry of
-//! the same failures is off in the operator's clients (see [`crate::client_config`]).
+//! the same failures is off in the operator's clients (see [`crate::config::client_config`]).
 //!
 //! The operator's stop ([`Stop`]) ends the client's own waits: a request held by the rate
 //! limit goes at once (requests are not paced any more once the operator stops), a retry's

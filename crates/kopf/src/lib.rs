@@ -7,15 +7,14 @@
 //! `status.<handler-id>` and progress in annotations — with at most one PATCH per endpoint
 //! per processing cycle.
 //!
-//! Handler arguments are extractors (the axum pattern): `Spec<T>`, `Status<T>`, `Body`,
-//! `Meta`, `Name`, `Namespace`, `Uid`, `Labels`, `Annotations`, `Diff`, `Old<T>`, `New<T>`,
-//! `Reason`, `Retry`, `Started`, `Runtime`, `Patch`, `Events`, `Logger`, `Memo<T>`,
-//! `SubHandlers`, `Conditions` (the object's `status.conditions`; see
-//! [`Operator::conditions`]), or the whole `Cause`. Handlers are `async fn`s, or plain `fn`s that run on
-//! blocking threads.
+//! Handler arguments are extractors (the axum pattern): `Spec<T>`, `Name`, `Patch`, `Memo<T>`...
+//! (the list, written once: [`handler`]). Handlers are `async fn`s, or plain `fn`s that run on
+//! blocking threads. `use kopf::prelude::*;` brings what an operator needs; the rest is in
+//! modules by purpose ([`handler`], [`reconcile`](mod@reconcile), [`conditions`],
+//! [`webhooks`], [`peering`], [`persistence`], [`testing`]...).
 //!
 //! ```no_run
-//! use kopf::{HandlerError, Name, Operator, Spec};
+//! use kopf::prelude::*;
 //! use serde_json::{json, Value};
 //!
 //! async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
@@ -35,7 +34,7 @@
 //! Options (filters, retries, timeouts...) go with `on_with`:
 //!
 //! ```no_run
-//! use kopf::{HandlerError, Operator, Options, Reason};
+//! use kopf::prelude::*;
 //! use std::time::Duration;
 //!
 //! async fn gold_fn() -> Result<(), HandlerError> { Ok(()) }
@@ -53,7 +52,7 @@
 //! Timers, daemons, raw event handlers, indexes and activities:
 //!
 //! ```no_run
-//! use kopf::{DaemonOptions, HandlerError, Index, Name, Operator, Stopped, TimerOptions};
+//! use kopf::prelude::*;
 //! use std::collections::HashMap;
 //! use std::time::Duration;
 //!
@@ -79,8 +78,8 @@
 //! HTTPS server that starts with the operator (see [`Operator::on_validate`]):
 //!
 //! ```no_run
-//! use kopf::{AdmissionError, Operator, Patch, Spec, Warnings};
-//! use serde_json::{json, Value};
+//! use kopf::prelude::*;
+//! use serde_json::json;
 //!
 //! async fn check(Spec(spec): Spec, warnings: Warnings) -> Result<(), AdmissionError> {
 //!     if spec.get("field").is_none() {
@@ -102,19 +101,22 @@
 //! ```
 //!
 //! Several replicas of one operator coordinate: Kopf's peering ([`peering`],
-//! [`PeeringMode`]), leader election on a Lease ([`LeaderElection`]) or sharding
-//! ([`Sharding`]); see docs/replicas.md.
+//! [`PeeringMode`](peering::PeeringMode)), leader election on a Lease
+//! ([`LeaderElection`](peering::LeaderElection)) or sharding ([`Sharding`](peering::Sharding));
+//! see docs/replicas.md.
 
 pub mod cli;
+pub mod config;
+pub mod handler;
 pub mod logging;
 #[cfg(feature = "otel")]
 pub mod otel;
+pub mod prelude;
 pub mod registry;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 mod client;
-mod config;
 mod crds;
 mod embedded;
 mod error;
@@ -132,8 +134,8 @@ extern crate self as kopf;
 
 #[doc(hidden)]
 pub use inventory;
-/// Timestamps as handlers get them ([`Started`]'s `jiff::Timestamp`), without a dependency of
-/// your own on `jiff`.
+/// Timestamps as handlers get them ([`Started`](handler::Started)'s `jiff::Timestamp`),
+/// without a dependency of your own on `jiff`.
 pub use jiff;
 #[doc(hidden)]
 pub use serde_json;
@@ -142,14 +144,20 @@ pub use serde_json;
 /// per-object context of handlers' log lines come from kopf's subscriber.
 pub use tracing;
 
-// This crate's own items, from the modules that define them.
-pub use client::Client;
-pub use config::{USER_AGENT, client_config};
+// The root: the operator, its entry points, and what nearly every handler names. Everything
+// else is in the modules below, grouped by purpose (the count of root items is kept at most
+// 40 by `cargo xtask layout`).
 pub use error::Error;
-pub use fake::fake_apiserver;
-pub use olm::validate_bundle;
+#[cfg(feature = "admission")]
+pub use kopf_admission::AdmissionError;
+pub use kopf_core::causes::Reason;
+pub use kopf_core::daemons::{DaemonOptions, TimerOptions};
+pub use kopf_core::handler::{
+    Cause, HandlerError, HandlerResult, Options, PermanentError, TemporaryError,
+};
+pub use kopf_core::reconcile::{Action, ReconcileContext};
+pub use kopf_watch::Selector;
 pub use operator::{Operator, Reconciler};
-pub use rbac::{RbacCheck, RbacReport};
 pub use running::run;
 
 /// Attribute macros that register handlers for [`run()`](fn@run) (and
@@ -162,7 +170,7 @@ pub use running::run;
 /// | [`field`](on::field) | `@kopf.on.field` | a handler of a field's changes |
 /// | [`timer`](on::timer) | `@kopf.timer` | a timer per object |
 /// | [`daemon`](on::daemon) | `@kopf.daemon` | a daemon per object |
-/// | [`index`](on::index) | `@kopf.index` | an in-memory index, read with [`Index<K, V>`](crate::Index) |
+/// | [`index`](on::index) | `@kopf.index` | an in-memory index, read with [`Index<K, V>`](crate::handler::Index) |
 /// | [`event`](on::event) | `@kopf.on.event` | a raw watch-event handler |
 /// | [`startup`](on::startup), [`cleanup`](on::cleanup), [`probe`](on::probe) | `@kopf.on.startup`, ... | operator activities |
 /// | [`login`](on::login) | `@kopf.on.login` | the operator's credentials |
@@ -181,7 +189,7 @@ pub use running::run;
 /// # Changing handlers
 ///
 /// ```no_run
-/// use kopf::{HandlerError, Name, New, Old, Spec};
+/// use kopf::prelude::*;
 /// use serde_json::{json, Value};
 ///
 /// #[kopf::on::create("kopfexamples", labels("tier" = "gold", skip = absent), retries = 3, timeout = 60)]
@@ -227,7 +235,7 @@ pub use running::run;
 /// # Timers and daemons
 ///
 /// ```no_run
-/// use kopf::{HandlerError, Name, Stopped};
+/// use kopf::prelude::*;
 /// use std::time::Duration;
 ///
 /// /// Every minute, once the object has been unchanged for 10 s; the result goes to
@@ -251,7 +259,7 @@ pub use running::run;
 /// # Indexes and raw events
 ///
 /// ```no_run
-/// use kopf::{EventType, HandlerError, Index, Name, Spec};
+/// use kopf::prelude::*;
 ///
 /// /// Object names by owner: `Index<String, String>` for every handler.
 /// #[kopf::on::index("kopfexamples", field = "spec.owner")]
@@ -275,7 +283,7 @@ pub use running::run;
 /// # Activities
 ///
 /// ```no_run
-/// use kopf::{HandlerError, Memo};
+/// use kopf::prelude::*;
 ///
 /// #[derive(Clone, Default)]
 /// struct Settings {
@@ -321,7 +329,7 @@ pub use running::run;
 /// # Admission and conversion webhooks (feature `admission`)
 ///
 /// ```no_run
-/// use kopf::{AdmissionError, Patch, Spec};
+/// use kopf::prelude::*;
 /// use serde_json::{json, Value};
 ///
 /// #[kopf::on::validate("kopfexamples", operations = ["CREATE", "UPDATE"])]
@@ -377,7 +385,7 @@ pub mod on {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use kopf::{Action, HandlerError, ReconcileContext};
+/// use kopf::prelude::*;
 /// use serde_json::{Value, json};
 ///
 /// /// Makes the world look like `obj.spec` says, whatever changed.
@@ -406,106 +414,127 @@ pub mod on {
 /// ```
 pub use kopf_macros::reconcile;
 
-// The framework's types, from the crates that define them.
-pub use kopf_core::activities::{Probes, StartupFailed};
-pub use kopf_core::causes::Reason;
-/// # In a typed status
-///
-/// `Condition` and [`ConditionStatus`] implement `schemars::JsonSchema` (schemars 1, as kube's
-/// `derive` uses), so the status of a `#[derive(CustomResource)]` can hold the conditions
-/// the handlers set, typed, and its CRD declares them (a structural schema: every field
-/// typed, the five required ones, `metav1.Condition`'s lengths and patterns).
-/// [`condition_list_schema`] adds the list's map semantics (keyed by `type`):
-///
-/// ```
-/// use kopf::Condition;
-/// use kube::{CustomResource, CustomResourceExt};
-/// use schemars::JsonSchema;
-/// use serde::{Deserialize, Serialize};
-///
-/// #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
-/// #[kube(group = "example.com", version = "v1", kind = "Database", namespaced,
-///        status = "DatabaseStatus")]
-/// pub struct DatabaseSpec {
-///     pub size: String,
-/// }
-///
-/// #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
-/// pub struct DatabaseStatus {
-///     /// Set by the handlers through the `Conditions` extractor.
-///     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-///     #[schemars(schema_with = "kopf::condition_list_schema")]
-///     pub conditions: Vec<Condition>,
-/// }
-///
-/// # fn main() -> Result<(), serde_json::Error> {
-/// let crd = serde_json::to_value(Database::crd())?;
-/// let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-/// let conditions = &schema["properties"]["status"]["properties"]["conditions"];
-/// assert_eq!(conditions["x-kubernetes-list-type"], "map");
-/// assert_eq!(conditions["x-kubernetes-list-map-keys"][0], "type");
-/// let fields = &conditions["items"]["properties"];
-/// for field in ["type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"] {
-///     assert!(fields[field]["type"].is_string(), "{field} is typed: {fields}");
-/// }
-/// assert_eq!(fields["status"]["enum"], serde_json::json!(["True", "False", "Unknown"]));
-///
-/// // The handlers' conditions, read back typed:
-/// let status: DatabaseStatus = serde_json::from_value(serde_json::json!({"conditions": [
-///     {"type": "Ready", "status": "True", "reason": "Created", "message": "",
-///      "lastTransitionTime": "2024-05-06T07:08:09Z", "observedGeneration": 1},
-/// ]}))?;
-/// assert_eq!(status.conditions[0].status, kopf::ConditionStatus::True);
-/// # Ok(())
-/// # }
-/// ```
-///
-/// Without [`condition_list_schema`], a plain `Vec<Condition>` is declared as a list of the
-/// same items (an atomic list). See docs/conditions.md.
-pub use kopf_core::conditions::Condition;
-/// The schema of a `Vec<`[`Condition`]`>` as the API conventions declare `status.conditions`:
-/// map semantics keyed by `type` (`x-kubernetes-list-type: map`). For a field of a status
-/// type: `#[schemars(schema_with = "kopf::condition_list_schema")]` (see [`Condition`]).
-pub use kopf_core::conditions::list_schema as condition_list_schema;
-pub use kopf_core::conditions::{AutoConditions, ConditionStatus, Conditions, ConditionsSpec};
-pub use kopf_core::daemons::{DaemonOptions, StopReason, Stopped, TimerOptions};
-pub use kopf_core::extract::{
-    Annotations, Body, Diff, EventType, FromCause, IntoHandler, IntoHandlerResult, IntoIndexer,
-    Labels, Logger, Meta, Name, Namespace, New, Old, Owner, Owners, PermanentError, Retry, Runtime,
-    Spec, Started, Status, TemporaryError, Uid,
-};
-pub use kopf_core::gate::{Gate, GateControl, GateState};
-pub use kopf_core::handler::{
-    Cause, ErrorsMode, FieldFilter, Handler, HandlerError, HandlerResult, HandlerSpec, MetaFilter,
-    Options, OwnerFilter, OwnerRef, SubHandlers, WhenFilter,
-};
-pub use kopf_core::handler::{
-    EventsHandle, EventsHandle as Events, PatchHandle, PatchHandle as Patch,
-};
-pub use kopf_core::index::{Index, IndexOutput, Indexes};
-pub use kopf_core::layers::{Attempt, AttemptService, CallOutcome, HandlerCall, HandlerService};
-pub use kopf_core::memo::Memo;
-pub use kopf_core::metrics::{Metrics, MetricsLayer};
-pub use kopf_core::processing::{Lifecycle, Persistence};
-pub use kopf_core::progress::{ProgressLocation, ProgressStorage};
-pub use kopf_core::reconcile::{
-    Action, Backoff, ObjectRef, ReconcileConfig, ReconcileContext, Trigger, Triggers,
-};
-pub use kopf_diff::essence::DiffBaseLocation;
-/// Kopf's peering: its settings, the peering resources (`peering::PEERING_YAML`), and the
-/// `freeze`, `resume` and `peers` operations of the `kopf` command.
-pub use kopf_peering as peering;
-pub use kopf_peering::{
-    LeaderElection, Leadership, PeeringMode, PeeringSettings, SamePriority, Sharding,
-};
-pub use kopf_watch::{Captures, LogLine, LogSpec};
-pub use kopf_watch::{Discovered, Selector};
+/// The conditions of objects (`status.conditions`): the [`Conditions`] extractor, the
+/// operator's default and automatic ones ([`ConditionsSpec`], `Operator::conditions`), and
+/// typed conditions for a status struct. See docs/conditions.md.
+pub mod conditions {
+    /// # In a typed status
+    ///
+    /// `Condition` and [`ConditionStatus`] implement `schemars::JsonSchema` (schemars 1, as kube's
+    /// `derive` uses), so the status of a `#[derive(CustomResource)]` can hold the conditions
+    /// the handlers set, typed, and its CRD declares them (a structural schema: every field
+    /// typed, the five required ones, `metav1.Condition`'s lengths and patterns).
+    /// [`list_schema`] adds the list's map semantics (keyed by `type`):
+    ///
+    /// ```
+    /// use kopf::conditions::Condition;
+    /// use kube::{CustomResource, CustomResourceExt};
+    /// use schemars::JsonSchema;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
+    /// #[kube(group = "example.com", version = "v1", kind = "Database", namespaced,
+    ///        status = "DatabaseStatus")]
+    /// pub struct DatabaseSpec {
+    ///     pub size: String,
+    /// }
+    ///
+    /// #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+    /// pub struct DatabaseStatus {
+    ///     /// Set by the handlers through the `Conditions` extractor.
+    ///     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ///     #[schemars(schema_with = "kopf::conditions::list_schema")]
+    ///     pub conditions: Vec<Condition>,
+    /// }
+    ///
+    /// # fn main() -> Result<(), serde_json::Error> {
+    /// let crd = serde_json::to_value(Database::crd())?;
+    /// let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    /// let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+    /// assert_eq!(conditions["x-kubernetes-list-type"], "map");
+    /// assert_eq!(conditions["x-kubernetes-list-map-keys"][0], "type");
+    /// let fields = &conditions["items"]["properties"];
+    /// for field in ["type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"] {
+    ///     assert!(fields[field]["type"].is_string(), "{field} is typed: {fields}");
+    /// }
+    /// assert_eq!(fields["status"]["enum"], serde_json::json!(["True", "False", "Unknown"]));
+    ///
+    /// // The handlers' conditions, read back typed:
+    /// let status: DatabaseStatus = serde_json::from_value(serde_json::json!({"conditions": [
+    ///     {"type": "Ready", "status": "True", "reason": "Created", "message": "",
+    ///      "lastTransitionTime": "2024-05-06T07:08:09Z", "observedGeneration": 1},
+    /// ]}))?;
+    /// assert_eq!(status.conditions[0].status, kopf::conditions::ConditionStatus::True);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Without [`list_schema`], a plain `Vec<Condition>` is declared as a list of the
+    /// same items (an atomic list). See docs/conditions.md.
+    pub use kopf_core::conditions::Condition;
+    /// The schema of a `Vec<`[`Condition`]`>` as the API conventions declare
+    /// `status.conditions`: map semantics keyed by `type` (`x-kubernetes-list-type: map`).
+    /// For a field of a status type: `#[schemars(schema_with = "kopf::conditions::list_schema")]`
+    /// (see [`Condition`]).
+    pub use kopf_core::conditions::list_schema;
+    pub use kopf_core::conditions::{AutoConditions, ConditionStatus, Conditions, ConditionsSpec};
+}
 
+/// The level-triggered model: a [`Reconciler`] per resource, what its function gets
+/// ([`ReconcileContext`]) and answers ([`Action`]), what wakes it ([`Trigger`], [`ObjectRef`]
+/// of owned and related objects) and its [`Backoff`]. The attribute macro of the same name,
+/// [`#[kopf::reconcile]`](macro@crate::reconcile), registers one. See docs/reconcile.md.
+pub mod reconcile {
+    pub use crate::operator::Reconciler;
+    pub use kopf_core::reconcile::{
+        Action, Backoff, ObjectRef, ReconcileConfig, ReconcileContext, Trigger, Triggers,
+    };
+}
+
+/// Where the operator keeps its state on objects (Kopf's storages: progress in annotations
+/// or the status, the diff-base) and how a cycle picks its handlers. See docs/persistence.md.
+pub mod persistence {
+    pub use kopf_core::processing::{Lifecycle, Persistence};
+    pub use kopf_core::progress::{ProgressLocation, ProgressStorage};
+    pub use kopf_diff::essence::DiffBaseLocation;
+}
+
+/// The handler call as a `tower` service, for user layers around every handler call
+/// (`Operator::layer`).
+pub mod layers {
+    pub use kopf_core::layers::{
+        Attempt, AttemptService, CallOutcome, HandlerCall, HandlerService,
+    };
+}
+
+/// The operator's metrics and watch health (`Operator::metrics`, `run --metrics`), and the
+/// layer that counts handler calls.
+pub mod metrics {
+    pub use kopf_core::metrics::{Metrics, MetricsLayer};
+}
+
+/// Several replicas of one operator: Kopf's peering (its settings, the peering resources
+/// `PEERING_YAML`, and the `freeze`, `resume` and `peers` operations of the `kopf` command),
+/// leader election on a Lease, sharding, and the operator's [`Gate`] that they control.
+/// See docs/replicas.md.
+pub mod peering {
+    pub use kopf_core::gate::{Gate, GateControl, GateState};
+    pub use kopf_peering::*;
+}
+
+/// Admission and conversion webhooks (feature `admission`): everything of `kopf-admission`
+/// (the handlers' extractors and errors, the server, the managed configurations,
+/// reviews...). See docs/webhooks.md.
 #[cfg(feature = "admission")]
-pub use kopf_admission::{
-    AdmissionError, Converter, DryRun, Operation, SubResource, UserInfo, Warnings, WebhookOptions,
-    WebhookServer,
-};
+pub mod webhooks {
+    pub use kopf_admission::*;
+}
+
+/// Which resources handlers are for: a [`Selector`] (by plural, by type, by group...) and
+/// a resource as discovery describes it.
+pub mod resources {
+    pub use kopf_watch::{Discovered, Selector};
+}
 
 /// Making objects children of others: owner references, names, namespaces and labels from
 /// the owner (`adopt`), on `serde_json::Value` bodies and typed resources alike.
@@ -513,14 +542,18 @@ pub mod hierarchy {
     pub use kopf_core::hierarchy::*;
 }
 
-/// Admission and conversion webhooks: everything of `kopf-admission` (the server, the
-/// managed configurations, reviews...).
-#[cfg(feature = "admission")]
-pub mod admission {
-    pub use kopf_admission::*;
-}
-
 /// Kopf's diffs: items of `add`/`change`/`remove` with a path, old and new values.
 pub mod diff {
     pub use kopf_diff::{Diff, DiffItem, Op, diff, reduce, resolve};
+}
+
+/// What the attribute macros expand to, apart from the public paths: not an API.
+#[doc(hidden)]
+pub mod __private {
+    #[cfg(feature = "admission")]
+    pub use kopf_admission::{Converter, Operation, WebhookKind, WebhookOptions};
+    pub use kopf_core::extract::IntoHandler;
+    pub use kopf_core::handler::{ErrorsMode, FieldFilter, HandlerSpec, MetaFilter};
+    pub use kopf_core::reconcile::Backoff;
+    pub use kopf_watch::LogSpec;
 }

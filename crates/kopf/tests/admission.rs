@@ -14,7 +14,11 @@ use std::process::Stdio;
 use base64::Engine as _;
 
 use common::{Running, eventually};
-use kopf::{AdmissionError, Operator, Spec, WebhookOptions, WebhookServer};
+use kopf::{
+    AdmissionError, Operator,
+    handler::Spec,
+    webhooks::{WebhookOptions, WebhookServer},
+};
 use kopf_testing::FakeApiServer;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -272,8 +276,8 @@ async fn a_wrong_ca_bundle_fails_the_tls_verification() {
         .expect_err("denied");
     assert_eq!(message(&err).0, 422);
     // Another CA in caBundle: the fake server cannot verify the webhook's certificate.
-    let other = kopf::admission::tls::Tls::load(&kopf::admission::tls::TlsSettings {
-        source: kopf::admission::tls::CertSource::SelfSigned {
+    let other = kopf::webhooks::tls::Tls::load(&kopf::webhooks::tls::TlsSettings {
+        source: kopf::webhooks::tls::CertSource::SelfSigned {
             sans: vec!["127.0.0.1".into()],
         },
         check_interval: std::time::Duration::from_secs(60),

@@ -45,7 +45,7 @@ fn desired(owner: &Value) -> Result<Value, kopf::HandlerError> {
 mod with_handlers {
     use super::desired;
     use k8s_openapi::api::apps::v1::Deployment;
-    use kopf::{Body, Client, HandlerError, Name, Namespace, New, Operator, Options, Reason};
+    use kopf::prelude::*;
     use kube::api::{Api, Patch, PatchParams, PostParams};
     use serde_json::{Value, json};
 
@@ -95,7 +95,7 @@ mod with_handlers {
 mod with_reconcile {
     use super::desired;
     use k8s_openapi::api::apps::v1::Deployment;
-    use kopf::{Action, Client, HandlerError, Operator, ReconcileContext, Reconciler};
+    use kopf::prelude::*;
     use kube::api::{Api, Patch, PatchParams};
     use serde_json::Value;
     use std::sync::Arc;

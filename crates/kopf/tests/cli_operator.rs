@@ -504,7 +504,7 @@ fn olm_writes_a_bundle_that_passes_the_checks() {
         &[],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(kopf::validate_bundle(&bundle), Vec::<String>::new());
+    assert_eq!(kopf::cli::validate_bundle(&bundle), Vec::<String>::new());
     let csv_path = bundle.join("manifests/minimal.clusterserviceversion.yaml");
     let csv: serde_json::Value =
         serde_saphyr::from_str(&std::fs::read_to_string(&csv_path).expect("the CSV"))
@@ -544,7 +544,7 @@ fn olm_writes_a_bundle_that_passes_the_checks() {
     // Without its CRD, the bundle fails the checks.
     std::fs::remove_file(bundle.join("manifests/kopf.dev_kopfexamples.yaml")).expect("remove");
     assert_eq!(
-        kopf::validate_bundle(&bundle),
+        kopf::cli::validate_bundle(&bundle),
         ["the owned CRD kopfexamples.kopf.dev is not in manifests/"]
     );
     // A version that is not SemVer: the checks refuse the bundle.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{Logs, operator_client};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kopf::{Metrics, Operator};
+use kopf::{Operator, metrics::Metrics};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern, RequestRecord};
 use kube::api::{Api, ListParams, PostParams, WatchParams};
 use serde_json::json;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kopf::{
-    ConditionStatus, Conditions, ConditionsSpec, HandlerError, Name, Operator, PermanentError,
-    TimerOptions,
+    HandlerError, Operator, PermanentError, TimerOptions,
+    conditions::{ConditionStatus, Conditions, ConditionsSpec},
+    handler::Name,
 };
 use kopf_testing::FakeApiServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};

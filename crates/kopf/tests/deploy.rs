@@ -110,7 +110,7 @@ async fn rbac_for_leader_election_lets_the_operator_hold_a_lease() {
             .await
             .expect("generated"),
         minimal_example::operator()
-            .leader_election(kopf::LeaderElection::new("x"))
+            .leader_election(kopf::peering::LeaderElection::new("x"))
             .fake_manifests(kopf::cli::example_manifests())
             .rbac(&default_rbac_args())
             .await

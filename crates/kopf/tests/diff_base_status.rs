@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use kopf::{Cause, DiffBaseLocation, HandlerResult, Operator};
+use kopf::{Cause, HandlerResult, Operator, persistence::DiffBaseLocation};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

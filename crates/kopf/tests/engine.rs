@@ -7,8 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf::{
-    AttemptService, Cause, HandlerCall, HandlerError, HandlerService, Memo, Operator,
-    ProgressStorage, Reason, Retry, Selector, TemporaryError,
+    Cause, HandlerError, Operator, Reason, Selector, TemporaryError,
+    handler::{Memo, Retry},
+    layers::{AttemptService, HandlerCall, HandlerService},
+    persistence::ProgressStorage,
 };
 use kopf_testing::{FaultRule, RequestPattern};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -461,8 +463,8 @@ async fn user_layers_run_at_each_place_in_order() {
                 async move {
                     let attempt = inner.oneshot(call).await?;
                     let seen = match &attempt {
-                        kopf::Attempt::Done { outcome, .. } => label(&outcome.result),
-                        kopf::Attempt::Skipped => "skipped".into(),
+                        kopf::layers::Attempt::Done { outcome, .. } => label(&outcome.result),
+                        kopf::layers::Attempt::Skipped => "skipped".into(),
                     };
                     log.lock().unwrap_or_else(|e| e.into_inner()).push((
                         id,
@@ -571,7 +573,7 @@ async fn an_expired_watch_relists_and_keeps_serving() {
 async fn kopfs_one_handler_per_cycle_runs_each_handler_once() {
     let server = server().await;
     let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
-    let mut op = Operator::new().lifecycle(kopf::Lifecycle::Asap);
+    let mut op = Operator::new().lifecycle(kopf::persistence::Lifecycle::Asap);
     for id in ["a_fn", "b_fn", "c_fn"] {
         let calls = calls.clone();
         op = op.on_create("kopfexamples", id, move || {
@@ -613,7 +615,7 @@ async fn a_write_that_comes_back_later_than_the_consistency_timeout_is_read_not_
     let server = server().await;
     let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
     let mut op = Operator::new()
-        .lifecycle(kopf::Lifecycle::Asap)
+        .lifecycle(kopf::persistence::Lifecycle::Asap)
         .consistency_timeout(Duration::from_millis(300));
     for id in ["a_fn", "b_fn"] {
         let calls = calls.clone();
@@ -736,7 +738,7 @@ async fn the_touch_goes_where_the_progress_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_queue_gauge_returns_to_zero_when_everything_is_processed() {
     let server = server().await;
-    let metrics = kopf::Metrics::new();
+    let metrics = kopf::metrics::Metrics::new();
     let op = Operator::new()
         .metrics(metrics.clone())
         .on_create("kopfexamples", "create_fn", || async {

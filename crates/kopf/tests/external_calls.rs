@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use kopf::{HandlerError, Name, Operator};
+use kopf::{HandlerError, Operator, handler::Name};
 use kube::api::PostParams;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

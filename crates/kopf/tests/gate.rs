@@ -8,7 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kopf::{DaemonOptions, Gate, HandlerError, Operator, StopReason, Stopped, TimerOptions};
+use kopf::{
+    DaemonOptions, HandlerError, Operator, TimerOptions,
+    handler::{StopReason, Stopped},
+    peering::Gate,
+};
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -332,7 +336,7 @@ async fn a_cycle_under_way_finishes_but_no_new_one_starts_while_paused() {
     let op = Operator::new().gate(gate).worker_limit(1).on_create(
         "kopfexamples",
         "create_fn",
-        move |kopf::Name(name): kopf::Name| {
+        move |kopf::handler::Name(name): kopf::handler::Name| {
             s.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(name.clone());

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use kopf::{HandlerError, Metrics, Operator, Options, Reason, TimerOptions};
+use kopf::{HandlerError, Operator, Options, Reason, TimerOptions, metrics::Metrics};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
@@ -222,7 +222,7 @@ async fn a_status_schema_that_rejects_a_result_names_the_handler_and_the_field()
         "create_fn",
         || async { Ok::<_, HandlerError>(json!({"message": 42})) },
         Options {
-            errors: Some(kopf::ErrorsMode::Permanent),
+            errors: Some(kopf::handler::ErrorsMode::Permanent),
             ..Options::default()
         },
     );
@@ -403,7 +403,7 @@ async fn objects_deleted_at_once_leak_nothing() {
         .on_create(
             "kopfexamples",
             "create_fn",
-            move |kopf::Name(name): kopf::Name| {
+            move |kopf::handler::Name(name): kopf::handler::Name| {
                 l1.lock().expect("lock").insert(name);
                 async { Ok::<_, HandlerError>("created") }
             },
@@ -411,7 +411,7 @@ async fn objects_deleted_at_once_leak_nothing() {
         .on_delete(
             "kopfexamples",
             "delete_fn",
-            move |kopf::Name(name): kopf::Name| {
+            move |kopf::handler::Name(name): kopf::handler::Name| {
                 l2.lock().expect("lock").remove(&name);
                 async { Ok::<_, HandlerError>(()) }
             },

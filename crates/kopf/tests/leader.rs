@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf::{
-    DaemonOptions, Gate, HandlerError, LeaderElection, Operator, StopReason, Stopped, TimerOptions,
+    DaemonOptions, HandlerError, Operator, TimerOptions,
+    handler::{StopReason, Stopped},
+    peering::{Gate, LeaderElection},
 };
 use kube::api::PostParams;
 use serde_json::json;

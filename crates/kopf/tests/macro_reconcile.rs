@@ -6,7 +6,10 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kopf::{Action, HandlerError, ObjectRef, Operator, ReconcileContext, Trigger};
+use kopf::{
+    Action, HandlerError, Operator, ReconcileContext,
+    reconcile::{ObjectRef, Trigger},
+};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -31,7 +34,7 @@ use common::{
 async fn converge(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, HandlerError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     record(name, ctx.trigger().to_string());
-    let kopf::Client(client) = ctx.extract::<kopf::Client>()?;
+    let kopf::handler::Client(client) = ctx.extract::<kopf::handler::Client>()?;
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let want = obj["spec"]["field"].as_str().unwrap_or_default();
     if cms.get_opt(&format!("{name}-cm")).await?.is_none() {

@@ -9,8 +9,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use kopf::{
-    Captures, EventType, HandlerError, Index, LogLine, Memo, Name, New, Old, Operator, Owner, Spec,
-    StopReason, Stopped,
+    HandlerError, Operator,
+    handler::{
+        Captures, EventType, Index, LogLine, Memo, Name, New, Old, Owner, Spec, StopReason, Stopped,
+    },
 };
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -240,7 +242,7 @@ fn operator(token: &str) -> Operator {
     });
     #[cfg(feature = "admission")]
     let op = op.webhook_server(
-        kopf::WebhookServer::new()
+        kopf::webhooks::WebhookServer::new()
             .addr(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
             .port(0),
     );

@@ -5,7 +5,10 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use kopf::{Body, Client, HandlerError, Operator, Options, Owner, OwnerRef, Reason};
+use kopf::{
+    HandlerError, Operator, Options, Reason,
+    handler::{Body, Client, Owner, OwnerRef},
+};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 

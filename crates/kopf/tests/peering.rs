@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kopf::{HandlerError, Operator, PeeringSettings};
+use kopf::{HandlerError, Operator, peering::PeeringSettings};
 use kube::api::PostParams;
 use serde_json::json;
 

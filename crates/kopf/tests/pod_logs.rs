@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use kopf::{Captures, HandlerError, LogLine, LogSpec, Operator, Options};
+use kopf::{
+    HandlerError, Operator, Options,
+    handler::{Captures, LogLine, LogSpec},
+};
 use kopf_testing::FakeApiServer;
 use kube::api::{Api, PostParams};
 use serde_json::json;

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf::{
-    Action, Backoff, HandlerError, ObjectRef, Operator, ReconcileContext, Reconciler, Trigger,
+    Action, HandlerError, Operator, ReconcileContext, Reconciler,
+    reconcile::{Backoff, ObjectRef, Trigger},
 };
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -21,7 +22,7 @@ use common::{Running, eventually, kex_api, obj, owned_configmap, server, until_o
 
 /// Makes `<name>-cm` hold `spec.field`, owned by the object.
 async fn converge(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, HandlerError> {
-    let kopf::Client(client) = ctx.extract::<kopf::Client>()?;
+    let kopf::handler::Client(client) = ctx.extract::<kopf::handler::Client>()?;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let want = obj["spec"]["field"].as_str().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
@@ -536,7 +537,7 @@ async fn a_failed_write_of_a_reconcile_is_retried_not_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_drops_pending_requeues_and_the_resume_reconciles_each_object_once() {
     let server = server().await;
-    let (control, gate) = kopf::Gate::channel();
+    let (control, gate) = kopf::peering::Gate::channel();
     let triggers = Arc::new(Mutex::new(Vec::<Trigger>::new()));
     let t = triggers.clone();
     let op = Operator::new().gate(gate).reconcile(
@@ -606,7 +607,7 @@ async fn two_reconciles_of_one_resource_stop_the_operator_with_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconciles_conditions_and_the_declared_defaults_share_its_one_status_write() {
-    use kopf::{ConditionStatus, Conditions, ConditionsSpec};
+    use kopf::conditions::{ConditionStatus, Conditions, ConditionsSpec};
     let server = server().await;
     let op = Operator::new()
         .conditions(

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kopf::{Cause, Metrics, Operator, Options, Reason};
+use kopf::{Cause, Operator, Options, Reason, metrics::Metrics};
 use kopf_testing::{FakeApiServer, FaultRule, RequestPattern};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -363,7 +363,10 @@ async fn metadata_only_refuses_declared_conditions() {
     let server = server().await;
     let op = Operator::new()
         .on_create("kopfexamples", "c", recorder(&Calls::default(), "c"))
-        .conditions("kopfexamples", kopf::ConditionsSpec::new().summary("Ready"))
+        .conditions(
+            "kopfexamples",
+            kopf::conditions::ConditionsSpec::new().summary("Ready"),
+        )
         .metadata_only("kopfexamples");
     let running = Running::start_with(&server, op, Duration::from_secs(70), false).await;
     let error = running.result().await.expect_err("refused").to_string();

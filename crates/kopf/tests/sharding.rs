@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kopf::{HandlerError, Name, Operator, Sharding};
+use kopf::{HandlerError, Operator, handler::Name, peering::Sharding};
 use kube::api::PostParams;
 use serde_json::json;
 

@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf::{
-    DaemonOptions, EventType, HandlerError, Index, Name, Operator, Spec, Stopped, TimerOptions,
+    DaemonOptions, HandlerError, Operator, TimerOptions,
+    handler::{EventType, Index, Name, Spec, Stopped},
 };
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -108,7 +109,7 @@ async fn a_hundred_objects_each_get_their_ticks() {
 #[derive(Clone, Default)]
 struct Counter(u64);
 
-async fn count_ticks(counter: kopf::Memo<Counter>) -> Result<u64, HandlerError> {
+async fn count_ticks(counter: kopf::handler::Memo<Counter>) -> Result<u64, HandlerError> {
     Ok(counter.update(|c| {
         c.0 += 1;
         c.0
@@ -319,7 +320,7 @@ async fn startup_handlers_run_and_retry_before_any_watch() {
     let a = attempts.clone();
     let op = timers_example::operator().on_startup(
         "connect",
-        move |kopf::Client(client): kopf::Client| {
+        move |kopf::handler::Client(client): kopf::handler::Client| {
             let n = a.fetch_add(1, Ordering::SeqCst);
             async move {
                 // A request of the operator's own client: it shows in the request log.
@@ -494,7 +495,7 @@ async fn login_handlers_run_again_after_a_401() {
         l.fetch_add(1, Ordering::SeqCst);
         let url = url.clone();
         async move {
-            kopf::client_config(Some(&url), Duration::from_secs(70))
+            kopf::config::client_config(Some(&url), Duration::from_secs(70))
                 .await
                 .map_err(|e| HandlerError::other(format!("{e:?}")))
         }

@@ -1,4 +1,4 @@
-//! A typed status with `Vec<kopf::Condition>` (`#[derive(CustomResource)]`): its generated
+//! A typed status with `Vec<kopf::conditions::Condition>` (`#[derive(CustomResource)]`): its generated
 //! CRD is accepted and Established by the fake API server, the conditions a handler sets
 //! survive the server's pruning and read back typed, and the schema is enforced (a
 //! condition without its required fields is refused).
@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopf::testing::{FakeApiServer, OperatorTest, wait_for_object};
-use kopf::{Condition, ConditionStatus, Conditions, HandlerError, Operator, Selector};
+use kopf::{
+    HandlerError, Operator, Selector,
+    conditions::{Condition, ConditionStatus, Conditions},
+};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
@@ -35,7 +38,7 @@ pub struct DatabaseSpec {
 pub struct DatabaseStatus {
     /// Set by the handlers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "kopf::condition_list_schema")]
+    #[schemars(schema_with = "kopf::conditions::list_schema")]
     pub conditions: Vec<Condition>,
 }
 

@@ -7,7 +7,7 @@
 //! handlers return (`status.greet_fn.message`): the API server stores only what the schema
 //! declares.
 
-use kopf::{HandlerError, Name, Operator, Selector, Spec};
+use kopf::prelude::*;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -31,7 +31,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use kopf::{HandlerError, Name, Operator, Spec, Uid};
+use kopf::{
+    HandlerError, Operator,
+    handler::{Name, Spec, Uid},
+};
 use rand::Rng as _;
 use serde_json::{Value, json};
 
@@ -137,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
             "{} {} start {}",
             unix_micros(),
             std::process::id(),
-            kopf::USER_AGENT
+            kopf::config::USER_AGENT
         ))?;
     }
     operator().main_with(cli).await?;

@@ -95,8 +95,8 @@ impl JsonSchema for Condition {
 /// [`Condition`]s with map semantics keyed by `type` (`x-kubernetes-list-type: map`,
 /// `x-kubernetes-list-map-keys: [type]`), so that server-side apply merges entries by type.
 /// For a field of a status type:
-/// `#[schemars(schema_with = "kopf::condition_list_schema")]` on
-/// `conditions: Vec<kopf::Condition>` (with `#[serde(default)]`, so that it is optional).
+/// `#[schemars(schema_with = "kopf::conditions::list_schema")]` on
+/// `conditions: Vec<kopf::conditions::Condition>` (with `#[serde(default)]`, so that it is optional).
 pub fn list_schema(generator: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",

@@ -97,7 +97,8 @@ mod tests {
             out.result,
             Err(HandlerError::Temporary {
                 message: "status.x: Invalid value".into(),
-                delay: Some(Duration::from_secs(9))
+                delay: Some(Duration::from_secs(9)),
+                source: None,
             }),
             "retried after its backoff, as an error of the errors mode `temporary`"
         );

@@ -5,6 +5,7 @@ use crate::handler::{ErrorsMode, HandlerError};
 use crate::layers::Stack;
 use crate::plan::PatchRequest;
 use crate::progress::{ProgressRecord, format_time};
+use jiff::Timestamp;
 use kopf_diff::essence;
 use serde_json::json;
 use std::time::Duration;

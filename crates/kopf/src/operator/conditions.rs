@@ -11,12 +11,12 @@ impl Operator {
     /// visit (in the first cycle's status write, at no extra request), and the conditions
     /// the framework maintains from handlers' outcomes (per handler
     /// `<CamelCaseHandlerId>Succeeded`, a summary such as `Ready`, kstatus's `Reconciling`
-    /// and `Stalled`). Handlers set their own with the [`Conditions`](crate::Conditions)
+    /// and `Stalled`). Handlers set their own with the [`Conditions`](crate::conditions::Conditions)
     /// extractor. Every write of conditions is one JSON patch guarded by a `test` of the
     /// list it was computed from: other controllers' conditions are never clobbered.
     ///
     /// ```
-    /// use kopf::{ConditionStatus, Conditions, ConditionsSpec, HandlerError, Operator};
+    /// use kopf::{HandlerError, Operator, conditions::{ConditionStatus, Conditions, ConditionsSpec}};
     ///
     /// async fn create_fn(conditions: Conditions) -> Result<(), HandlerError> {
     ///     conditions.set("Provisioned", ConditionStatus::True, "Created", "the database exists")?;

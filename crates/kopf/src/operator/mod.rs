@@ -30,7 +30,7 @@ use crate::{cli, client, login};
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use kopf::{HandlerError, Name, Operator, Options, Reason, Spec, TimerOptions};
+/// use kopf::{HandlerError, Operator, Options, Reason, TimerOptions, handler::{Name, Spec}};
 /// use serde_json::{Value, json};
 ///
 /// async fn create_fn(Spec(spec): Spec, Name(name): Name) -> Result<Value, HandlerError> {
@@ -368,7 +368,7 @@ impl Operator {
     /// continued (it is read when the status has none); see `docs/persistence.md`.
     ///
     /// ```
-    /// use kopf::{DiffBaseLocation, Operator};
+    /// use kopf::{Operator, persistence::DiffBaseLocation};
     /// let operator = Operator::new().diff_base_storage(DiffBaseLocation::status());
     /// ```
     pub fn diff_base_storage(mut self, location: DiffBaseLocation) -> Self {
@@ -467,7 +467,7 @@ impl Operator {
         self
     }
 
-    /// An operator-wide memo value: each object gets its own copy, for [`Memo<T>`](crate::Memo) arguments.
+    /// An operator-wide memo value: each object gets its own copy, for [`Memo<T>`](crate::handler::Memo) arguments.
     pub fn memo<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.memo.insert(value);
         self
@@ -500,14 +500,14 @@ impl Operator {
     /// The operator's gate (default: always open), for peering or leader election to pause
     /// the operator: while the gate is paused, the operator sends no list or watch request
     /// for its resources, starts no handler cycle (one in progress finishes) and stops its
-    /// daemons and timers (their [`Stopped`](crate::Stopped) says
+    /// daemons and timers (their [`Stopped`](crate::handler::Stopped) says
     /// [`StopReason::OperatorPausing`](crate::StopReason::OperatorPausing)); when the gate
     /// opens, it lists every resource again and processes the objects as after a start
     /// (resume handlers, daemons and timers spawned again). Indexes keep their contents;
     /// shutdown works while paused.
     ///
     /// ```
-    /// use kopf::{Gate, Operator};
+    /// use kopf::{Operator, peering::Gate};
     ///
     /// let (control, gate) = Gate::channel();
     /// let operator = Operator::new().gate(gate);
@@ -531,7 +531,7 @@ impl Operator {
     /// [`kopf::testing`](crate::testing) run standalone unless this was called.
     ///
     /// ```
-    /// use kopf::{Operator, PeeringSettings};
+    /// use kopf::{Operator, peering::PeeringSettings};
     ///
     /// // A development copy that pauses the deployed operators (priority 0) while it runs.
     /// let operator = Operator::new().peering(PeeringSettings::default().priority(666));
@@ -553,7 +553,7 @@ impl Operator {
     /// its options override these settings.
     ///
     /// ```
-    /// use kopf::{LeaderElection, Operator};
+    /// use kopf::{Operator, peering::LeaderElection};
     ///
     /// let operator = Operator::new().leader_election(LeaderElection::new("my-operator-leader"));
     /// # let _ = operator;
@@ -573,7 +573,7 @@ impl Operator {
     /// `--shards N` and the lease options override these settings.
     ///
     /// ```
-    /// use kopf::{Operator, Sharding};
+    /// use kopf::{Operator, peering::Sharding};
     ///
     /// let operator = Operator::new().sharding(Sharding::new("my-operator-shards", 4));
     /// # let _ = operator;
@@ -587,7 +587,7 @@ impl Operator {
     /// (default 70 s, as Kopf): it resumes from its last resourceVersion, without a relist.
     /// Applies to the clients the operator builds itself ([`main`](Self::main),
     /// [`run_with_args`](Self::run_with_args)); a client passed to
-    /// [`run_until`](Self::run_until) keeps its own read timeout (see [`client_config`](crate::client_config)).
+    /// [`run_until`](Self::run_until) keeps its own read timeout (see [`client_config`](crate::config::client_config)).
     pub fn inactivity_timeout(mut self, timeout: Duration) -> Self {
         self.inactivity_timeout = timeout;
         self

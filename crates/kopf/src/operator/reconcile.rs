@@ -27,7 +27,7 @@ use super::Operator;
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use kopf::{Action, HandlerError, ObjectRef, Operator, ReconcileContext, Reconciler};
+/// use kopf::{Action, HandlerError, Operator, ReconcileContext, Reconciler, reconcile::ObjectRef};
 /// use serde_json::Value;
 ///
 /// async fn reconcile(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, HandlerError> {

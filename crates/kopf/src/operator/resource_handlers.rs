@@ -32,7 +32,7 @@ impl Operator {
     /// (Kopf's `@kopf.on.create`); what it returns lands in `status.<id>`.
     ///
     /// ```
-    /// use kopf::{HandlerError, Operator, Selector, Spec};
+    /// use kopf::{HandlerError, Operator, Selector, handler::Spec};
     ///
     /// async fn create_fn(Spec(spec): Spec) -> Result<String, HandlerError> {
     ///     Ok(format!("created with {}", spec["field"]))
@@ -56,7 +56,7 @@ impl Operator {
     /// changed since the last handled state; `Diff`, `Old` and `New` tell what changed.
     ///
     /// ```
-    /// use kopf::{Diff, HandlerError, Operator};
+    /// use kopf::{HandlerError, Operator, handler::Diff};
     ///
     /// let operator = Operator::new().on_update("kopfexamples", "update_fn", |Diff(diff): Diff| async move {
     ///     Ok::<_, HandlerError>(format!("{} change(s)", diff.len()))
@@ -77,7 +77,7 @@ impl Operator {
     /// handler is registered with `Options::optional`).
     ///
     /// ```
-    /// use kopf::{HandlerError, Name, Operator};
+    /// use kopf::{HandlerError, Operator, handler::Name};
     ///
     /// let operator = Operator::new().on_delete("kopfexamples", "delete_fn", |Name(name): Name| async move {
     ///     kopf::tracing::info!("cleaning up after {name}");
@@ -118,7 +118,7 @@ impl Operator {
     /// Its id gets the field as a suffix: `<id>/<field>`; `Old` and `New` are the field's.
     ///
     /// ```
-    /// use kopf::{HandlerError, New, Old, Operator};
+    /// use kopf::{HandlerError, Operator, handler::{New, Old}};
     ///
     /// let operator = Operator::new().on_field("kopfexamples", "field_fn", "spec.size",
     ///     |Old(old): Old, New(new): New| async move {
@@ -150,7 +150,7 @@ impl Operator {
     }
 
     /// A raw event handler: called for every watch event of matching objects (the
-    /// [`EventType`](crate::EventType) argument tells which), with no state kept; errors are logged and
+    /// [`EventType`](crate::handler::EventType) argument tells which), with no state kept; errors are logged and
     /// ignored; it needs no finalizer.
     pub fn on_event<Args>(
         self,
@@ -163,10 +163,10 @@ impl Operator {
 
     /// A raw event handler with filters: labels, annotations, `when`, and owners. With an
     /// owner filter it is a children handler: it runs for the events of objects owned by the
-    /// given kind, and the [`Owner`](crate::Owner) argument names the owner to act on.
+    /// given kind, and the [`Owner`](crate::handler::Owner) argument names the owner to act on.
     ///
     /// ```
-    /// use kopf::{HandlerError, Operator, Options, Owner};
+    /// use kopf::{HandlerError, Operator, Options, handler::Owner};
     ///
     /// // Every change of a Pod whose controller is a TrainingJob, with the job's name.
     /// let operator = Operator::new().on_event_with(
@@ -192,14 +192,14 @@ impl Operator {
     }
 
     /// A pod-log handler: called for each line of the logs of matching Pods' containers in
-    /// which `regex` finds a match, with the line ([`LogLine`](crate::LogLine)) and the
-    /// regex's groups ([`Captures`](crate::Captures)), besides the usual arguments (the Pod's
+    /// which `regex` finds a match, with the line ([`LogLine`](crate::handler::LogLine)) and the
+    /// regex's groups ([`Captures`](crate::handler::Captures)), besides the usual arguments (the Pod's
     /// `Body`, `Owner`, `Client`...). Each container's lines come in order, each once, across
-    /// dropped streams and container restarts (see [`LogSpec`](crate::LogSpec)). An invalid
+    /// dropped streams and container restarts (see [`LogSpec`](crate::handler::LogSpec)). An invalid
     /// regex stops the operator at its start, with the handler's id.
     ///
     /// ```
-    /// use kopf::{Captures, HandlerError, LogLine, Operator};
+    /// use kopf::{HandlerError, Operator, handler::{Captures, LogLine}};
     ///
     /// let operator = Operator::new().on_log(
     ///     "pods",
@@ -230,7 +230,7 @@ impl Operator {
     }
 
     /// [`on_log_with`](Self::on_log_with) with the regex as text and the rest of the
-    /// [`LogSpec`](crate::LogSpec) set by `configure` (what `#[kopf::on::log]` registers);
+    /// [`LogSpec`](crate::handler::LogSpec) set by `configure` (what `#[kopf::on::log]` registers);
     /// an invalid regex stops the operator at its start, with the handler's id.
     pub fn on_log_configured<Args>(
         mut self,
@@ -252,7 +252,7 @@ impl Operator {
         }
     }
 
-    /// A pod-log handler with its [`LogSpec`](crate::LogSpec) (containers, where to start,
+    /// A pod-log handler with its [`LogSpec`](crate::handler::LogSpec) (containers, where to start,
     /// idle timeout) and filters (labels, annotations, owners, `when`: which Pods).
     pub fn on_log_with<Args>(
         mut self,
@@ -278,7 +278,7 @@ impl Operator {
 
     /// An index: the handler returns key/value pairs for each object (a map, a vector of
     /// pairs, a pair, or an `Option` of one: `None` keeps the previous entries); every
-    /// handler reads them with the [`Index<K, V>`](crate::Index) argument. Entries go when the object is
+    /// handler reads them with the [`Index<K, V>`](crate::handler::Index) argument. Entries go when the object is
     /// deleted or stops matching; handlers start only once the first listing of every
     /// indexed resource is indexed.
     pub fn index<Args, H: IntoIndexer<Args>>(
@@ -308,7 +308,7 @@ impl Operator {
     }
 
     /// A daemon for each matching object (see [`DaemonOptions`]): it runs until it
-    /// returns, and is asked to stop (the [`Stopped`](crate::Stopped) argument) when the object is deleted
+    /// returns, and is asked to stop (the [`Stopped`](crate::handler::Stopped) argument) when the object is deleted
     /// or stops matching, or the operator exits.
     pub fn daemon<Args>(
         self,

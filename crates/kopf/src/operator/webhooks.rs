@@ -11,8 +11,8 @@ impl Operator {
     /// A validating admission handler (Kopf's `@kopf.on.validate`): it reviews creations,
     /// updates and deletions of the resource before the API server stores them; returning
     /// an error ([`AdmissionError`](crate::AdmissionError) for a chosen code) denies the request with its message.
-    /// Extractors: `Body`, `Spec`, `Old`, `New`, `Diff`, [`Operation`](crate::Operation), [`DryRun`](crate::DryRun),
-    /// [`UserInfo`](crate::UserInfo), [`SubResource`](crate::SubResource), [`Warnings`](crate::Warnings)...
+    /// Extractors: `Body`, `Spec`, `Old`, `New`, `Diff`, [`Operation`](crate::webhooks::Operation), [`DryRun`](crate::webhooks::DryRun),
+    /// [`UserInfo`](crate::webhooks::UserInfo), [`SubResource`](crate::webhooks::SubResource), [`Warnings`](crate::webhooks::Warnings)...
     ///
     /// The webhook server starts with the operator (see [`webhook_server`](Self::webhook_server)),
     /// and with [`webhooks_managed`](Self::webhooks_managed) the operator registers it in
@@ -47,7 +47,7 @@ impl Operator {
     }
 
     /// A mutating admission handler (Kopf's `@kopf.on.mutate`): what it merges into the
-    /// [`Patch`](crate::Patch) is applied to the object before it is stored (sent to the API server as an
+    /// [`Patch`](crate::handler::Patch) is applied to the object before it is stored (sent to the API server as an
     /// RFC 6902 JSON patch). Mutating handlers skip deletions unless they are for
     /// `DELETE` only.
     #[cfg(feature = "admission")]

@@ -80,7 +80,7 @@ pub fn kex_api(server: &FakeApiServer) -> Api<DynamicObject> {
 
 /// The client an operator builds for itself (kopf-rs User-Agent, inactivity timeout).
 pub async fn operator_client(server: &FakeApiServer, inactivity: Duration) -> kube::Client {
-    let config = kopf::client_config(Some(&server.url()), inactivity)
+    let config = kopf::config::client_config(Some(&server.url()), inactivity)
         .await
         .expect("config");
     kube::Client::try_from(config).expect("client")
@@ -183,7 +183,7 @@ pub fn operator_requests(server: &FakeApiServer) -> Vec<RequestRecord> {
     server
         .requests()
         .into_iter()
-        .filter(|r| r.user_agent == kopf::USER_AGENT)
+        .filter(|r| r.user_agent == kopf::config::USER_AGENT)
         .collect()
 }
 
