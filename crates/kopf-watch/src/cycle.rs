@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use kopf_core::causes::{EventKind, Reason};
+use kopf_core::conditions::ConditionsSync;
 use kopf_core::events::failure_message;
 use kopf_core::handler::Extensions;
 use kopf_core::memo::Memos;
@@ -67,10 +68,10 @@ impl Cycle {
             return Fresh::Unknown;
         };
         match self.writes.api_for::<RawObject>(body).get_opt(name).await {
-            Ok(Some(obj)) => Fresh::Read(Observed {
-                body: obj.into_body(self.keep_managed_fields),
-                event: EventKind::Modified,
-            }),
+            Ok(Some(obj)) => Fresh::Read(Observed::new(
+                obj.into_body(self.keep_managed_fields),
+                EventKind::Modified,
+            )),
             // Gone: its deletion comes through the watch.
             Ok(None) => Fresh::Gone,
             Err(e) => {
@@ -120,17 +121,32 @@ impl Cycle {
                 body,
                 self.writes.resource.status_subresource,
             ));
-            let outcome = self
-                .processor
-                .process_synced(
-                    observed.event,
-                    body,
-                    initial,
-                    memo,
-                    rejected,
-                    Some(sync.clone()),
-                )
-                .await;
+            let sync_to: Arc<dyn ConditionsSync> = sync.clone();
+            // The cause the engine detected on this very state, if it did (and for the same
+            // `initial`): not detected again.
+            let outcome = match observed
+                .detected
+                .as_deref()
+                .filter(|d| d.is_for(observed.event, initial))
+            {
+                Some(detected) => {
+                    self.processor
+                        .process_checked(detected.clone(), body, memo, rejected, Some(sync_to))
+                        .await
+                }
+                None => {
+                    self.processor
+                        .process_synced(
+                            observed.event,
+                            body,
+                            initial,
+                            memo,
+                            rejected,
+                            Some(sync_to),
+                        )
+                        .await
+                }
+            };
             // After a handler's sync, the writes go against the object as it returned it.
             let synced = sync.synced_body();
             let written = synced.as_ref().unwrap_or(body);

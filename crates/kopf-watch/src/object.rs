@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use kopf_core::causes::EventKind;
+use kopf_core::processing::Detected;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde_json::Value;
@@ -15,6 +16,20 @@ use crate::resource::ResourceRef;
 pub(crate) struct Observed {
     pub(crate) body: Arc<Value>,
     pub(crate) event: EventKind,
+    /// The cause the engine detected on this state to decide that it needs a cycle (for an
+    /// object with no worker), so that the cycle does not detect it again.
+    pub(crate) detected: Option<Arc<Detected>>,
+}
+
+impl Observed {
+    /// A state as observed, its cause not detected yet.
+    pub(crate) fn new(body: Arc<Value>, event: EventKind) -> Self {
+        Observed {
+            body,
+            event,
+            detected: None,
+        }
+    }
 }
 
 /// The resourceVersion of a body, as a number.

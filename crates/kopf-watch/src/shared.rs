@@ -12,6 +12,7 @@ use kopf_core::causes::EventKind;
 use kopf_core::events::RateLimiter;
 use kopf_core::handler::{Extensions, HandlerSpec};
 use kopf_core::layers::Stack;
+use kopf_core::processing::Check;
 use kopf_core::processing::Processor;
 use kopf_core::reconcile::ReconcileSpec;
 use serde_json::Value;
@@ -168,17 +169,19 @@ impl WorkerShared {
         self.books.forget_all();
     }
 
-    /// Whether a state of an object with no worker needs none: the cycle on it would do
-    /// nothing (the essence is the stored diff-base, the finalizer is as the handlers need
-    /// it, no condition is declared, no resume handler is due). Own writes coming back are
-    /// such states: they are checked here, in the engine, without a task or a held body.
-    pub(crate) fn settled(&self, event: EventKind, body: &Value, initial: bool) -> bool {
+    /// Whether a state of an object with no worker needs one: [`Check::Settled`] when the
+    /// cycle on it would do nothing (the essence is the stored diff-base, the finalizer is as
+    /// the handlers need it, no condition is declared, no resume handler is due; own writes
+    /// coming back are such states, checked here, in the engine, without a task or a held
+    /// body), else the cause the processor detected to decide, for the cycle to take.
+    pub(crate) fn check(&self, event: EventKind, body: &Value, initial: bool) -> Check {
         // Objects with daemons, timers or a reconcile keep their worker: it is where those
         // run, so its first state always starts one. Whether the state needs a cycle is the
         // processor's rule.
-        self.spawning.spawners.is_empty()
-            && self.reconcile.is_none()
-            && !self.cycle.processor.needs_cycle(event, body, initial)
+        if !self.spawning.spawners.is_empty() || self.reconcile.is_some() {
+            return Check::Cycle(None);
+        }
+        self.cycle.processor.check(event, body, initial)
     }
 
     /// An object became known (a slot was made for it).

@@ -502,6 +502,7 @@ pub mod persistence {
 /// The handler call as a `tower` service, for user layers around every handler call
 /// (`Operator::layer`).
 pub mod layers {
+    pub use crate::operator::HandlerLayer;
     pub use kopf_core::layers::{
         Attempt, AttemptService, CallOutcome, HandlerCall, HandlerService,
     };

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kopf_core::causes::EventKind;
+use kopf_core::processing::Check;
 use kopf_core::reconcile::{Kick, Trigger};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -54,7 +55,7 @@ impl Dispatcher {
         let known = self.slots.contains_key(uid.as_str());
         // Raw-event handlers see every event, in order.
         self.shared.on_event(&uid, &body, kind, known).await;
-        let observed = Observed { body, event: kind };
+        let mut observed = Observed::new(body, kind);
         let shared = &self.shared;
         let slot = slot(shared, &mut self.slots, &uid);
         if self.backlog.forget(&uid) {
@@ -74,7 +75,7 @@ impl Dispatcher {
             live.tx.send_replace(Some(observed));
             return;
         }
-        if kind != EventKind::Deleted && settled(shared, slot, &uid, &observed) {
+        if kind != EventKind::Deleted && settled(shared, slot, &uid, &mut observed) {
             return;
         }
         if kind == EventKind::Listed && shared.lanes.listed_waiting() >= STARTED_AHEAD {
@@ -106,10 +107,7 @@ impl Dispatcher {
             else {
                 continue;
             };
-            let observed = Observed {
-                body,
-                event: EventKind::Listed,
-            };
+            let observed = Observed::new(body, EventKind::Listed);
             start(&self.shared, slot, &mut self.tasks, uid, observed);
         }
     }
@@ -275,7 +273,7 @@ fn slot<'w>(shared: &WorkerShared, slots: &'w mut HashMap<Uid, Slot>, uid: &str)
 /// Whether a state of an object with no worker needs none: older than the last write (as a
 /// worker would skip it), or one that needs no cycle (own writes coming back, mostly),
 /// checked here, without starting one.
-fn settled(shared: &WorkerShared, slot: &mut Slot, uid: &str, observed: &Observed) -> bool {
+fn settled(shared: &WorkerShared, slot: &mut Slot, uid: &str, observed: &mut Observed) -> bool {
     let resume = slot.resume.as_deref();
     if resume.is_some_and(|r| r.stale(rv(&observed.body))) {
         return true;
@@ -283,7 +281,10 @@ fn settled(shared: &WorkerShared, slot: &mut Slot, uid: &str, observed: &Observe
     let kind = observed.event;
     let listed = kind == EventKind::Listed || resume.is_some_and(|r| r.listed);
     let initial = listed && !shared.was_handled(uid);
-    if !shared.settled(kind, &observed.body, initial) {
+    if let Check::Cycle(detected) = shared.check(kind, &observed.body, initial) {
+        // The cycle takes the cause detected here (for this state) instead of detecting it
+        // again.
+        observed.detected = detected.map(Arc::new);
         return false;
     }
     if let Some(mut r) = slot.resume.take().map(|r| *r) {

@@ -422,22 +422,22 @@ mod tests {
     }
 
     fn observed(event: EventKind, rv: u64) -> Observed {
-        Observed {
-            body: Arc::new(json!({"metadata": {"uid": "u1", "resourceVersion": rv.to_string()}})),
+        Observed::new(
+            Arc::new(json!({"metadata": {"uid": "u1", "resourceVersion": rv.to_string()}})),
             event,
-        }
+        )
     }
 
     fn deleting(rv: u64) -> Observed {
-        Observed {
-            body: Arc::new(json!({"metadata": {
+        Observed::new(
+            Arc::new(json!({"metadata": {
                 "uid": "u1",
                 "resourceVersion": rv.to_string(),
                 "deletionTimestamp": "2026-01-01T00:00:00Z",
                 "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
             }})),
-            event: EventKind::Modified,
-        }
+            EventKind::Modified,
+        )
     }
 
     fn next(delay: Option<Duration>, rv: Option<u64>) -> CycleEnd {

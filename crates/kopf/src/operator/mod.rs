@@ -8,13 +8,14 @@ mod connect;
 mod reconcile;
 mod resource_handlers;
 mod stack;
+pub use stack::HandlerLayer;
 #[cfg(feature = "admission")]
 mod webhooks;
 
 use std::time::Duration;
 
 use kopf_core::handler::{HandlerSpec, Options};
-use kopf_core::layers::{Attempt, AttemptService, CallOutcome, HandlerCall, HandlerService};
+use kopf_core::layers::{Attempt, CallOutcome};
 use kopf_core::metrics::Metrics;
 use kopf_core::processing::{Lifecycle, Persistence};
 use kopf_core::progress::{ProgressLocation, ProgressStorage};
@@ -408,15 +409,7 @@ impl Operator {
     /// }));
     /// # let _ = operator;
     /// ```
-    pub fn layer<L>(mut self, layer: L) -> Self
-    where
-        L: tower::Layer<HandlerService> + Send + Sync + 'static,
-        L::Service: tower::Service<HandlerCall, Response = CallOutcome, Error = std::convert::Infallible>
-            + Clone
-            + Send
-            + 'static,
-        <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
-    {
+    pub fn layer(mut self, layer: impl stack::HandlerLayer<CallOutcome>) -> Self {
         self.stack.around_attempt(layer);
         self
     }
@@ -424,15 +417,7 @@ impl Operator {
     /// Adds a tower layer before the handler stack's filters: it sees every call, those the
     /// filters skip ([`Attempt::Skipped`]) and rejected results too, and its [`Attempt`]
     /// with the events and the next progress record. The first added is the outermost.
-    pub fn layer_before_filters<L>(mut self, layer: L) -> Self
-    where
-        L: tower::Layer<AttemptService> + Send + Sync + 'static,
-        L::Service: tower::Service<HandlerCall, Response = Attempt, Error = std::convert::Infallible>
-            + Clone
-            + Send
-            + 'static,
-        <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
-    {
+    pub fn layer_before_filters(mut self, layer: impl stack::HandlerLayer<Attempt>) -> Self {
         self.stack.before_filters(layer);
         self
     }
@@ -440,15 +425,7 @@ impl Operator {
     /// Adds a tower layer around the handler itself: inside the classification, outside
     /// the timeout, it sees the handler's own outcome (an arbitrary error before the errors
     /// mode makes it temporary, permanent or ignored). The first added is the outermost.
-    pub fn layer_around_handler<L>(mut self, layer: L) -> Self
-    where
-        L: tower::Layer<HandlerService> + Send + Sync + 'static,
-        L::Service: tower::Service<HandlerCall, Response = CallOutcome, Error = std::convert::Infallible>
-            + Clone
-            + Send
-            + 'static,
-        <L::Service as tower::Service<HandlerCall>>::Future: Send + 'static,
-    {
+    pub fn layer_around_handler(mut self, layer: impl stack::HandlerLayer<CallOutcome>) -> Self {
         self.stack.around_handler(layer);
         self
     }

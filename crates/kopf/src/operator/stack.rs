@@ -76,54 +76,59 @@ pub(crate) struct StackLayers {
     success_events: bool,
 }
 
-/// A user layer over the boxed service of the layers below the progress record's place.
-fn boxed<L>(layer: L) -> Boxed<HandlerService>
-where
-    L: Layer<HandlerService> + Send + Sync + 'static,
-    L::Service:
-        Service<HandlerCall, Response = CallOutcome, Error = Infallible> + Clone + Send + 'static,
-    <L::Service as Service<HandlerCall>>::Future: Send + 'static,
+/// A tower layer for a user place of the handler stack whose services answer `R`
+/// ([`CallOutcome`] around the attempt and the handler, [`Attempt`] before the filters):
+/// the bounds a user layer needs, written once. Every such layer implements it.
+pub trait HandlerLayer<R>:
+    Layer<
+        BoxCloneService<HandlerCall, R, Infallible>,
+        Service: Service<HandlerCall, Response = R, Error = Infallible, Future: Send + 'static>
+                     + Clone
+                     + Send
+                     + 'static,
+    > + Send
+    + Sync
+    + 'static
 {
+}
+
+impl<R, L> HandlerLayer<R> for L where
+    L: Layer<
+            BoxCloneService<HandlerCall, R, Infallible>,
+            Service: Service<
+                HandlerCall,
+                Response = R,
+                Error = Infallible,
+                Future: Send + 'static,
+            > + Clone
+                         + Send
+                         + 'static,
+        > + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A user layer over the boxed service of its place.
+fn boxed<R: 'static, L: HandlerLayer<R>>(
+    layer: L,
+) -> Boxed<BoxCloneService<HandlerCall, R, Infallible>> {
     Arc::new(move |inner| BoxCloneService::new(layer.layer(inner)))
 }
 
 impl StackLayers {
     /// Adds a user layer before the filters.
-    pub(crate) fn before_filters<L>(&mut self, layer: L)
-    where
-        L: Layer<AttemptService> + Send + Sync + 'static,
-        L::Service:
-            Service<HandlerCall, Response = Attempt, Error = Infallible> + Clone + Send + 'static,
-        <L::Service as Service<HandlerCall>>::Future: Send + 'static,
-    {
-        self.before_filters.push(Arc::new(move |inner| {
-            BoxCloneService::new(layer.layer(inner))
-        }));
+    pub(crate) fn before_filters(&mut self, layer: impl HandlerLayer<Attempt>) {
+        self.before_filters.push(boxed(layer));
     }
 
     /// Adds a user layer around the attempt (its classified outcome).
-    pub(crate) fn around_attempt<L>(&mut self, layer: L)
-    where
-        L: Layer<HandlerService> + Send + Sync + 'static,
-        L::Service: Service<HandlerCall, Response = CallOutcome, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        <L::Service as Service<HandlerCall>>::Future: Send + 'static,
-    {
+    pub(crate) fn around_attempt(&mut self, layer: impl HandlerLayer<CallOutcome>) {
         self.around_attempt.push(boxed(layer));
     }
 
     /// Adds a user layer around the handler (its own outcome).
-    pub(crate) fn around_handler<L>(&mut self, layer: L)
-    where
-        L: Layer<HandlerService> + Send + Sync + 'static,
-        L::Service: Service<HandlerCall, Response = CallOutcome, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        <L::Service as Service<HandlerCall>>::Future: Send + 'static,
-    {
+    pub(crate) fn around_handler(&mut self, layer: impl HandlerLayer<CallOutcome>) {
         self.around_handler.push(boxed(layer));
     }
 
