@@ -393,7 +393,7 @@ impl Operator {
     /// `docs/handlers.md` ("The handler stack").
     ///
     /// ```
-    /// use kopf::{HandlerCall, HandlerService, Operator};
+    /// use kopf::{Operator, layers::{HandlerCall, HandlerService}};
     /// use tower::ServiceExt;
     ///
     /// let operator = Operator::new().layer(tower::layer::layer_fn(|inner: HandlerService| {
