@@ -414,8 +414,8 @@ pub mod on {
 /// ```
 pub use kopf_macros::reconcile;
 
-/// The conditions of objects (`status.conditions`): the [`Conditions`] extractor, the
-/// operator's default and automatic ones ([`ConditionsSpec`], `Operator::conditions`), and
+/// The conditions of objects (`status.conditions`): the [`Conditions`](conditions::Conditions) extractor, the
+/// operator's default and automatic ones ([`ConditionsSpec`](conditions::ConditionsSpec), `Operator::conditions`), and
 /// typed conditions for a status struct. See docs/conditions.md.
 pub mod conditions {
     /// # In a typed status
@@ -481,8 +481,8 @@ pub mod conditions {
 }
 
 /// The level-triggered model: a [`Reconciler`] per resource, what its function gets
-/// ([`ReconcileContext`]) and answers ([`Action`]), what wakes it ([`Trigger`], [`ObjectRef`]
-/// of owned and related objects) and its [`Backoff`]. The attribute macro of the same name,
+/// ([`ReconcileContext`]) and answers ([`Action`]), what wakes it ([`Trigger`](reconcile::Trigger), [`ObjectRef`](reconcile::ObjectRef)
+/// of owned and related objects) and its [`Backoff`](reconcile::Backoff). The attribute macro of the same name,
 /// [`#[kopf::reconcile]`](macro@crate::reconcile), registers one. See docs/reconcile.md.
 pub mod reconcile {
     pub use crate::operator::Reconciler;
@@ -516,7 +516,7 @@ pub mod metrics {
 
 /// Several replicas of one operator: Kopf's peering (its settings, the peering resources
 /// `PEERING_YAML`, and the `freeze`, `resume` and `peers` operations of the `kopf` command),
-/// leader election on a Lease, sharding, and the operator's [`Gate`] that they control.
+/// leader election on a Lease, sharding, and the operator's [`Gate`](peering::Gate) that they control.
 /// See docs/replicas.md.
 pub mod peering {
     pub use kopf_core::gate::{Gate, GateControl, GateState};

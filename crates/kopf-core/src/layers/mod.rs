@@ -24,7 +24,7 @@
 //! and activities ([`Stack::framework`] is the same order without user layers).
 //!
 //! The operator's finalizer is not a layer: it is a step around the whole cycle of an object
-//! ([`crate::finalizers::around_cycle`]).
+//! (`processing::finalizer::around_cycle`).
 
 mod classify;
 mod events;

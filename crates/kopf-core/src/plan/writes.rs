@@ -12,7 +12,7 @@
 //!   again.
 //! * With the diff-base in the status ([`PatchPlan::status_claims`]), the results and the
 //!   diff-base are one `/status` PATCH (atomic): the object's changes go first.
-//! * Adding the finalizer is a cycle of its own ([`crate::layers::FinalizerLayer`]): its
+//! * Adding the finalizer is a cycle of its own (the finalizer step of `processing`): its
 //!   plan has nothing else to store, so the finalizer is stored before any result.
 //! * Without a status subresource, everything is one object PATCH.
 //! * A request is rendered against the object as observed, or as the write before it

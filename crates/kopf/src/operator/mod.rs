@@ -478,7 +478,7 @@ impl Operator {
     /// the operator: while the gate is paused, the operator sends no list or watch request
     /// for its resources, starts no handler cycle (one in progress finishes) and stops its
     /// daemons and timers (their [`Stopped`](crate::handler::Stopped) says
-    /// [`StopReason::OperatorPausing`](crate::StopReason::OperatorPausing)); when the gate
+    /// [`StopReason::OperatorPausing`](crate::handler::StopReason::OperatorPausing)); when the gate
     /// opens, it lists every resource again and processes the objects as after a start
     /// (resume handlers, daemons and timers spawned again). Indexes keep their contents;
     /// shutdown works while paused.
