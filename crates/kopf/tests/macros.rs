@@ -429,6 +429,13 @@ async fn raw_events_are_seen() {
     .await
     .expect("create");
     let running = Running::start(&server, operator("events")).await;
+    // ev-1 is created once the listing is through (ev-0 seen in it): the watch, which
+    // continues from the listing's resourceVersion, then sees it as ADDED. The server's
+    // first watch request alone does not say that this resource's listing is done.
+    eventually("ev-0 in the listing", async || {
+        records("ev-0").first().map(String::as_str) == Some("LISTED")
+    })
+    .await;
     let ev1 = api
         .create(
             &PostParams::default(),
