@@ -140,6 +140,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::logging::LogBuffer;
 
     /// The layers around `client`, never stopped.
     fn wrap(client: kube::Client, settings: Settings) -> kube::Client {
@@ -223,57 +224,6 @@ mod tests {
         }
     }
 
-    /// A log buffer for the tests.
-    #[derive(Clone, Default)]
-    struct Logs(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logs {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("logs").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Logs {
-        /// Captures the logs of this thread (the client's layer runs in the caller's task).
-        fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-            // Tests running in parallel with thread-local subscribers, and some without one,
-            // can leave a log statement's cached interest at "never" (tracing-core's
-            // callsite cache): a global subscriber that wants the same levels prevents it.
-            static GLOBAL: std::sync::Once = std::sync::Once::new();
-            GLOBAL.call_once(|| {
-                let sink = tracing_subscriber::fmt()
-                    .with_writer(std::io::sink)
-                    .with_max_level(tracing::Level::INFO)
-                    .finish();
-                let _ = tracing::subscriber::set_global_default(sink);
-            });
-            let logs = Logs::default();
-            let writer = logs.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .with_max_level(tracing::Level::INFO)
-                .finish();
-            (logs, tracing::subscriber::set_default(subscriber))
-        }
-
-        fn warnings(&self) -> Vec<String> {
-            self.at("WARN")
-        }
-
-        fn at(&self, level: &str) -> Vec<String> {
-            String::from_utf8_lossy(&self.0.lock().expect("logs"))
-                .lines()
-                .filter(|l| l.contains(level))
-                .map(String::from)
-                .collect()
-        }
-    }
-
     fn client(server: &Scripted, metrics: Option<Metrics>) -> kube::Client {
         wrap(
             kube::Client::new(server.clone(), "default"),
@@ -304,7 +254,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn transient_failures_are_retried_with_a_short_backoff() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         let server = Scripted::new(&[Answer::Status(503), Answer::Status(502)]);
         let metrics = Metrics::new();
         let start = Instant::now();
@@ -321,7 +271,7 @@ mod tests {
         );
         // The first failure is a WARNING, the second (within 10 s) is counted, and the
         // answer that ends the outage is said once.
-        let warnings = logs.warnings();
+        let warnings = logs.matching("WARN", "");
         assert_eq!(warnings.len(), 1, "{warnings:#?}");
         assert!(
             warnings[0].contains(
@@ -331,7 +281,7 @@ mod tests {
             "{}",
             warnings[0]
         );
-        let infos = logs.at("INFO");
+        let infos = logs.matching("INFO", "");
         assert_eq!(infos.len(), 1, "{infos:#?}");
         assert!(
             infos[0].contains("The API server answers again, after 2 failed attempt(s) over 0."),
@@ -351,7 +301,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_five_retries_the_caller_gets_the_last_answer_with_its_body() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         let server = Scripted::new(&[Answer::Status(504); 10]);
         let start = Instant::now();
         let response = client(&server, None)
@@ -377,7 +327,7 @@ mod tests {
         );
         // One WARNING for the first failure; the other five (within 3.5 s) are DEBUG
         // lines, counted in the next summary.
-        let warnings = logs.warnings();
+        let warnings = logs.matching("WARN", "");
         assert_eq!(warnings.len(), 1, "{warnings:#?}");
         assert!(
             warnings[0].contains("failed: 504 Gateway Timeout: scripted 504; retrying in"),
@@ -405,7 +355,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn what_is_not_transient_or_not_idempotent_goes_to_the_caller_at_once() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         for (method, code, calls) in [
             (Method::POST, 500, 1),
             (Method::PUT, 500, 1),
@@ -427,7 +377,7 @@ mod tests {
             assert_eq!(server.calls(), calls, "{method} {code}");
         }
         // A client of its own for each request: each one's first failure is a WARNING.
-        let warnings = logs.warnings();
+        let warnings = logs.matching("WARN", "");
         assert_eq!(
             warnings.len(),
             5,
@@ -460,7 +410,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn connection_errors_are_retried() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         let metrics = Metrics::new();
         let server = Scripted::new(&[Answer::Status(200), Answer::Refused, Answer::Refused]);
         let client = client(&server, Some(metrics.clone()));
@@ -471,7 +421,7 @@ mod tests {
             .expect("answered");
         assert_eq!(response.status(), 200);
         assert_eq!(server.calls(), 4);
-        let warnings = logs.warnings();
+        let warnings = logs.matching("WARN", "");
         assert!(
             warnings[0].contains(
                 "DELETE /api/v1/namespaces/a/pods/b failed: no answer: connection refused; retrying"
@@ -487,7 +437,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_server_times_out_and_is_retried() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         let mut script = vec![Answer::Status(200)];
         script.extend([Answer::Hang; 10]);
         let server = Scripted::new(&script);
@@ -511,7 +461,7 @@ mod tests {
             ),
             "{error}"
         );
-        let warnings = logs.warnings();
+        let warnings = logs.matching("WARN", "");
         let waiting = warnings
             .iter()
             .filter(|l| {
@@ -540,7 +490,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_short_request_timeout_warns_after_a_third_of_it() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         let server = Scripted::new(&[Answer::Status(200), Answer::Hang]);
         let client = wrap(
             kube::Client::new(server.clone(), "default"),
@@ -557,7 +507,7 @@ mod tests {
             .await
             .expect("answered the second time");
         assert_eq!(response.status(), 200);
-        let warnings = logs.warnings();
+        let warnings = logs.matching("WARN", "");
         assert_eq!(warnings.len(), 2, "{warnings:#?}");
         assert!(
             warnings[0].contains("to GET /api after 1 s; still waiting"),
@@ -571,7 +521,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_server_never_reached_is_not_retried() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         let metrics = Metrics::new();
         let server = Scripted::new(&[Answer::Refused, Answer::Refused]);
         let start = Instant::now();
@@ -586,7 +536,11 @@ mod tests {
         );
         assert_eq!(server.calls(), 1);
         assert!(error.to_string().contains("connection refused"), "{error}");
-        assert_eq!(logs.warnings(), Vec::<String>::new(), "the caller says it");
+        assert_eq!(
+            logs.matching("WARN", ""),
+            Vec::<String>::new(),
+            "the caller says it"
+        );
         assert!(
             !metrics
                 .encode()
@@ -607,7 +561,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_long_outage_of_many_requests_logs_a_summary_every_10_s() {
-        let (logs, _guard) = Logs::capture();
+        let (logs, _guard) = LogBuffer::capture();
         // Reached once, then a minute of 503s for 20 requests at a time.
         let mut script = vec![Answer::Status(200)];
         script.extend([Answer::Status(503); 10_000]);
@@ -633,7 +587,7 @@ mod tests {
         }
         let failed = server.calls() - 1;
         assert!(failed >= 20 * 6 * 10, "a minute of failures: {failed}");
-        let warnings = logs.warnings();
+        let warnings = logs.matching("WARN", "");
         assert!(
             (6..=8).contains(&warnings.len()),
             "the first failure, then a summary every 10 s: {warnings:#?}"
@@ -654,7 +608,7 @@ mod tests {
             .send(request(Method::GET, "/api"))
             .await
             .expect("answered");
-        let infos = logs.at("INFO");
+        let infos = logs.matching("INFO", "");
         assert_eq!(infos.len(), 1, "{infos:#?}");
         assert!(
             infos[0].contains(&format!(

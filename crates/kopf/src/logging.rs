@@ -350,29 +350,85 @@ where
     }
 }
 
+/// Log lines kept in memory, shared by every clone: the writer a test's subscriber writes to
+/// and the test reads back (`kopf::testing`'s `OperatorTest` captures an operator's lines in
+/// one).
+///
+/// ```
+/// use kopf::logging::LogBuffer;
+///
+/// let (logs, guard) = LogBuffer::capture();
+/// tracing::warn!("the disk is full");
+/// drop(guard);
+/// assert_eq!(logs.matching("WARN", "disk").len(), 1);
+/// ```
+#[derive(Clone, Default, Debug)]
+pub struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuffer {
+    /// Captures this thread's logs, as the operator's default level shows them (INFO and
+    /// above, kube's own reports quietened: [`KUBE_QUIET`]), until the guard is dropped.
+    /// Tasks of a current-thread runtime log on the test's thread.
+    pub fn capture() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+        // Tests running in parallel with thread-local subscribers, and some without one, can
+        // leave a log statement's cached interest at "never" (tracing-core's callsite cache):
+        // a global subscriber that wants the same levels prevents it.
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let sink = tracing_subscriber::fmt()
+                .with_writer(std::io::sink)
+                .with_max_level(Level::INFO)
+                .finish();
+            let _ = tracing::subscriber::set_global_default(sink);
+        });
+        let logs = LogBuffer::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_env_filter(EnvFilter::new(format!("info,{KUBE_QUIET}")))
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The text logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+
+    /// The lines logged so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.text().lines().map(String::from).collect()
+    }
+
+    /// The lines of a level (`INFO`, `WARN`, `ERROR`) that contain `text`.
+    pub fn matching(&self, level: &str, text: &str) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l.contains(level) && l.contains(text))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn capture(format: LogFormat, prefix: bool) -> String {
-        let buffer = Buffer::default();
+        let buffer = LogBuffer::default();
         let out = buffer.clone();
         let subscriber = tracing_subscriber::registry().with(ObjectSpans).with(
             tracing_subscriber::fmt::layer()
@@ -402,8 +458,7 @@ mod tests {
             let body = json!({"kind": "KopfExample", "metadata": {"namespace": "default", "name": "kex-2", "uid": "u-2"}});
             kopf_core::extract::Logger::for_body(&body).info("from the handler");
         });
-        let bytes = buffer.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        String::from_utf8(bytes).unwrap_or_default()
+        buffer.text()
     }
 
     #[test]

@@ -58,7 +58,7 @@
 //! operator writes and reads back (a handler's `delayed` and `started`) follow that clock
 //! too ([`kopf_core::clock::now`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::Api;
@@ -70,6 +70,7 @@ pub use kopf_testing::{
 };
 
 use crate::error::Error;
+use crate::logging::LogBuffer;
 use crate::operator::Operator;
 
 /// How long [`OperatorTest::start`] waits for the operator's first watch.
@@ -103,32 +104,6 @@ pub enum TestError {
     /// A request of the test's own failed.
     #[error("a request of the test failed: {0}")]
     Request(#[source] kube::Error),
-}
-
-/// The lines an operator logged, shared with its writer.
-#[derive(Clone, Default, Debug)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
-            .lines()
-            .map(String::from)
-            .collect()
-    }
 }
 
 /// An operator to run in a test: [`start`](Self::start) it against a [`FakeApiServer`].
@@ -277,7 +252,7 @@ impl OperatorTest {
     /// server first.
     pub async fn start(self, server: &FakeApiServer) -> Result<Running, TestError> {
         self.operator.apply_crds(server).map_err(TestError::Crds)?;
-        let logs = Captured::default();
+        let logs = LogBuffer::default();
         let dispatch = self.dispatch(&logs);
         let before = server.requests().last().map_or(0, |r| r.seq);
         let wait_for_watch = self.wait_for_watch;
@@ -308,7 +283,7 @@ impl OperatorTest {
     }
 
     /// Where the operator's log lines go: the capture (and the test's layer, if any).
-    fn dispatch(&self, logs: &Captured) -> tracing::Dispatch {
+    fn dispatch(&self, logs: &LogBuffer) -> tracing::Dispatch {
         let writer = logs.clone();
         let filter = tracing_subscriber::EnvFilter::new(&self.log_filter);
         match &self.layer {
@@ -355,7 +330,7 @@ impl OperatorTest {
         self,
         server: &FakeApiServer,
         dispatch: tracing::Dispatch,
-        logs: Captured,
+        logs: LogBuffer,
     ) -> Result<Running, TestError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -397,7 +372,7 @@ impl OperatorTest {
         self,
         server: &FakeApiServer,
         dispatch: tracing::Dispatch,
-        logs: Captured,
+        logs: LogBuffer,
     ) -> Running {
         use tracing::instrument::WithSubscriber;
         let connect = Connect::InProcess(server.client_in_process());
@@ -508,7 +483,7 @@ pub struct Running {
     /// The operator's task on the current runtime.
     task: Option<tokio::task::JoinHandle<()>>,
     capture: Option<ThreadCapture>,
-    logs: Captured,
+    logs: LogBuffer,
 }
 
 impl std::fmt::Debug for Running {
@@ -549,11 +524,7 @@ impl Running {
 
     /// The logged lines of a level (`INFO`, `WARN`, `ERROR`) that contain `text`.
     pub fn logged_at(&self, level: &str, text: &str) -> Vec<String> {
-        self.logs
-            .lines()
-            .into_iter()
-            .filter(|l| l.contains(level) && l.contains(text))
-            .collect()
+        self.logs.matching(level, text)
     }
 
     /// Waits until a logged line contains `text`, and returns it.

@@ -7,14 +7,10 @@
 //! next attempt is a later cycle's (or, for daemons, timers and activities, their loop's).
 
 use std::convert::Infallible;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tower::{Layer, Service};
-
-use super::{CallOutcome, HandlerCall};
+use super::{CallOutcome, HandlerCall, Next, Step};
 use crate::handler::error::{ErrorsMode, HandlerError};
-use crate::handler::spec::BoxFuture;
 
 /// Classifies the attempt by the handler's `retries`, `timeout` and errors mode: temporary
 /// (with the delay until the next attempt), permanent, or success.
@@ -29,105 +25,83 @@ use crate::handler::spec::BoxFuture;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClassifyLayer;
 
-/// The service of [`ClassifyLayer`].
-#[derive(Debug, Clone)]
-pub struct Classify<S> {
-    inner: S,
-}
+impl Step for ClassifyLayer {
+    type Inner = CallOutcome;
+    type Output = CallOutcome;
 
-impl<S> Layer<S> for ClassifyLayer {
-    type Service = Classify<S>;
-    fn layer(&self, inner: S) -> Classify<S> {
-        Classify { inner }
-    }
-}
-
-impl<S> Service<HandlerCall> for Classify<S>
-where
-    S: Service<HandlerCall, Response = CallOutcome, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send,
-{
-    type Response = CallOutcome;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<CallOutcome, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: HandlerCall) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move {
-            let spec = call.spec.clone();
-            let name = format!("Handler '{}'", spec.id);
-            let retries = call.record.retries.unwrap_or(0);
-            let spent = call.spent();
-            // Strict checks first: downtime may have used up the time or the attempts.
+    async fn run<S: Next<CallOutcome>>(
+        self,
+        call: HandlerCall,
+        mut next: S,
+    ) -> Result<CallOutcome, Infallible> {
+        let spec = call.spec.clone();
+        let name = format!("Handler '{}'", spec.id);
+        let retries = call.record.retries.unwrap_or(0);
+        let spent = call.spent();
+        // Strict checks first: downtime may have used up the time or the attempts.
+        if let Some(limit) = spec.timeout
+            && spent >= limit
+        {
+            return Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
+                "{name} has timed out after {spent:?}."
+            )))));
+        }
+        if let Some(limit) = spec.retries
+            && retries >= limit
+        {
+            return Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
+                "{name} has exceeded {retries} retries."
+            )))));
+        }
+        let mut outcome = next.call(call).await?;
+        // Would the next attempt be too late or one too many?
+        let doomed = |delay: Duration| -> Option<String> {
             if let Some(limit) = spec.timeout
-                && spent >= limit
+                && spent + delay >= limit
             {
-                return Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
-                    "{name} has timed out after {spent:?}."
-                )))));
+                return Some(format!("will time out after {limit:?}"));
             }
             if let Some(limit) = spec.retries
-                && retries >= limit
+                && retries + 1 >= limit
             {
-                return Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
-                    "{name} has exceeded {retries} retries."
-                )))));
+                return Some(format!("will exceed {limit} retries"));
             }
-            let mut outcome = inner.call(call).await?;
-            // Would the next attempt be too late or one too many?
-            let doomed = |delay: Duration| -> Option<String> {
-                if let Some(limit) = spec.timeout
-                    && spent + delay >= limit
-                {
-                    return Some(format!("will time out after {limit:?}"));
-                }
-                if let Some(limit) = spec.retries
-                    && retries + 1 >= limit
-                {
-                    return Some(format!("will exceed {limit} retries"));
-                }
-                None
-            };
-            outcome.result = match outcome.result {
-                Err(e @ HandlerError::Temporary { .. }) => {
-                    match doomed(e.delay().unwrap_or_default()) {
-                        Some(why) => {
-                            let message =
-                                format!("{name} failed temporarily but {why}: {}", e.message());
-                            Err(e.into_permanent(message))
-                        }
-                        None => Err(e),
-                    }
-                }
-                Err(e @ HandlerError::Other { .. }) => match spec.errors {
-                    ErrorsMode::Ignored => {
-                        tracing::warn!("{name} failed with an exception and will ignore it: {e}");
-                        Ok(None)
-                    }
-                    ErrorsMode::Permanent => {
-                        let message = e.message().to_string();
+            None
+        };
+        outcome.result = match outcome.result {
+            Err(e @ HandlerError::Temporary { .. }) => {
+                match doomed(e.delay().unwrap_or_default()) {
+                    Some(why) => {
+                        let message =
+                            format!("{name} failed temporarily but {why}: {}", e.message());
                         Err(e.into_permanent(message))
                     }
-                    ErrorsMode::Temporary => match doomed(spec.backoff) {
-                        Some(why) => {
-                            let message = format!(
-                                "{name} failed with an exception and will stop now (it {why} on the next attempt): {}",
-                                e.message()
-                            );
-                            Err(e.into_permanent(message))
-                        }
-                        None => Err(e.into_temporary(Some(spec.backoff))),
-                    },
+                    None => Err(e),
+                }
+            }
+            Err(e @ HandlerError::Other { .. }) => match spec.errors {
+                ErrorsMode::Ignored => {
+                    tracing::warn!("{name} failed with an exception and will ignore it: {e}");
+                    Ok(None)
+                }
+                ErrorsMode::Permanent => {
+                    let message = e.message().to_string();
+                    Err(e.into_permanent(message))
+                }
+                ErrorsMode::Temporary => match doomed(spec.backoff) {
+                    Some(why) => {
+                        let message = format!(
+                            "{name} failed with an exception and will stop now (it {why} on the next attempt): {}",
+                            e.message()
+                        );
+                        Err(e.into_permanent(message))
+                    }
+                    None => Err(e.into_temporary(Some(spec.backoff))),
                 },
-                other => other,
-            };
-            Ok(outcome)
-        })
+            },
+            other => other,
+        };
+        Ok(outcome)
     }
 }
 
@@ -136,6 +110,7 @@ mod tests {
     use super::super::testing::*;
     use super::*;
     use crate::progress::{ProgressRecord, format_time};
+    use tower::Layer;
 
     fn attempt(retries: u32) -> ProgressRecord {
         ProgressRecord {

@@ -3,13 +3,9 @@
 //! those the handler posted itself; the poster rate-limits them per object.
 
 use std::convert::Infallible;
-use std::task::{Context, Poll};
 
-use tower::{Layer, Service};
-
-use super::{Attempt, HandlerCall};
+use super::{Attempt, HandlerCall, Next, Step};
 use crate::events::{EventSpec, failure_message};
-use crate::handler::spec::BoxFuture;
 
 /// Adds outcome events to an [`Attempt`].
 ///
@@ -32,63 +28,36 @@ impl EventsLayer {
     }
 }
 
-/// The service of [`EventsLayer`].
-#[derive(Debug, Clone)]
-pub struct Events<S> {
-    inner: S,
-    success: bool,
-}
+impl Step for EventsLayer {
+    type Inner = Attempt;
+    type Output = Attempt;
 
-impl<S> Layer<S> for EventsLayer {
-    type Service = Events<S>;
-    fn layer(&self, inner: S) -> Events<S> {
-        Events {
-            inner,
-            success: self.success,
+    async fn run<S: Next<Attempt>>(
+        self,
+        call: HandlerCall,
+        mut next: S,
+    ) -> Result<Attempt, Infallible> {
+        let id = call.spec.id.clone();
+        let mut attempt = next.call(call).await?;
+        if let Attempt::Done {
+            outcome, retry_in, ..
+        } = &mut attempt
+        {
+            let event = match (&outcome.result, retry_in) {
+                (Err(e), retry_in) => Some(EventSpec::warning(
+                    "Logging",
+                    failure_message(&id, &e.to_string(), retry_in.is_some()),
+                )),
+                // A parent with sub-handlers succeeds only when they all have; the cycle
+                // posts its success then.
+                (Ok(_), _) if self.success && outcome.subhandlers.is_empty() => {
+                    Some(EventSpec::success(&id))
+                }
+                (Ok(_), _) => None,
+            };
+            outcome.events.extend(event);
         }
-    }
-}
-
-impl<S> Service<HandlerCall> for Events<S>
-where
-    S: Service<HandlerCall, Response = Attempt, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send,
-{
-    type Response = Attempt;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Attempt, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: HandlerCall) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let success = self.success;
-        Box::pin(async move {
-            let id = call.spec.id.clone();
-            let mut attempt = inner.call(call).await?;
-            if let Attempt::Done {
-                outcome, retry_in, ..
-            } = &mut attempt
-            {
-                let event = match (&outcome.result, retry_in) {
-                    (Err(e), retry_in) => Some(EventSpec::warning(
-                        "Logging",
-                        failure_message(&id, &e.to_string(), retry_in.is_some()),
-                    )),
-                    // A parent with sub-handlers succeeds only when they all have; the cycle
-                    // posts its success then.
-                    (Ok(_), _) if success && outcome.subhandlers.is_empty() => {
-                        Some(EventSpec::success(&id))
-                    }
-                    (Ok(_), _) => None,
-                };
-                outcome.events.extend(event);
-            }
-            Ok(attempt)
-        })
+        Ok(attempt)
     }
 }
 
@@ -100,6 +69,7 @@ mod tests {
     use crate::handler::HandlerError;
     use crate::progress::ProgressRecord;
     use std::time::Duration;
+    use tower::Layer;
 
     async fn events_of(
         layer: EventsLayer,

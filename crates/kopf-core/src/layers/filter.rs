@@ -2,12 +2,8 @@
 //! object as it is at that point of the cycle. Evaluated before any work, silently.
 
 use std::convert::Infallible;
-use std::task::{Context, Poll};
 
-use tower::{Layer, Service};
-
-use super::{Attempt, HandlerCall};
-use crate::handler::spec::BoxFuture;
+use super::{Attempt, HandlerCall, Next, Step};
 
 /// Answers [`Attempt::Skipped`] for objects the handler's filters reject.
 ///
@@ -21,39 +17,19 @@ use crate::handler::spec::BoxFuture;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FilterLayer;
 
-/// The service of [`FilterLayer`].
-#[derive(Debug, Clone)]
-pub struct Filter<S> {
-    inner: S,
-}
+impl Step for FilterLayer {
+    type Inner = Attempt;
+    type Output = Attempt;
 
-impl<S> Layer<S> for FilterLayer {
-    type Service = Filter<S>;
-    fn layer(&self, inner: S) -> Filter<S> {
-        Filter { inner }
-    }
-}
-
-impl<S> Service<HandlerCall> for Filter<S>
-where
-    S: Service<HandlerCall, Response = Attempt, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send,
-{
-    type Response = Attempt;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Attempt, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: HandlerCall) -> Self::Future {
+    async fn run<S: Next<Attempt>>(
+        self,
+        call: HandlerCall,
+        mut next: S,
+    ) -> Result<Attempt, Infallible> {
         if !call.spec.matches(&call.cause.body) {
-            return Box::pin(async { Ok(Attempt::Skipped) });
+            return Ok(Attempt::Skipped);
         }
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move { inner.call(call).await })
+        next.call(call).await
     }
 }
 
@@ -64,6 +40,7 @@ mod tests {
     use super::*;
     use crate::handler::MetaFilter;
     use crate::progress::ProgressRecord;
+    use tower::Layer;
 
     #[tokio::test]
     async fn skips_non_matching_objects() {

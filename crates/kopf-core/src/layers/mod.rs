@@ -32,15 +32,26 @@ mod filter;
 mod invoke;
 mod progress;
 mod rejected;
+mod step;
 mod timeout;
 
-pub use classify::{Classify, ClassifyLayer};
-pub use events::{Events, EventsLayer};
-pub use filter::{Filter, FilterLayer};
+pub use classify::ClassifyLayer;
+pub use events::EventsLayer;
+pub use filter::FilterLayer;
 pub use invoke::{EndGrace, GraceOver, Invoke};
-pub use progress::{Progress, ProgressLayer, retrying};
-pub use rejected::{Rejected, RejectedLayer};
-pub use timeout::{Timeout, TimeoutLayer};
+pub use progress::{ProgressLayer, retrying};
+pub use rejected::RejectedLayer;
+pub use step::{Next, Step, Stepped};
+pub use timeout::TimeoutLayer;
+
+step::step_layers!(
+    FilterLayer => Filter,
+    EventsLayer => Events,
+    ProgressLayer => Progress,
+    RejectedLayer => Rejected,
+    ClassifyLayer => Classify,
+    TimeoutLayer => Timeout,
+);
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};

@@ -3,16 +3,12 @@
 //! `failure` / `stopped` mark the end.
 
 use std::convert::Infallible;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use jiff::Timestamp;
-use tower::{Layer, Service};
-
-use super::{Attempt, CallOutcome, HandlerCall};
+use super::{Attempt, CallOutcome, HandlerCall, Next, Step};
 use crate::handler::error::HandlerError;
-use crate::handler::spec::BoxFuture;
 use crate::progress::{ProgressRecord, format_time};
+use jiff::Timestamp;
 
 /// Produces an [`Attempt`] with the next progress record.
 ///
@@ -25,19 +21,6 @@ use crate::progress::{ProgressRecord, format_time};
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProgressLayer;
-
-/// The service of [`ProgressLayer`].
-#[derive(Debug, Clone)]
-pub struct Progress<S> {
-    inner: S,
-}
-
-impl<S> Layer<S> for ProgressLayer {
-    type Service = Progress<S>;
-    fn layer(&self, inner: S) -> Progress<S> {
-        Progress { inner }
-    }
-}
 
 /// The record after an attempt that will be retried after `delay`.
 pub fn retrying(
@@ -57,61 +40,52 @@ pub fn retrying(
     record
 }
 
-impl<S> Service<HandlerCall> for Progress<S>
-where
-    S: Service<HandlerCall, Response = CallOutcome, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send,
-{
-    type Response = Attempt;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Attempt, Infallible>>;
+impl Step for ProgressLayer {
+    type Inner = CallOutcome;
+    type Output = Attempt;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: HandlerCall) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move {
-            let mut record = call.record.clone();
-            let outcome = inner.call(call).await?;
-            record.retries = Some(record.retries.unwrap_or(0) + 1);
-            // Delays count from the end of the attempt, as in Kopf.
-            let now = crate::clock::now();
-            let finished_at = format_time(now);
-            let retry_in = match &outcome.result {
-                Ok(_) => {
-                    record.success = Some(true);
-                    record.failure = Some(false);
-                    record.stopped = Some(finished_at);
-                    record.delayed = None;
-                    record.message = None;
-                    None
-                }
-                Err(HandlerError::Temporary { message, delay, .. }) => {
-                    let d = delay.unwrap_or(Duration::ZERO);
-                    record = retrying(record, now, d, Some(message.clone()));
-                    Some(d)
-                }
-                Err(
-                    HandlerError::Permanent { message, .. }
-                    | HandlerError::Admission { message, .. }
-                    | HandlerError::Other { message, .. },
-                ) => {
-                    record.success = Some(false);
-                    record.failure = Some(true);
-                    record.message = Some(message.clone());
-                    record.stopped = Some(finished_at);
-                    record.delayed = None;
-                    None
-                }
-            };
-            Ok(Attempt::Done {
-                outcome,
-                record,
-                retry_in,
-            })
+    async fn run<S: Next<CallOutcome>>(
+        self,
+        call: HandlerCall,
+        mut next: S,
+    ) -> Result<Attempt, Infallible> {
+        let mut record = call.record.clone();
+        let outcome = next.call(call).await?;
+        record.retries = Some(record.retries.unwrap_or(0) + 1);
+        // Delays count from the end of the attempt, as in Kopf.
+        let now = crate::clock::now();
+        let finished_at = format_time(now);
+        let retry_in = match &outcome.result {
+            Ok(_) => {
+                record.success = Some(true);
+                record.failure = Some(false);
+                record.stopped = Some(finished_at);
+                record.delayed = None;
+                record.message = None;
+                None
+            }
+            Err(HandlerError::Temporary { message, delay, .. }) => {
+                let d = delay.unwrap_or(Duration::ZERO);
+                record = retrying(record, now, d, Some(message.clone()));
+                Some(d)
+            }
+            Err(
+                HandlerError::Permanent { message, .. }
+                | HandlerError::Admission { message, .. }
+                | HandlerError::Other { message, .. },
+            ) => {
+                record.success = Some(false);
+                record.failure = Some(true);
+                record.message = Some(message.clone());
+                record.stopped = Some(finished_at);
+                record.delayed = None;
+                None
+            }
+        };
+        Ok(Attempt::Done {
+            outcome,
+            record,
+            retry_in,
         })
     }
 }
@@ -121,6 +95,7 @@ mod tests {
     use super::super::testing::*;
     use super::*;
     use serde_json::json;
+    use tower::Layer;
 
     #[tokio::test]
     async fn writes_kopf_records() {

@@ -7,13 +7,9 @@
 //! [`Stack::reject`](super::Stack::reject)).
 
 use std::convert::Infallible;
-use std::task::{Context, Poll};
 
-use tower::{Layer, Service, ServiceExt};
-
-use super::{CallOutcome, ClassifyLayer, HandlerCall};
+use super::{CallOutcome, ClassifyLayer, HandlerCall, Next, Step};
 use crate::handler::error::HandlerError;
-use crate::handler::spec::BoxFuture;
 
 /// The API server's message about a handler's last result, in the call's extensions.
 #[derive(Debug, Clone)]
@@ -31,44 +27,24 @@ pub(crate) struct Rejection(pub(crate) String);
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RejectedLayer;
 
-/// The service of [`RejectedLayer`].
-#[derive(Debug, Clone)]
-pub struct Rejected<S> {
-    inner: S,
-}
+impl Step for RejectedLayer {
+    type Inner = CallOutcome;
+    type Output = CallOutcome;
 
-impl<S> Layer<S> for RejectedLayer {
-    type Service = Rejected<S>;
-    fn layer(&self, inner: S) -> Rejected<S> {
-        Rejected { inner }
-    }
-}
-
-impl<S> Service<HandlerCall> for Rejected<S>
-where
-    S: Service<HandlerCall, Response = CallOutcome, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send,
-{
-    type Response = CallOutcome;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<CallOutcome, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: HandlerCall) -> Self::Future {
-        if let Some(Rejection(message)) = call.cause.extensions.get::<Rejection>().cloned() {
-            // The rejection is this attempt's outcome, under the same rules as a result.
-            let rejected = tower::service_fn(move |_call: HandlerCall| {
-                let message = message.clone();
-                async move { Ok::<_, Infallible>(CallOutcome::of(Err(HandlerError::other(message)))) }
-            });
-            return Box::pin(ClassifyLayer.layer(rejected).oneshot(call));
-        }
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move { inner.call(call).await })
+    async fn run<S: Next<CallOutcome>>(
+        self,
+        call: HandlerCall,
+        mut next: S,
+    ) -> Result<CallOutcome, Infallible> {
+        let Some(Rejection(message)) = call.cause.extensions.get::<Rejection>().cloned() else {
+            return next.call(call).await;
+        };
+        // The rejection is this attempt's outcome, under the same rules as a result.
+        let rejected = tower::service_fn(move |_call: HandlerCall| {
+            let message = message.clone();
+            async move { Ok::<_, Infallible>(CallOutcome::of(Err(HandlerError::other(message)))) }
+        });
+        ClassifyLayer.run(call, rejected).await
     }
 }
 
@@ -80,6 +56,7 @@ mod tests {
     use crate::progress::ProgressRecord;
     use serde_json::json;
     use std::time::Duration;
+    use tower::Layer;
 
     #[tokio::test]
     async fn a_rejected_call_is_its_classified_rejection_without_the_inner_service() {

@@ -4,13 +4,9 @@
 //! attempt fails all the same, and the thread's late result is discarded.
 
 use std::convert::Infallible;
-use std::task::{Context, Poll};
 
-use tower::{Layer, Service};
-
-use super::{CallOutcome, HandlerCall};
+use super::{CallOutcome, HandlerCall, Next, Step};
 use crate::handler::error::HandlerError;
-use crate::handler::spec::BoxFuture;
 
 /// Cancels the call when the handler's timeout runs out.
 ///
@@ -24,48 +20,26 @@ use crate::handler::spec::BoxFuture;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TimeoutLayer;
 
-/// The service of [`TimeoutLayer`].
-#[derive(Debug, Clone)]
-pub struct Timeout<S> {
-    inner: S,
-}
+impl Step for TimeoutLayer {
+    type Inner = CallOutcome;
+    type Output = CallOutcome;
 
-impl<S> Layer<S> for TimeoutLayer {
-    type Service = Timeout<S>;
-    fn layer(&self, inner: S) -> Timeout<S> {
-        Timeout { inner }
-    }
-}
-
-impl<S> Service<HandlerCall> for Timeout<S>
-where
-    S: Service<HandlerCall, Response = CallOutcome, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send,
-{
-    type Response = CallOutcome;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<CallOutcome, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: HandlerCall) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move {
-            let Some(limit) = call.spec.timeout else {
-                return inner.call(call).await;
-            };
-            let remaining = limit.saturating_sub(call.spent());
-            let id = call.spec.id.clone();
-            match tokio::time::timeout(remaining, inner.call(call)).await {
-                Ok(r) => r,
-                Err(_) => Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
-                    "Handler '{id}' has timed out after {limit:?}."
-                ))))),
-            }
-        })
+    async fn run<S: Next<CallOutcome>>(
+        self,
+        call: HandlerCall,
+        mut next: S,
+    ) -> Result<CallOutcome, Infallible> {
+        let Some(limit) = call.spec.timeout else {
+            return next.call(call).await;
+        };
+        let remaining = limit.saturating_sub(call.spent());
+        let id = call.spec.id.clone();
+        match tokio::time::timeout(remaining, next.call(call)).await {
+            Ok(r) => r,
+            Err(_) => Ok(CallOutcome::of(Err(HandlerError::permanent(format!(
+                "Handler '{id}' has timed out after {limit:?}."
+            ))))),
+        }
     }
 }
 
@@ -75,6 +49,7 @@ mod tests {
     use super::*;
     use crate::progress::ProgressRecord;
     use std::time::Duration;
+    use tower::Layer;
 
     #[tokio::test]
     async fn cancels_at_the_deadline() {

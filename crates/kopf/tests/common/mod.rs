@@ -270,71 +270,8 @@ pub fn count(server: &FakeApiServer, method: &str, suffix: &str) -> usize {
 
 /// Log lines captured from the current thread (tests that read logs run on tokio's
 /// current-thread runtime, so the operator's tasks log on the test's thread).
-#[derive(Clone, Default)]
-pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    /// Captures this thread's logs as the operator's default level shows them (INFO and
-    /// above, kube's own reports quietened) until the guard is dropped.
-    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-        // Tests running in parallel with thread-local subscribers, and some without one, can
-        // leave a log statement's cached interest at "never" (tracing-core's callsite cache):
-        // a global subscriber that wants the same levels prevents it.
-        static GLOBAL: std::sync::Once = std::sync::Once::new();
-        GLOBAL.call_once(|| {
-            let sink = tracing_subscriber::fmt()
-                .with_writer(std::io::sink)
-                .with_max_level(tracing::Level::INFO)
-                .finish();
-            let _ = tracing::subscriber::set_global_default(sink);
-        });
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
-                "info,{}",
-                kopf::logging::KUBE_QUIET
-            )))
-            .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
-    }
-
-    /// The captured text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-
-    /// The captured lines.
-    pub fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
-            .lines()
-            .map(String::from)
-            .collect()
-    }
-
-    /// The captured lines of a level (`WARN`, `ERROR`) that contain `text`.
-    pub fn matching(&self, level: &str, text: &str) -> Vec<String> {
-        self.lines()
-            .into_iter()
-            .filter(|l| l.contains(level) && l.contains(text))
-            .collect()
-    }
-}
+#[allow(unused_imports)] // not every test binary reads logs
+pub use kopf::logging::LogBuffer as Logs;
 
 /// What handlers did, by key (an object's name, or "cleanup", "login"...): for handlers
 /// registered by attribute macros, which cannot capture a test's own state.
