@@ -120,7 +120,7 @@ async fn start_one(spec: &HandlerSpec, ctx: &ActivityContext) -> Result<(), Star
                     delay.as_secs_f64()
                 );
                 record = next;
-                tokio::time::sleep(delay).await;
+                crate::clock::sleep(delay, "an activity's retry").await;
             }
             Verdict::Failed(error) => {
                 tracing::error!("Activity '{}' failed permanently: {error}", spec.id);

@@ -21,7 +21,12 @@
 //! # }
 //! ```
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use jiff::{SignedDuration, Timestamp};
+use tokio::time::Instant;
 
 /// The time of day on the operator's clock: the wall clock, plus how far tokio's clock of
 /// the current runtime is from the monotonic clock (zero unless tokio's clock is paused or
@@ -39,6 +44,119 @@ pub fn now() -> Timestamp {
         Ok(skew) => wall.checked_add(skew).unwrap_or(wall),
         Err(_) => wall,
     }
+}
+
+/// Sleeps until `at` on tokio's clock (`tokio::time::sleep_until`). While a test watches
+/// the thread the operator runs on ([`watch_due`]), the wait is listed with `what` it waits
+/// for, so that the test can tell what is due next ([`next_due`]); otherwise the listing
+/// costs one thread-local read.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use kopf_core::clock;
+///
+/// let _watching = clock::watch_due();
+/// let timer = tokio::spawn(clock::sleep(Duration::from_secs(60), "a timer"));
+/// tokio::task::yield_now().await; // the timer's task starts waiting
+/// let (at, what) = clock::next_due().expect("one wait");
+/// assert_eq!((at - tokio::time::Instant::now(), what), (Duration::from_secs(60), "a timer"));
+/// timer.await.expect("the timer");
+/// assert_eq!(clock::next_due(), None);
+/// # }
+/// ```
+pub async fn sleep_until(at: Instant, what: &'static str) {
+    let _listed = Listed::new(at, what);
+    tokio::time::sleep_until(at).await;
+}
+
+/// Sleeps for `duration` on tokio's clock; see [`sleep_until`].
+pub async fn sleep(duration: Duration, what: &'static str) {
+    sleep_until(Instant::now() + duration, what).await;
+}
+
+/// The waits of this thread's operator, while a test watches it: by a number of their own.
+#[derive(Default)]
+struct Waits {
+    /// The guards of [`watch_due`] alive on this thread.
+    watchers: usize,
+    next: u64,
+    listed: BTreeMap<u64, (Instant, &'static str)>,
+}
+
+thread_local! {
+    /// The waits listed on this thread; `None` unless a test watches it ([`watch_due`]).
+    static WAITS: RefCell<Option<Waits>> = const { RefCell::new(None) };
+}
+
+/// One wait, listed while it lasts (in the listing of the thread that made it).
+struct Listed(Option<u64>);
+
+impl Listed {
+    fn new(at: Instant, what: &'static str) -> Self {
+        Listed(WAITS.with(|w| {
+            let mut w = w.borrow_mut();
+            let waits = w.as_mut()?;
+            let key = waits.next;
+            waits.next += 1;
+            waits.listed.insert(key, (at, what));
+            Some(key)
+        }))
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if let Some(key) = self.0 {
+            WAITS.with(|w| {
+                if let Some(waits) = w.borrow_mut().as_mut() {
+                    waits.listed.remove(&key);
+                }
+            });
+        }
+    }
+}
+
+/// Lists the operator's waits made on this thread until the guard is dropped: for tests
+/// whose operator runs on the test's own current-thread runtime (`kopf::testing` does it
+/// for an operator started there).
+#[must_use = "the waits are listed only while the guard lives"]
+pub fn watch_due() -> DueWatch {
+    WAITS.with(|w| w.borrow_mut().get_or_insert_with(Waits::default).watchers += 1);
+    DueWatch(std::thread::current().id())
+}
+
+/// Keeps the waits of the thread that made it listed (see [`watch_due`]). Dropped on
+/// another thread, it leaves that thread's listing on until the thread ends.
+#[derive(Debug)]
+pub struct DueWatch(std::thread::ThreadId);
+
+impl Drop for DueWatch {
+    fn drop(&mut self) {
+        if std::thread::current().id() != self.0 {
+            return;
+        }
+        WAITS.with(|w| {
+            let mut w = w.borrow_mut();
+            if let Some(waits) = w.as_mut() {
+                waits.watchers -= 1;
+                if waits.watchers == 0 {
+                    *w = None;
+                }
+            }
+        });
+    }
+}
+
+/// The earliest wait listed on this thread (see [`watch_due`]): when it is due on tokio's
+/// clock, and what it waits for.
+pub fn next_due() -> Option<(Instant, &'static str)> {
+    WAITS.with(|w| {
+        let w = w.borrow();
+        let waits = w.as_ref()?;
+        waits.listed.values().min_by_key(|(at, _)| *at).copied()
+    })
 }
 
 #[cfg(test)]

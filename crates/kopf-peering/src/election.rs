@@ -341,7 +341,7 @@ impl LeaderElector {
                 first = false;
                 tokio::select! {
                     _ = &mut stop => return Ok(()),
-                    _ = tokio::time::sleep(delay) => {}
+                    _ = kopf_core::clock::sleep(delay, "a try for the leader's lease") => {}
                 }
                 match self.attempt().await {
                     Ok(Attempt::Held) => break,
@@ -371,7 +371,7 @@ impl LeaderElector {
             let lost = loop {
                 tokio::select! {
                     _ = &mut stop => break None,
-                    _ = tokio::time::sleep(self.settings.retry_period) => {}
+                    _ = kopf_core::clock::sleep(self.settings.retry_period, "the leader's lease renewal") => {}
                 }
                 let deadline = renewed + self.settings.renew_deadline;
                 let attempt = tokio::time::timeout_at(deadline, self.attempt()).await;

@@ -222,7 +222,7 @@ impl ShardCoordinator {
             self.drop_overdue();
             tokio::select! {
                 _ = &mut stop => break,
-                _ = tokio::time::sleep(jittered(self.settings.retry_period)) => {}
+                _ = kopf_core::clock::sleep(jittered(self.settings.retry_period), "the shards' lease renewal") => {}
             }
         }
         self.gate.pause("stopping");

@@ -264,8 +264,8 @@ impl Writer<'_> {
                         s.message
                     );
                     attempt += 1;
-                    tokio::time::sleep(jitter(Duration::from_millis(100 * u64::from(attempt))))
-                        .await;
+                    let delay = jitter(Duration::from_millis(100 * u64::from(attempt)));
+                    kopf_core::clock::sleep(delay, "a conflicting write's retry").await;
                 }
                 other => return other,
             }

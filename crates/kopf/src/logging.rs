@@ -404,6 +404,11 @@ impl LogBuffer {
         (logs, tracing::subscriber::set_default(subscriber))
     }
 
+    /// How many bytes were logged so far (a cheap sign of activity).
+    pub fn written(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The text logged so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()

@@ -73,6 +73,9 @@ use crate::error::Error;
 use crate::logging::LogBuffer;
 use crate::operator::Operator;
 
+mod settle;
+pub use settle::Settled;
+
 /// How long [`OperatorTest::start`] waits for the operator's first watch.
 const WATCH_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -104,6 +107,9 @@ pub enum TestError {
     /// A request of the test's own failed.
     #[error("a request of the test failed: {0}")]
     Request(#[source] kube::Error),
+    /// [`Running::settled`] or [`Running::advance`] cannot tell when this operator is idle.
+    #[error("cannot wait for the operator to settle: {0}")]
+    NotSettleable(&'static str),
 }
 
 /// An operator to run in a test: [`start`](Self::start) it against a [`FakeApiServer`].
@@ -363,6 +369,8 @@ impl OperatorTest {
             task: None,
             capture: None,
             logs,
+            sent: None,
+            due: None,
         })
     }
 
@@ -375,7 +383,9 @@ impl OperatorTest {
         logs: LogBuffer,
     ) -> Running {
         use tracing::instrument::WithSubscriber;
-        let connect = Connect::InProcess(server.client_in_process());
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let connect = Connect::InProcess(settle::counted(server.client_in_process(), sent.clone()));
+        let due = kopf_core::clock::watch_due();
         let (operator, retries) = self.prepared();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done) = tokio::sync::oneshot::channel();
@@ -393,6 +403,8 @@ impl OperatorTest {
             task: Some(task),
             capture: Some(capture),
             logs,
+            sent: Some(sent),
+            due: Some(due),
         }
     }
 }
@@ -484,6 +496,10 @@ pub struct Running {
     task: Option<tokio::task::JoinHandle<()>>,
     capture: Option<ThreadCapture>,
     logs: LogBuffer,
+    /// The requests sent by the operator's client, on the current runtime (for settling).
+    sent: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// The operator's waits listed on this thread, on the current runtime.
+    due: Option<kopf_core::clock::DueWatch>,
 }
 
 impl std::fmt::Debug for Running {
@@ -559,6 +575,7 @@ impl Running {
             task.abort();
         }
         self.capture = None;
+        self.due = None;
     }
 
     /// Stops the operator (as SIGTERM would: running handlers get the grace period) and

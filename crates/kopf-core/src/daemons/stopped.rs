@@ -101,9 +101,19 @@ impl Stopped {
 
     /// Sleeps for `duration` unless the flag is set first; returns the reason if it was.
     pub async fn sleep(&self, duration: Duration) -> Option<StopReason> {
+        self.sleep_for(duration, "a daemon's sleep").await
+    }
+
+    /// [`sleep`](Self::sleep), the wait listed as `what` for a test (see
+    /// [`clock::sleep`](crate::clock::sleep)).
+    pub(crate) async fn sleep_for(
+        &self,
+        duration: Duration,
+        what: &'static str,
+    ) -> Option<StopReason> {
         tokio::select! {
             reason = self.wait() => Some(reason),
-            _ = tokio::time::sleep(duration) => self.reason(),
+            _ = crate::clock::sleep(duration, what) => self.reason(),
         }
     }
 

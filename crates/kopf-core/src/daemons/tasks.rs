@@ -121,7 +121,11 @@ pub(super) async fn daemon_loop(run: Run, options: DaemonOptions) {
         stopped,
     } = run;
     let title = format!("Daemon '{}'", spec.id);
-    if stopped.sleep(options.initial_delay).await.is_some() {
+    if stopped
+        .sleep_for(options.initial_delay, "a daemon's initial delay")
+        .await
+        .is_some()
+    {
         return;
     }
     let mut record = first_record();
@@ -151,7 +155,11 @@ pub(super) async fn daemon_loop(run: Run, options: DaemonOptions) {
                     delay.as_secs_f64()
                 );
                 record = next;
-                if stopped.sleep(delay).await.is_some() {
+                if stopped
+                    .sleep_for(delay, "a daemon's restart")
+                    .await
+                    .is_some()
+                {
                     return;
                 }
             }
@@ -172,7 +180,11 @@ pub(super) async fn timer_loop(run: Run, options: TimerOptions) {
         stopped,
     } = run;
     let title = format!("Timer '{}'", spec.id);
-    if stopped.sleep(options.initial_delay).await.is_some() {
+    if stopped
+        .sleep_for(options.initial_delay, "a timer's initial delay")
+        .await
+        .is_some()
+    {
         return;
     }
     let mut record = first_record();
@@ -219,7 +231,11 @@ pub(super) async fn timer_loop(run: Run, options: TimerOptions) {
         let Some(sleep) = timer_sleep(delay, &options, start) else {
             return;
         };
-        if stopped.sleep(sleep).await.is_some() {
+        if stopped
+            .sleep_for(sleep, "a timer's next call")
+            .await
+            .is_some()
+        {
             return;
         }
     }
@@ -249,7 +265,7 @@ async fn wait_idle(
         };
         tokio::select! {
             _ = stopped.wait() => return false,
-            _ = tokio::time::sleep(wait) => {}
+            _ = crate::clock::sleep(wait, "a timer's idle wait") => {}
             r = live.changed() => if r.is_err() { return false },
         }
     }

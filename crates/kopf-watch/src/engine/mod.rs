@@ -377,7 +377,7 @@ impl Run {
                 let standing_by = self.standing.standing_by();
                 tokio::select! {
                     _ = &mut *shutdown => return Flow::Stop,
-                    _ = tokio::time::sleep(delay) => {}
+                    _ = kopf_core::clock::sleep(delay, "a watch's retry") => {}
                     _ = pause::gate_moved(&mut self.gate, standing_by) => {}
                 }
             }

@@ -288,7 +288,7 @@ impl Worker<'_> {
     async fn throttle(&mut self, until: Instant) -> Flow {
         loop {
             tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
+                _ = kopf_core::clock::sleep_until(until, "a throttled object's next cycle") => break,
                 changed = self.rx.changed() => if changed.is_err() { return Flow::End },
             }
         }
@@ -315,7 +315,7 @@ impl Worker<'_> {
                 self.state.on_news();
                 Flow::Again
             }
-            _ = async { match wake { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+            _ = async { match wake { Some(t) => kopf_core::clock::sleep_until(t, "an object's next cycle (a retry, a reconcile, a read)").await, None => std::future::pending().await } } => {
                 match self.state.on_wake(Instant::now()) {
                     Woke::Reconcile => Flow::Again,
                     Woke::Read => self.read_after_slow_watch().await,

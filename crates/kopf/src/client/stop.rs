@@ -37,7 +37,7 @@ impl Stop {
     /// Waits `delay`, or until the stop if it comes first.
     pub(crate) async fn sleep(&self, delay: Duration) {
         tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
+            _ = kopf_core::clock::sleep(delay, "a request's retry") => {}
             _ = self.stopped() => {}
         }
     }

@@ -1,0 +1,258 @@
+//! Settling: an operator on the test's runtime under a paused clock is waited for until it
+//! is idle (`Running::settled`), so that a test asserts what did not happen without sleeping,
+//! and runs hours of operator time at once (`Running::advance`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kopf::testing::{FakeApiServer, OperatorTest, Running, TestError};
+use kopf::{HandlerError, Operator, TimerOptions};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+fn kex_api(server: &FakeApiServer) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
+        "kopfexamples",
+    );
+    Api::namespaced_with(server.client(), "default", &ar)
+}
+
+async fn server() -> FakeApiServer {
+    let server = FakeApiServer::in_process().await.expect("the server");
+    server
+        .apply_file(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/crd.yaml"
+        ))
+        .expect("the CRD");
+    server
+}
+
+async fn start(server: &FakeApiServer, operator: Operator) -> Running {
+    OperatorTest::new(operator)
+        .on_current_runtime(true)
+        .start(server)
+        .await
+        .expect("the operator starts")
+}
+
+async fn create(server: &FakeApiServer, name: &str) {
+    let obj = serde_json::from_value(json!({
+        "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+        "metadata": {"name": name}, "spec": {"field": "x", "other": 1},
+    }))
+    .expect("an object");
+    kex_api(server)
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+}
+
+/// A counter the handlers bump.
+fn counter() -> Arc<AtomicUsize> {
+    Arc::new(AtomicUsize::new(0))
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_settled_the_whole_cycle_is_done_and_the_next_timer_is_named() {
+    let server = server().await;
+    let ticks = counter();
+    let t = ticks.clone();
+    let operator = Operator::new()
+        .on_create("kopfexamples", "create_fn", || async {
+            Ok::<_, HandlerError>(json!("created"))
+        })
+        .timer(
+            "kopfexamples",
+            "tick",
+            TimerOptions::every(Duration::from_secs(60)),
+            move || {
+                let t = t.clone();
+                async move { Ok::<_, HandlerError>(json!(t.fetch_add(1, Ordering::SeqCst) + 1)) }
+            },
+        );
+    let running = start(&server, operator).await;
+    let idle = running.settled().await.expect("settles");
+    assert_eq!(idle.next, None, "no object yet, nothing is due: {idle}");
+
+    create(&server, "k").await;
+    let settled = running.settled().await.expect("settles");
+    // No polling: the handler ran, and its result and the timer's first are stored.
+    let obj = kex_api(&server).get("k").await.expect("get");
+    assert_eq!(obj.data["status"]["create_fn"], json!("created"), "{obj:?}");
+    assert_eq!(obj.data["status"]["tick"], json!(1), "{obj:?}");
+    assert_eq!(ticks.load(Ordering::SeqCst), 1);
+    let (after, what) = settled.next.expect("the timer is due");
+    assert_eq!(what, "a timer's next call", "{settled}");
+    assert!(
+        after <= Duration::from_secs(60) && after > Duration::from_secs(59),
+        "{settled}"
+    );
+    running.stop().await.expect("stops");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_hour_advances_at_once_with_every_tick_of_it() {
+    let server = server().await;
+    let ticks = counter();
+    let t = ticks.clone();
+    let operator = Operator::new().timer(
+        "kopfexamples",
+        "tick",
+        TimerOptions::every(Duration::from_secs(60)).sharp(true),
+        move || {
+            let t = t.clone();
+            async move { Ok::<_, HandlerError>(json!(t.fetch_add(1, Ordering::SeqCst) + 1)) }
+        },
+    );
+    let running = start(&server, operator).await;
+    create(&server, "k").await;
+    running.settled().await.expect("settles");
+    assert_eq!(ticks.load(Ordering::SeqCst), 1, "the first call at once");
+    let wall = std::time::Instant::now();
+    let settled = running
+        .advance(Duration::from_secs(3600))
+        .await
+        .expect("advances");
+    eprintln!(
+        "an hour of operator time in {:?} of wall time",
+        wall.elapsed()
+    );
+    assert_eq!(ticks.load(Ordering::SeqCst), 61, "one more call a minute");
+    let obj = kex_api(&server).get("k").await.expect("get");
+    assert_eq!(obj.data["status"]["tick"], json!(61), "{obj:?}");
+    assert_eq!(
+        settled.next.map(|(_, what)| what),
+        Some("a timer's next call")
+    );
+    running.stop().await.expect("stops");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_of_another_field_calls_no_field_handler() {
+    let server = server().await;
+    let calls = counter();
+    let c = calls.clone();
+    let operator = Operator::new().on_field("kopfexamples", "field_fn", "spec.field", move || {
+        let c = c.clone();
+        async move {
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, HandlerError>(json!("seen"))
+        }
+    });
+    let running = start(&server, operator).await;
+    create(&server, "k").await;
+    running.settled().await.expect("settles");
+    let at_creation = calls.load(Ordering::SeqCst);
+    let requests = server.requests().len();
+
+    let patch = json!({"spec": {"other": 2}});
+    kex_api(&server)
+        .patch("k", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    running.settled().await.expect("settles");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        at_creation,
+        "spec.other is not spec.field"
+    );
+
+    // The same wait sees a change of the field itself: the assertion above could fail.
+    let patch = json!({"spec": {"field": "y"}});
+    kex_api(&server)
+        .patch("k", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    running.settled().await.expect("settles");
+    assert_eq!(calls.load(Ordering::SeqCst), at_creation + 1);
+    assert!(
+        server.requests().len() > requests + 2,
+        "the handler's writes"
+    );
+    running.stop().await.expect("stops");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_handler_is_due_again_after_its_backoff() {
+    let server = server().await;
+    let calls = counter();
+    let c = calls.clone();
+    let operator = Operator::new().on_create("kopfexamples", "flaky", move || {
+        let c = c.clone();
+        async move {
+            match c.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(HandlerError::temporary("not yet", Duration::from_secs(30))),
+                _ => Ok(json!("done")),
+            }
+        }
+    });
+    let running = start(&server, operator).await;
+    create(&server, "k").await;
+    let settled = running.settled().await.expect("settles");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let (after, what) = settled.next.expect("the retry is due");
+    assert!(what.starts_with("an object's next cycle"), "{settled}");
+    assert!(
+        after <= Duration::from_secs(30) && after > Duration::from_secs(29),
+        "{settled}"
+    );
+
+    // Not a moment before its time...
+    running
+        .advance(after - Duration::from_secs(1))
+        .await
+        .expect("advances");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // ...and at its time.
+    let settled = running
+        .advance(Duration::from_secs(1))
+        .await
+        .expect("advances");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(settled.next, None, "done: nothing is due; {settled}");
+    running.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn settling_needs_a_paused_clock_and_says_so() {
+    let server = server().await;
+    let operator = Operator::new().on_create("kopfexamples", "create_fn", || async {
+        Ok::<_, HandlerError>(())
+    });
+    let running = start(&server, operator).await;
+    let error = running.settled().await.expect_err("the clock runs");
+    assert!(
+        matches!(error, TestError::NotSettleable(why) if why.contains("start_paused = true")),
+        "{error}"
+    );
+    running.stop().await.expect("stops");
+}
+
+#[tokio::test(start_paused = true)]
+async fn settling_waits_for_work_that_sends_nothing_yet() {
+    let server = server().await;
+    let calls = counter();
+    let c = calls.clone();
+    let operator = Operator::new().on_create("kopfexamples", "busy", move || {
+        let c = c.clone();
+        async move {
+            // Work on the runtime with no request and no log line for a long while.
+            for _ in 0..1000 {
+                tokio::task::yield_now().await;
+            }
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, HandlerError>(json!("done"))
+        }
+    });
+    let running = start(&server, operator).await;
+    create(&server, "k").await;
+    running.settled().await.expect("settles");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler has finished");
+    let obj = kex_api(&server).get("k").await.expect("get");
+    assert_eq!(obj.data["status"]["busy"], json!("done"), "{obj:?}");
+    running.stop().await.expect("stops");
+}
