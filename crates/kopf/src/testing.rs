@@ -352,7 +352,7 @@ impl OperatorTest {
         let connect = if server.is_in_process() {
             // Made on the operator's runtime: the requests are served there.
             let _entered = runtime.enter();
-            Connect::InProcess(server.client_in_process())
+            Connect::InProcess(settle::operator_client(server, Arc::default()))
         } else {
             Connect::Url(server.url())
         };
@@ -384,7 +384,7 @@ impl OperatorTest {
     ) -> Running {
         use tracing::instrument::WithSubscriber;
         let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let connect = Connect::InProcess(settle::counted(server.client_in_process(), sent.clone()));
+        let connect = Connect::InProcess(settle::operator_client(server, sent.clone()));
         let due = kopf_core::clock::watch_due();
         let (operator, retries) = self.prepared();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -40,9 +40,9 @@ async fn logged(running: &Running, text: &str) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn paused_from_the_start_nothing_runs_until_the_gate_opens() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let (control, gate) = Gate::channel();
     control.pause(BLOCKER);
     let calls = Arc::new(AtomicUsize::new(0));
@@ -63,7 +63,7 @@ async fn paused_from_the_start_nothing_runs_until_the_gate_opens() {
         &format!("Pausing the watch-stream for kopfexamples.kopf.dev (blockers: {BLOCKER})."),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.settled().await;
     assert_eq!(
         calls.load(Ordering::SeqCst),
         0,
@@ -84,7 +84,7 @@ async fn paused_from_the_start_nothing_runs_until_the_gate_opens() {
         "Resuming the watch-stream for kopfexamples.kopf.dev.",
     )
     .await;
-    common::settle(&server).await;
+    running.settled().await;
     assert_eq!(
         calls.load(Ordering::SeqCst),
         1,
@@ -151,9 +151,9 @@ fn reasons(seen: &Seen) -> Vec<StopReason> {
         .clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn timers_and_daemons_stop_while_paused_and_start_again_after() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let (control, gate) = Gate::channel();
     let seen = Arc::new(Seen::default());
     let running = Running::start(&server, spawning_operator(&seen, gate)).await;
@@ -178,10 +178,11 @@ async fn timers_and_daemons_stop_while_paused_and_start_again_after() {
     )
     .await;
     // The timer was stopped with the daemon; a tick already under way may end.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    running.settled().await;
     let ticks = seen.ticks.load(Ordering::SeqCst);
     let before = last_seq(&server);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Five of the timer's intervals.
+    running.advance(Duration::from_secs(1)).await;
     assert_eq!(
         seen.ticks.load(Ordering::SeqCst),
         ticks,
@@ -218,9 +219,9 @@ async fn timers_and_daemons_stop_while_paused_and_start_again_after() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_watch_closes_while_paused_and_the_operator_relists_after() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let (control, gate) = Gate::channel();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
@@ -248,7 +249,7 @@ async fn the_watch_closes_while_paused_and_the_operator_relists_after() {
         o.is_some_and(|o| o.data["status"]["create_fn"] == "created")
     })
     .await;
-    common::settle(&server).await;
+    running.settled().await;
     let resumed_before = resumes.load(Ordering::SeqCst);
 
     control.pause(BLOCKER);
@@ -263,7 +264,7 @@ async fn the_watch_closes_while_paused_and_the_operator_relists_after() {
     api.patch("w1", &kube::api::PatchParams::default(), &patch)
         .await
         .expect("patch");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.settled().await;
     assert_eq!(kex_requests(&server, before), Vec::<String>::new());
     let status = api.get("w1").await.expect("get").data["status"].clone();
     assert!(
@@ -289,7 +290,7 @@ async fn the_watch_closes_while_paused_and_the_operator_relists_after() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1, "created once");
     // As after a restart, the listed object's resume handlers run again.
-    common::settle(&server).await;
+    running.settled().await;
     assert_eq!(resumes.load(Ordering::SeqCst), resumed_before + 1);
     running.stop().await;
 }
@@ -326,9 +327,9 @@ async fn shutdown_while_paused_is_prompt() {
     assert_eq!(reasons(&seen), vec![StopReason::OperatorPausing]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_cycle_under_way_finishes_but_no_new_one_starts_while_paused() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let (control, gate) = Gate::channel();
     let started = Arc::new(Mutex::new(Vec::<String>::new()));
     let s = started.clone();
@@ -359,7 +360,7 @@ async fn a_cycle_under_way_finishes_but_no_new_one_starts_while_paused() {
         .await
         .expect("create");
     // The second object's state has reached its worker, which waits for the only permit.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     control.pause(BLOCKER);
     until_object(
         &api,
@@ -368,7 +369,7 @@ async fn a_cycle_under_way_finishes_but_no_new_one_starts_while_paused() {
         |o| o.is_some_and(|o| o.data["status"]["create_fn"] == "created"),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.settled().await;
     assert_eq!(
         names(),
         vec!["slow".to_string()],

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Running, eventually, kex_api, obj, owned_configmap, server, until_object};
+use common::{Running, eventually, kex_api, obj, owned_configmap, until_object};
 
 /// Makes `<name>-cm` hold `spec.field`, owned by the object.
 async fn converge(obj: Arc<Value>, ctx: ReconcileContext) -> Result<Action, HandlerError> {
@@ -66,9 +66,9 @@ async fn until_cm(api: &Api<ConfigMap>, name: &str, want: Option<&str>) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_owned_configmap_deleted_or_edited_by_hand_is_restored() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let triggers = Arc::new(Mutex::new(Vec::<Trigger>::new()));
     let t = triggers.clone();
     let op = Operator::new().reconcile_with(
@@ -124,9 +124,9 @@ async fn an_owned_configmap_deleted_or_edited_by_hand_is_restored() {
     assert!(seen.contains(&Trigger::ObjectChanged), "{seen:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_hundred_errors_in_a_row_back_off_exponentially_capped_then_reset() {
-    let server = server().await;
+    let server = common::paused_server().await;
     // (failures in a row before the call, when it started)
     let calls = Arc::new(Mutex::new(Vec::<(u32, tokio::time::Instant)>::new()));
     let c = calls.clone();
@@ -191,9 +191,9 @@ async fn a_hundred_errors_in_a_row_back_off_exponentially_capped_then_reset() {
     assert!(total < Duration::from_secs(30), "{total:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_thousand_rapid_updates_coalesce_one_in_flight_one_pending() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let max_in_flight = Arc::new(AtomicUsize::new(0));
     let calls = Arc::new(AtomicU32::new(0));
@@ -239,7 +239,7 @@ async fn a_thousand_rapid_updates_coalesce_one_in_flight_one_pending() {
         *last_seen.lock().expect("lock") == json!(1000)
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     running.stop().await;
     let calls = calls.load(Ordering::SeqCst);
     assert_eq!(
@@ -258,9 +258,9 @@ async fn a_thousand_rapid_updates_coalesce_one_in_flight_one_pending() {
     assert!(calls >= 2, "{calls}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn requeues_repeat_and_related_objects_trigger_through_a_mapper() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let triggers = Arc::new(Mutex::new(Vec::<(String, Trigger)>::new()));
     let t = triggers.clone();
     let op = Operator::new().reconcile_with(
@@ -335,9 +335,9 @@ async fn requeues_repeat_and_related_objects_trigger_through_a_mapper() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn cause_handlers_run_first_never_beside_the_reconcile_and_cleanup_releases() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let busy = Arc::new(AtomicUsize::new(0));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let order = Arc::new(Mutex::new(Vec::<&'static str>::new()));
@@ -445,9 +445,9 @@ async fn cause_handlers_run_first_never_beside_the_reconcile_and_cleanup_release
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_concurrency_limit_holds_across_objects() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let max_in_flight = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
@@ -485,9 +485,9 @@ async fn the_concurrency_limit_holds_across_objects() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_failed_write_of_a_reconcile_is_retried_not_lost() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
     let op = Operator::new().reconcile_with(
@@ -534,9 +534,9 @@ async fn a_failed_write_of_a_reconcile_is_retried_not_lost() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_pause_drops_pending_requeues_and_the_resume_reconciles_each_object_once() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let (control, gate) = kopf::peering::Gate::channel();
     let triggers = Arc::new(Mutex::new(Vec::<Trigger>::new()));
     let t = triggers.clone();
@@ -561,9 +561,10 @@ async fn a_pause_drops_pending_requeues_and_the_resume_reconciles_each_object_on
     };
     eventually("requeues", async || requeues(&triggers) >= 2).await;
     control.pause("in favour of other@host (priority 100)");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     let at_pause = triggers.lock().expect("lock").len();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Five of the requeue's delays.
+    running.advance(Duration::from_millis(500)).await;
     assert_eq!(
         triggers.lock().expect("lock").len(),
         at_pause,
@@ -584,9 +585,9 @@ async fn a_pause_drops_pending_requeues_and_the_resume_reconciles_each_object_on
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn two_reconciles_of_one_resource_stop_the_operator_with_a_clear_error() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let noop = |_obj: Arc<Value>, _ctx: ReconcileContext| async {
         Ok::<_, HandlerError>(Action::await_change())
     };
@@ -605,10 +606,10 @@ async fn two_reconciles_of_one_resource_stop_the_operator_with_a_clear_error() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_reconciles_conditions_and_the_declared_defaults_share_its_one_status_write() {
     use kopf::conditions::{ConditionStatus, Conditions, ConditionsSpec};
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .conditions(
             "kopfexamples",
@@ -645,7 +646,7 @@ async fn a_reconciles_conditions_and_the_declared_defaults_share_its_one_status_
         condition(o, "Ready")["status"] == "True" && condition(o, "Synced")["status"] == "True"
     })
     .await;
-    common::settle(&server).await;
+    running.settled().await;
     assert_eq!(
         common::count(&server, "PATCH", "/kopfexamples/k/status"),
         1,
@@ -672,9 +673,9 @@ async fn a_reconciles_conditions_and_the_declared_defaults_share_its_one_status_
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn owns_controlled_ignores_co_owners_and_a_handle_asks_from_anywhere() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let triggers = Arc::new(Mutex::new(Vec::<Trigger>::new()));
     let t = triggers.clone();
     let reconciler = Reconciler::new(

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Running, TestError};
+use super::{FakeApiServer, Running, TestError};
 
 /// One look: the operator time a settling test lets pass to see that nothing happens.
 const LOOK: Duration = Duration::from_millis(1);
@@ -41,12 +41,19 @@ impl std::fmt::Display for Settled {
     }
 }
 
-/// A kube client that counts the requests it sends (the operator's activity, for settling).
-pub(super) fn counted(client: kube::Client, sent: Arc<AtomicU64>) -> kube::Client {
+/// The operator's client to a fake server in process: it sends the operator's User-Agent
+/// (as the client an operator builds for a URL does) and counts its requests into `sent`
+/// (the operator's activity, for settling).
+pub(super) fn operator_client(server: &FakeApiServer, sent: Arc<AtomicU64>) -> kube::Client {
+    let client = server.client_in_process();
     let namespace = client.default_namespace().to_string();
-    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
         let client = client.clone();
         sent.fetch_add(1, Ordering::Relaxed);
+        request.headers_mut().insert(
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(crate::config::USER_AGENT),
+        );
         async move { client.send(request).await }
     });
     kube::Client::new(service, namespace)

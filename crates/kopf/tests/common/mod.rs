@@ -69,6 +69,15 @@ pub async fn server() -> FakeApiServer {
     s
 }
 
+/// A fake API server in process with the example CRD: an operator started against it runs
+/// on the test's own runtime, for tests under a paused clock
+/// (`#[tokio::test(start_paused = true)]`) that wait with [`Running::settled`].
+pub async fn paused_server() -> FakeApiServer {
+    let s = FakeApiServer::in_process().await.expect("start");
+    s.apply_object(crd()).expect("crd");
+    s
+}
+
 /// KopfExamples in `default`, through the test's own client.
 pub fn kex_api(server: &FakeApiServer) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -113,6 +122,7 @@ impl Running {
             .error_delays(delays)
             .client_retries(false)
             .wait_for_watch(wait_for_watch)
+            .on_current_runtime(server.is_in_process())
             .start(server)
             .await
             .expect("the operator starts");
@@ -127,6 +137,19 @@ impl Running {
     /// The operator's log lines so far.
     pub fn logs(&self) -> Vec<String> {
         self.0.logs()
+    }
+
+    /// Waits until the operator is idle (on a [`paused_server`], under a paused clock).
+    pub async fn settled(&self) -> kopf::testing::Settled {
+        self.0.settled().await.expect("the operator settles")
+    }
+
+    /// Runs `duration` of operator time at once, then waits until the operator is idle.
+    pub async fn advance(&self, duration: Duration) -> kopf::testing::Settled {
+        self.0
+            .advance(duration)
+            .await
+            .expect("the operator settles")
     }
 
     /// Stops the operator; it must have run without error.
