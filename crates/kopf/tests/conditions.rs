@@ -16,7 +16,7 @@ use kopf_testing::FakeApiServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::{Running, eventually, kex_api, obj, operator_requests, server, settle, writes};
+use common::{Running, eventually, kex_api, obj, operator_requests, writes};
 
 const DIFF_BASE: &str = "kopf.zalando.org/last-handled-configuration";
 
@@ -58,9 +58,9 @@ fn status_patches(server: &FakeApiServer, name: &str) -> Vec<(u16, String, Strin
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_concurrent_writers_condition_is_kept() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let theirs = api.clone();
     // The handler sets Ready, and meanwhile another controller (the test's own client, its
@@ -87,7 +87,7 @@ async fn a_concurrent_writers_condition_is_kept() {
         .await
         .expect("create");
     until_condition(&api, "k", "Ready", "True").await;
-    settle(&server).await;
+    running.settled().await;
     let list = conditions(&api, "k").await;
     let types: Vec<&str> = list.iter().filter_map(|c| c["type"].as_str()).collect();
     assert_eq!(
@@ -110,9 +110,9 @@ async fn a_concurrent_writers_condition_is_kept() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_transition_time_stays_when_only_the_message_changes() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", |c: Conditions| async move {
@@ -133,7 +133,7 @@ async fn the_transition_time_stays_when_only_the_message_changes() {
         .cloned()
         .expect("Ready");
     // A later second: a new time would differ.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    running.advance(Duration::from_millis(1100)).await;
     api.patch(
         "k",
         &PatchParams::default(),
@@ -157,9 +157,9 @@ async fn the_transition_time_stays_when_only_the_message_changes() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_creation_with_a_result_and_a_condition_is_one_status_patch() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new().on_create("kopfexamples", "create_fn", |c: Conditions| async move {
         c.set("Provisioned", ConditionStatus::True, "Created", "done")?;
@@ -170,7 +170,7 @@ async fn a_creation_with_a_result_and_a_condition_is_one_status_patch() {
         .await
         .expect("create");
     eventually("the creation handled", async || handled(&api, "k").await).await;
-    settle(&server).await;
+    running.settled().await;
     let patches = status_patches(&server, "k");
     assert_eq!(patches.len(), 1, "{patches:?}");
     // The whole exchange: the result and the condition in one guarded status write, then
@@ -202,7 +202,7 @@ async fn a_creation_with_a_result_and_a_condition_is_one_status_patch() {
     )
     .await
     .expect("a status field");
-    settle(&server).await;
+    running.settled().await;
     let after = operator_requests(&server)
         .iter()
         .filter(|r| r.method == "PATCH")
@@ -211,9 +211,9 @@ async fn a_creation_with_a_result_and_a_condition_is_one_status_patch() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn declared_defaults_ride_in_the_first_status_write() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", || async {
@@ -230,7 +230,7 @@ async fn declared_defaults_ride_in_the_first_status_write() {
         .await
         .expect("create");
     eventually("the creation handled", async || handled(&api, "k").await).await;
-    settle(&server).await;
+    running.settled().await;
     let list = conditions(&api, "k").await;
     assert_eq!(
         find(&list, "Ready").map(|c| &c["status"]),
@@ -258,9 +258,9 @@ async fn declared_defaults_ride_in_the_first_status_write() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn auto_conditions_follow_the_handlers_outcomes() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", |Name(name): Name| async move {
@@ -333,9 +333,9 @@ async fn auto_conditions_follow_the_handlers_outcomes() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn sync_publishes_conditions_while_the_handler_runs() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let go_on = Arc::new(tokio::sync::Notify::new());
     let gate = go_on.clone();
@@ -368,7 +368,7 @@ async fn sync_publishes_conditions_while_the_handler_runs() {
     go_on.notify_one();
     until_condition(&api, "k", "Provisioned", "True").await;
     eventually("the creation handled", async || handled(&api, "k").await).await;
-    settle(&server).await;
+    running.settled().await;
     let list = conditions(&api, "k").await;
     assert_eq!(list.len(), 1, "one entry per type: {list:?}");
     assert_eq!(list[0]["reason"], "Created");
@@ -378,9 +378,9 @@ async fn sync_publishes_conditions_while_the_handler_runs() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn timers_set_conditions_with_their_delivery() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new().timer(
         "kopfexamples",
@@ -397,16 +397,17 @@ async fn timers_set_conditions_with_their_delivery() {
         .expect("create");
     until_condition(&api, "k", "Checked", "True").await;
     // Later ticks set the same: nothing more is written.
-    settle(&server).await;
+    running.settled().await;
     let first = status_patches(&server, "k").len();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Three more ticks.
+    running.advance(Duration::from_millis(700)).await;
     assert_eq!(status_patches(&server, "k").len(), first);
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_invalid_condition_fails_the_handler_before_any_request() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new().on_create("kopfexamples", "create_fn", |c: Conditions| async move {
         c.set("Ready", ConditionStatus::True, "not a reason", "")?;
@@ -420,7 +421,7 @@ async fn an_invalid_condition_fails_the_handler_before_any_request() {
         handled(&api, "k").await
     })
     .await;
-    settle(&server).await;
+    running.settled().await;
     assert!(conditions(&api, "k").await.is_empty());
     let sent_conditions = operator_requests(&server)
         .iter()
@@ -436,9 +437,9 @@ async fn an_invalid_condition_fails_the_handler_before_any_request() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_a_status_subresource_conditions_go_with_the_objects_patch() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let mut crd = common::crd();
     crd["metadata"]["name"] = json!("kopfplains.kopf.dev");
     crd["spec"]["names"] =
@@ -470,7 +471,7 @@ async fn without_a_status_subresource_conditions_go_with_the_objects_patch() {
         .expect("create");
     until_condition(&api, "p", "Ready", "True").await;
     eventually("the creation handled", async || handled(&api, "p").await).await;
-    settle(&server).await;
+    running.settled().await;
     let stored = api.get("p").await.expect("get");
     assert_eq!(stored.data["status"]["create_fn"]["message"], "hello");
     let patches: Vec<(u16, String)> = operator_requests(&server)
@@ -486,10 +487,10 @@ async fn without_a_status_subresource_conditions_go_with_the_objects_patch() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_422_on_an_unchanged_list_is_a_failure_of_the_handler_not_a_race() {
     use kopf_testing::{FaultRule, RequestPattern};
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new().on_create("kopfexamples", "create_fn", |c: Conditions| async move {
         c.set("Ready", ConditionStatus::True, "Created", "")?;
@@ -516,7 +517,7 @@ async fn a_422_on_an_unchanged_list_is_a_failure_of_the_handler_not_a_race() {
             .is_empty()
     })
     .await;
-    settle(&server).await;
+    running.settled().await;
     // One send, one read of the object (the list is as it was), no resend of the same.
     let codes: Vec<u16> = status_patches(&server, "k").iter().map(|p| p.0).collect();
     assert_eq!(codes, vec![422]);
@@ -528,10 +529,10 @@ async fn a_422_on_an_unchanged_list_is_a_failure_of_the_handler_not_a_race() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_reconcile_sets_conditions_with_its_status_write() {
     use kopf::{Action, ReconcileContext};
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let op = Operator::new().reconcile(
         "kopfexamples",
@@ -546,16 +547,16 @@ async fn a_reconcile_sets_conditions_with_its_status_write() {
         .await
         .expect("create");
     until_condition(&api, "k", "Ready", "True").await;
-    settle(&server).await;
+    running.settled().await;
     let patches = status_patches(&server, "k");
     assert_eq!(patches.len(), 1, "{patches:?}");
     assert_eq!(patches[0].1, "json");
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_invalid_declaration_stops_the_operator_at_start_naming_it() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", || async {
             Ok::<_, HandlerError>("created")

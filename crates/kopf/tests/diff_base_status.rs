@@ -56,9 +56,9 @@ fn status_patches() -> RequestPattern {
         .subresource("status")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn minimal_sends_one_status_patch_per_creation_and_per_update() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, minimal_in_status()).await;
     let api = kex_api(&server);
     server.clear_requests();
@@ -144,9 +144,9 @@ async fn handled_before(api: &Api<DynamicObject>, name: &str, annotations: Value
     .expect("status");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn objects_of_kopf_and_of_the_annotation_are_continued_as_updates() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     // As Python Kopf leaves it with StatusDiffBaseStorage and StatusProgressStorage: the
     // essence as compact JSON in a string, the purged progress an empty object.
@@ -192,9 +192,9 @@ async fn objects_of_kopf_and_of_the_annotation_are_continued_as_updates() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_503_on_the_one_status_patch_loses_no_result() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let calls = Arc::new(AtomicU32::new(0));
     let counted = calls.clone();
     let op = Operator::new()
@@ -233,9 +233,9 @@ async fn a_503_on_the_one_status_patch_loses_no_result() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_handlers_object_patch_goes_before_the_claiming_status_write() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let calls = Arc::new(AtomicU32::new(0));
     let counted = calls.clone();
     let op = Operator::new()
@@ -289,9 +289,9 @@ async fn a_handlers_object_patch_goes_before_the_claiming_status_write() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_delete_handler_costs_the_finalizer_patch_then_one_status_patch() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let op = minimal_in_status().on_delete("kopfexamples", "delete_fn", |_c: Cause| async {
         HandlerResult::Ok(None)
     });

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Running, crd, eventually, kex_api, obj, server};
+use common::{Running, crd, eventually, kex_api, obj};
 
 type Calls = Arc<Mutex<Vec<(String, Value)>>>;
 
@@ -30,9 +30,9 @@ fn recorder(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn update_and_field_handlers_get_kopf_diffs_in_one_cycle() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls: Calls = Arc::default();
     let op = Operator::new()
         .on_update("kopfexamples", "update_fn", recorder(&calls, "update_fn"))
@@ -89,7 +89,7 @@ async fn update_and_field_handlers_get_kopf_diffs_in_one_cycle() {
         (c[2].1["old"].clone(), c[2].1["new"].clone()),
         (json!("a"), json!("b"))
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    running.settled().await;
     // Both handlers finished in one cycle: one PATCH (the new diff-base), no progress records.
     let patches: Vec<_> = server
         .requests()
@@ -109,9 +109,9 @@ async fn update_and_field_handlers_get_kopf_diffs_in_one_cycle() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn retries_survive_a_restart_and_missed_changes_are_handled() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let attempts: Arc<Mutex<Vec<(u32, String)>>> = Arc::default();
     let make = |attempts: Arc<Mutex<Vec<(u32, String)>>>| {
         move |c: Cause| {
@@ -219,9 +219,9 @@ async fn retries_survive_a_restart_and_missed_changes_are_handled() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn resume_corrupt_diffbase_and_panics() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     // An object handled before (a valid diff-base) and one with a corrupt diff-base.
     let mut handled = obj("handled", json!({"field": "a"}));
@@ -304,10 +304,10 @@ async fn resume_corrupt_diffbase_and_panics() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_conflicting_guarded_patch_keeps_the_handler_outcomes() {
     use kopf_testing::{FaultRule, RequestPattern};
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls: Calls = Arc::default();
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", recorder(&calls, "create_fn"))
@@ -351,9 +351,9 @@ async fn a_conflicting_guarded_patch_keeps_the_handler_outcomes() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn namespace_patterns_select_the_served_objects() {
-    let server = server().await;
+    let server = common::paused_server().await;
     for ns in ["team-a", "team-legacy", "other"] {
         server
             .apply_object(
@@ -381,16 +381,16 @@ async fn namespace_patterns_select_the_served_objects() {
         calls.lock().expect("lock").len() == 1
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     let c = calls.lock().expect("lock").clone();
     assert_eq!(c.len(), 1, "{c:?}");
     assert_eq!(c[0].1["new"]["spec"]["ns"], "team-a");
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn failures_post_warning_events_rate_limited_per_object() {
-    let server = server().await;
+    let server = common::paused_server().await;
     // Seven failures and a greeting: eight events, of which the first five go out (the
     // burst); the others are counted, for the next event that passes.
     let op = Operator::new().on_create("kopfexamples", "flaky", |c: Cause| async move {
@@ -416,7 +416,7 @@ async fn failures_post_warning_events_rate_limited_per_object() {
             .is_some_and(|o| o.data["status"]["flaky"] == "done")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    running.settled().await;
     let events: Api<DynamicObject> = Api::namespaced_with(
         server.client(),
         "default",
@@ -445,9 +445,9 @@ async fn failures_post_warning_events_rate_limited_per_object() {
 
 /// State written by Python Kopf (progress records and diff-base in Kopf's format) is
 /// continued: the succeeded handler is not re-run, the retrying one resumes its count.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn continues_progress_written_by_kopf() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let mut o = obj("from-kopf", json!({"field": "value"}));
     o.metadata.annotations = Some(
@@ -513,9 +513,9 @@ async fn continues_progress_written_by_kopf() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_resource_whose_crd_comes_back_is_served_again() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls: Calls = Arc::default();
     let running = Running::start(
         &server,
@@ -544,18 +544,18 @@ async fn a_resource_whose_crd_comes_back_is_served_again() {
     .await;
     // Make the watch notice now rather than at its next timeout.
     server.close_watches(Some("kopfexamples"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     server.apply_object(crd()).expect("the CRD again");
     let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("back", json!({"field": "a"})))
         .await
         .expect("create");
-    for _ in 0..400 {
-        if !calls.lock().expect("lock").is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The CRD is established on the server's clock, then the operator serves it again.
+    common::eventually("the object of the re-created CRD handled", async || {
+        !calls.lock().expect("lock").is_empty()
+    })
+    .await;
+    running.settled().await;
     assert_eq!(
         calls.lock().expect("lock").len(),
         1,
@@ -564,9 +564,9 @@ async fn a_resource_whose_crd_comes_back_is_served_again() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn streaming_lists_replace_the_initial_list() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("pre", json!({"field": "a"})))
         .await
@@ -600,9 +600,9 @@ async fn streaming_lists_replace_the_initial_list() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn selectors_by_short_name_and_group_version_plural() {
-    let server = server().await;
+    let server = common::paused_server().await;
     // The test CRD has no short names; give it one through a patch of the CRD.
     let crds: Api<DynamicObject> = Api::all_with(
         server.client(),
@@ -669,9 +669,9 @@ fn store_report() -> Result<(), Storing> {
 
 /// `?` on a user's error in a handler keeps it: the log line of the failure shows the
 /// user's message and its source; the progress record keeps the user's message.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_users_error_is_logged_with_its_source() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new().on_create("kopfexamples", "store_fn", |_c: Cause| async move {
         store_report()?;
         Ok::<_, HandlerError>(())

@@ -92,9 +92,9 @@ fn object_patches() -> RequestPattern {
         .subresource("")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_500_on_the_status_patch_of_a_creation_loses_no_result() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let calls = counter();
     let running = Running::start(&server, creating(&calls)).await;
     server.inject_fault(FaultRule::new(status_patches(), 500, 1));
@@ -109,9 +109,9 @@ async fn a_500_on_the_status_patch_of_a_creation_loses_no_result() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_409_on_the_status_patch_is_sent_again() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let calls = counter();
     let running = Running::start(&server, creating(&calls)).await;
     server.inject_fault(FaultRule::new(status_patches(), 409, 1));
@@ -131,9 +131,9 @@ async fn a_409_on_the_status_patch_is_sent_again() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_500_on_the_diffbase_patch_runs_the_handler_again() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let calls = counter();
     let running = Running::start(&server, creating(&calls)).await;
     server.inject_fault(FaultRule::new(object_patches(), 500, 1));
@@ -150,9 +150,9 @@ fn record(o: &DynamicObject, id: &str) -> Value {
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_422_on_the_status_patch_is_a_failure_of_the_handler() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let calls = counter();
     let running = Running::start(&server, creating(&calls)).await;
     // As kube-apiserver words a schema violation (no causes: the message names the field).
@@ -206,12 +206,12 @@ fn crd_with_status(status: Value) -> Value {
 }
 
 async fn server_with_status_schema(status: Value) -> FakeApiServer {
-    let s = FakeApiServer::start().await.expect("start");
+    let s = FakeApiServer::in_process().await.expect("start");
     s.apply_object(crd_with_status(status)).expect("crd");
     s
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_status_schema_that_rejects_a_result_names_the_handler_and_the_field() {
     let server = server_with_status_schema(json!({"type": "object", "properties": {
         "create_fn": {"type": "object", "properties": {"message": {"type": "string"}}}}}))
@@ -266,7 +266,7 @@ async fn a_status_schema_that_rejects_a_result_names_the_handler_and_the_field()
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_status_schema_that_prunes_a_result_warns_once_per_handler_and_field() {
     let server = server_with_status_schema(json!({"type": "object", "properties": {
         "create_fn": {"type": "object", "properties": {"message": {"type": "string"}}}}}))
@@ -303,7 +303,7 @@ async fn a_status_schema_that_prunes_a_result_warns_once_per_handler_and_field()
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_timer_whose_result_is_rejected_fails_visibly_and_backs_off() {
     let server = server_with_status_schema(json!({"type": "object", "properties": {
         "tick": {"type": "string"}}}))
@@ -334,7 +334,7 @@ async fn a_timer_whose_result_is_rejected_fails_visibly_and_backs_off() {
             .is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    running.advance(Duration::from_secs(2)).await;
     // Without the backoff it would tick ten times in 2 s.
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -354,9 +354,9 @@ async fn a_timer_whose_result_is_rejected_fails_visibly_and_backs_off() {
 
 /// A deletion while the create handler runs, with slow object PATCHes: the finalizer is on
 /// the object before the handler starts, so the deletion waits for the delete handler.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn deletion_during_a_slow_create_handler_runs_the_delete_handler() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let (created, deleted) = (counter(), counter());
     let (c, d) = (created.clone(), deleted.clone());
     let started = Arc::new(tokio::sync::Notify::new());
@@ -380,7 +380,7 @@ async fn deletion_during_a_slow_create_handler_runs_the_delete_handler() {
     tokio::time::timeout(Duration::from_secs(20), started.notified())
         .await
         .expect("the create handler runs");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.advance(Duration::from_secs(1)).await;
     api.delete("k", &DeleteParams::default())
         .await
         .expect("delete");
@@ -392,9 +392,9 @@ async fn deletion_during_a_slow_create_handler_runs_the_delete_handler() {
 
 /// Objects deleted right after their creation: whatever a create handler provisioned, the
 /// delete handler cleans up (a create handler never runs without the finalizer on).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn objects_deleted_at_once_leak_nothing() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let live = Arc::new(std::sync::Mutex::new(
         std::collections::HashSet::<String>::new(),
     ));
@@ -440,9 +440,9 @@ async fn objects_deleted_at_once_leak_nothing() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn diffbases_of_the_wrong_shape_are_warned_about_and_handled_as_creations() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let bad = [
         "42",
@@ -486,9 +486,9 @@ async fn diffbases_of_the_wrong_shape_are_warned_about_and_handled_as_creations(
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn corrupt_progress_records_are_warned_about_and_treated_as_absent() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let mut o = obj("k", json!({"field": "a"}));
     o.metadata.annotations = Some(
@@ -525,9 +525,9 @@ async fn corrupt_progress_records_are_warned_about_and_treated_as_absent() {
 
 /// An outage of the API server's listing at start: every failure is seen (kube's own hidden
 /// retry is off), logged, counted towards liveness, and the operator recovers at once.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_list_outage_at_start_is_logged_and_recovered_from() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let lists = RequestPattern::any().verb("list").resource("kopfexamples");
     let mut outage = FaultRule::new(lists, 503, 0);
     outage.count = None; // until cleared
@@ -540,7 +540,7 @@ async fn a_list_outage_at_start_is_logged_and_recovered_from() {
         metrics.dead_watches() == vec!["kopfexamples".to_string()]
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    running.advance(Duration::from_secs(3)).await;
     server.clear_faults();
     let api = kex_api(&server);
     create_handled(&api).await;
@@ -570,9 +570,9 @@ async fn a_list_outage_at_start_is_logged_and_recovered_from() {
 /// stops the watch nor the other objects: objects are read as plain JSON, and it is handled
 /// like any other; log lines about it stay bounded. (The fake server, like kube-apiserver,
 /// refuses metadata a typed client could not decode, such as a number as a label value.)
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_odd_object_is_handled_and_logged_in_bounded_lines() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     server
         .apply_object(json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
             "metadata": {"name": "odd", "namespace": "default", "labels": {"n": "1"}},
@@ -618,9 +618,9 @@ const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
 /// Objects handled before the operator had delete handlers get the finalizer (and nothing
 /// runs again); objects whose operator no longer needs it lose it (other controllers'
 /// finalizers stay).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_finalizer_follows_the_handlers_the_operator_has_now() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     let handled = |name: &str, finalizers: Vec<String>| {
         let mut o = obj(name, json!({"field": "a"}));
@@ -679,9 +679,9 @@ async fn the_finalizer_follows_the_handlers_the_operator_has_now() {
 /// A relist while a delete handler runs brings back the object as it was before its release;
 /// once the operator has removed its (last) finalizer, that state must not run the delete
 /// handler a second time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_released_object_is_not_deleted_twice_after_a_relist() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let deleted = counter();
     let d = deleted.clone();
     let started = Arc::new(tokio::sync::Notify::new());
@@ -720,7 +720,8 @@ async fn a_released_object_is_not_deleted_twice_after_a_relist() {
     .await;
     server.set_watch_event_delay(Duration::from_millis(700));
     until_object(&api, "k", "the object to go", |o| o.is_none()).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Past the watch events' delay (0.7 s): every event of the deletion has come.
+    running.advance(Duration::from_secs(1)).await;
     assert_eq!(
         deleted.load(Ordering::SeqCst),
         1,
@@ -732,9 +733,9 @@ async fn a_released_object_is_not_deleted_twice_after_a_relist() {
 /// The release of a deleted object meets a concurrent change (its guarded JSON patch fails
 /// its resourceVersion test): the operator reads the object as it is now and releases it,
 /// without running the delete handler again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_conflicting_release_is_retried_on_the_fresh_object() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let deleted = counter();
     let d = deleted.clone();
     let op = Operator::new()
