@@ -142,7 +142,7 @@ async fn until_replicas(api: &Api<Deployment>, want: i32) {
 /// Starts the operator, creates `web` with 2 replicas and waits for its Deployment, then
 /// scales the Deployment to 5 by hand (as `kubectl scale` does, on the scale subresource).
 async fn created_then_scaled_by_hand(op: Operator) -> (FakeApiServer, Running) {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, op).await;
     kex_api(&server)
         .create(&PostParams::default(), &obj("web", json!({"replicas": 2})))
@@ -173,7 +173,7 @@ async fn spec_changes_to_3(server: &FakeApiServer) {
     until_replicas(&deployments(server), 3).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn reconcile_puts_a_deployment_scaled_by_hand_back() {
     let (server, running) = created_then_scaled_by_hand(with_reconcile::operator()).await;
     until_replicas(&deployments(&server), 2).await;
@@ -181,7 +181,7 @@ async fn reconcile_puts_a_deployment_scaled_by_hand_back() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn cause_handlers_leave_a_deployment_scaled_by_hand_as_it_is() {
     let (server, running) = created_then_scaled_by_hand(with_handlers::operator()).await;
     // The operator handles a later change of the object (one that is not `spec.replicas`):

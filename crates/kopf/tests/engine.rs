@@ -50,9 +50,9 @@ fn status_of(o: Option<&DynamicObject>, key: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn framework_errors_are_throttled_per_object() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
     let op = Operator::new().on_create("kopfexamples", "create_fn", move || {
@@ -261,9 +261,9 @@ async fn predicate_selectors_follow_crds_that_come_and_go() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn progress_in_the_status_when_asked() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .progress_storage(ProgressStorage::status("kopf"))
         .on_create(
@@ -306,9 +306,9 @@ async fn progress_in_the_status_when_asked() {
 #[derive(Clone, Default)]
 struct Seen(u32);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn memos_live_per_object_across_cycles() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new().memo(Seen(100)).on_update(
         "kopfexamples",
         "update_fn",
@@ -358,9 +358,9 @@ async fn memos_live_per_object_across_cycles() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn user_layers_wrap_every_handler_call() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
     let log = seen.clone();
     let op = Operator::new()
@@ -446,9 +446,9 @@ fn at(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn user_layers_run_at_each_place_in_order() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let log: Places = Arc::default();
     let before = log.clone();
     let op = Operator::new()
@@ -520,9 +520,9 @@ async fn user_layers_run_at_each_place_in_order() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_expired_watch_relists_and_keeps_serving() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
     let op = Operator::new().on_resume("kopfexamples", "resume_fn", move || {
@@ -569,9 +569,9 @@ async fn an_expired_watch_relists_and_keeps_serving() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn kopfs_one_handler_per_cycle_runs_each_handler_once() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
     let mut op = Operator::new().lifecycle(kopf::persistence::Lifecycle::Asap);
     for id in ["a_fn", "b_fn", "c_fn"] {
@@ -594,7 +594,7 @@ async fn kopfs_one_handler_per_cycle_runs_each_handler_once() {
             .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
     })
     .await;
-    common::settle(&server).await;
+    running.settled().await;
     let mut seen = calls.lock().unwrap_or_else(|e| e.into_inner()).clone();
     seen.sort();
     assert_eq!(
@@ -610,9 +610,9 @@ async fn kopfs_one_handler_per_cycle_runs_each_handler_once() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_write_that_comes_back_later_than_the_consistency_timeout_is_read_not_redone() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
     let mut op = Operator::new()
         .lifecycle(kopf::persistence::Lifecycle::Asap)
@@ -637,7 +637,7 @@ async fn a_write_that_comes_back_later_than_the_consistency_timeout_is_read_not_
             .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    running.settled().await;
     let mut seen = calls.lock().unwrap_or_else(|e| e.into_inner()).clone();
     seen.sort();
     assert_eq!(seen, vec!["a_fn", "b_fn"], "each once");
@@ -647,9 +647,9 @@ async fn a_write_that_comes_back_later_than_the_consistency_timeout_is_read_not_
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_retrying_resume_handler_is_retried() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     // Handled before: the diff-base matches, so the operator's start is a resume.
     let mut handled = obj("k", json!({"field": "a"}));
@@ -682,7 +682,7 @@ async fn a_retrying_resume_handler_is_retried() {
         status_of(o, "resume_fn") == "resumed"
     })
     .await;
-    common::settle(&server).await;
+    running.settled().await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     let o = api.get("k").await.expect("get");
     assert!(
@@ -735,9 +735,9 @@ async fn the_touch_goes_where_the_progress_is() {
 /// with many objects and updates interleaving on the runtime's threads. (The race this guards
 /// against, a state picked by its worker before the dispatcher counted it, is too narrow to
 /// hit on demand; `runtime.rs::liveness_and_metrics_are_scraped` used to show it now and then.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_queue_gauge_returns_to_zero_when_everything_is_processed() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let metrics = kopf::metrics::Metrics::new();
     let op = Operator::new()
         .metrics(metrics.clone())
@@ -786,10 +786,10 @@ async fn the_queue_gauge_returns_to_zero_when_everything_is_processed() {
 /// A change made while a listing's objects are still being processed goes ahead of them:
 /// with a worker limit of 4, the changed object is the first in the queue, before the 64
 /// listed objects waiting there (and the rest of the listing, waiting in the backlog).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_change_during_a_listing_flood_goes_ahead_of_it() {
     const LISTED: u32 = 300;
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     // Handled before: its start is a resume (no create handler), then a change.
     api.create(

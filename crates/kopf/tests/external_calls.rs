@@ -36,7 +36,7 @@ async fn charge(service: SocketAddr, name: &str) -> std::io::Result<(u16, String
     Ok((status, body.to_string()))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_failed_external_call_is_retried_and_its_result_lands_once() {
     let service = MockServer::start().await;
     // Busy twice, then a receipt.
@@ -56,7 +56,7 @@ async fn a_failed_external_call_is_retried_and_its_result_lands_once() {
         .await;
     let address = *service.address();
 
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let op = Operator::new().on_create(
         "kopfexamples",
         "charge",
@@ -91,7 +91,7 @@ async fn a_failed_external_call_is_retried_and_its_result_lands_once() {
         api.get("order-1").await.expect("get").data["status"]["charge"] == "receipt-7"
     })
     .await;
-    common::settle(&server).await;
+    running.settled().await;
     // Exactly the three calls: two refused, one charged (no call after the success).
     service.verify().await;
     assert_eq!(service.received_requests().await.map(|r| r.len()), Some(3));

@@ -12,7 +12,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{Running, create_new, eventually, handled, kex_api, operator_requests, server};
+use common::{Running, create_new, eventually, handled, kex_api, operator_requests};
 
 const LISTED: u32 = 300;
 
@@ -39,9 +39,9 @@ fn record(calls: &Calls, created: &Arc<AtomicU32>, id: &str, cause: &Cause) {
 /// changes are handled while fewer than half of the listing's objects are created, where
 /// they would wait for all of them; `z-last` still gets its resume handler, once, and its
 /// older listed state is dropped (one update, one resume, no other call).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn changes_during_a_long_listing_are_handled_before_it_ends_and_once() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let api = kex_api(&server);
     for name in ["a-first", "z-last"] {
         api.create(
@@ -115,7 +115,8 @@ async fn changes_during_a_long_listing_are_handled_before_it_ends_and_once() {
     .await;
     server.set_watch_event_delay(Duration::ZERO);
     // The listing's watch replays the changes since the listing began: nothing runs twice.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past the delay of the events already under way.
+    running.advance(Duration::from_millis(500)).await;
     let calls: Vec<(String, String, usize)> = calls
         .lock()
         .unwrap_or_else(|e| e.into_inner())

@@ -271,9 +271,9 @@ async fn until_status(
 
 // ---- The tests ----
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn macro_registered_handlers_run() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, operator("changing")).await;
     let api = common::kex_api(&server);
     let obj: DynamicObject =
@@ -316,9 +316,9 @@ async fn macro_registered_handlers_run() {
 
 /// Timers tick with their options, `field`/`value` filter the objects they run for, and a
 /// daemon runs until its object is deleted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn timers_tick_and_daemons_run_until_their_object_goes() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, operator("spawning")).await;
     let api = common::kex_api(&server);
     for (name, mode) in [("spawn-fast", "fast"), ("spawn-slow", "slow")] {
@@ -364,9 +364,9 @@ async fn timers_tick_and_daemons_run_until_their_object_goes() {
 
 /// An index's entries are read by a handler of another object and by a probe; probes run
 /// with `Operator::probes()`, under their ids (the function's name by default).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn indexes_are_read_by_handlers_and_probes() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let op = operator("index");
     // Declared by `from_registry`: readable before anything is watched.
     assert_eq!(
@@ -418,9 +418,9 @@ async fn indexes_are_read_by_handlers_and_probes() {
 }
 
 /// Raw event handlers see the objects of the initial listing, then every event.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn raw_events_are_seen() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let api = common::kex_api(&server);
     api.create(
         &PostParams::default(),
@@ -487,9 +487,9 @@ async fn raw_events_are_seen() {
 }
 
 /// A pod-log handler by attribute: its regex, its container, its Pods.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn log_lines_reach_the_macro_registered_handler() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, operator("logs")).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(server.client(), "default");
     for (name, test) in [("log-pod", "logs"), ("log-other", "other")] {
@@ -505,7 +505,7 @@ async fn log_lines_reach_the_macro_registered_handler() {
         server.append_log("default", name, "side", &["hello side"]);
     }
     eventually("the matching line", async || !records("log-pod").is_empty()).await;
-    common::settle(&server).await;
+    running.settled().await;
     assert_eq!(
         records("log-pod"),
         ["world"],
@@ -517,9 +517,9 @@ async fn log_lines_reach_the_macro_registered_handler() {
 
 /// Startup handlers run before anything is watched (objects start from the memo they
 /// set); cleanup handlers run when the operator stops.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn startup_runs_before_watching_and_cleanup_at_stop() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let api = common::kex_api(&server);
     api.create(
         &PostParams::default(),

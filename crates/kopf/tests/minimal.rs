@@ -1,14 +1,12 @@
 //! The minimal operator against the fake API server: the exact requests it sends.
 
-use std::time::Duration;
-
 use kopf::{Cause, HandlerResult, Operator};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 mod common;
 
-use common::{Running, kex_api, operator_requests, server, until_object, writes};
+use common::{Running, kex_api, operator_requests, until_object, writes};
 
 async fn create_fn(_cause: Cause) -> HandlerResult {
     Ok(Some(json!({"message": "hello world"})))
@@ -18,9 +16,9 @@ async fn delete_fn(_cause: Cause) -> HandlerResult {
     Ok(None)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn minimal_operator_writes_status_and_diffbase_with_one_patch_per_endpoint() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new().on_create("kopfexamples", "create_fn", create_fn);
     // Once the operator watches, create the object as a user would.
     let running = Running::start(&server, op).await;
@@ -54,7 +52,7 @@ async fn minimal_operator_writes_status_and_diffbase_with_one_patch_per_endpoint
         o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello world")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     let created = writes(&server);
     insta::assert_json_snapshot!("minimal_create", created);
     // No finalizer without delete handlers; the diff-base is Kopf's.
@@ -79,15 +77,15 @@ async fn minimal_operator_writes_status_and_diffbase_with_one_patch_per_endpoint
     )
     .await
     .expect("status");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     // The operator sent nothing (a NOOP cause).
     assert_eq!(writes(&server), Vec::<Value>::new());
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn delete_handler_adds_and_releases_the_finalizer() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .on_create("kopfexamples", "create_fn", create_fn)
         .on_delete("kopfexamples", "delete_fn", delete_fn);
@@ -105,7 +103,7 @@ async fn delete_handler_adds_and_releases_the_finalizer() {
         o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello world")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     api.delete("k", &DeleteParams::default())
         .await
         .expect("delete");
@@ -114,9 +112,9 @@ async fn delete_handler_adds_and_releases_the_finalizer() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn unknown_resources_fail_at_start_with_similar_names() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let err = Operator::new()
         .on_create("kopfexample-typo", "create_fn", create_fn)
         .run_until(server.client(), async {})

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Running, eventually, handled, kex_api, server};
+use common::{Running, eventually, handled, kex_api};
 
 type Seen = Arc<Mutex<BTreeSet<String>>>;
 
@@ -48,9 +48,9 @@ fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str, controller: b
     json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": controller})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn owner_filters_pick_the_children_of_the_right_owners() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let kex = kex_api(&server)
         .create(
             &PostParams::default(),
@@ -128,7 +128,7 @@ async fn owner_filters_pick_the_children_of_the_right_owners() {
     })
     .await;
     // Nothing else comes: the creation handlers' own writes are seen back meanwhile.
-    common::settle(&server).await;
+    running.settled().await;
     assert_eq!(*seen.lock().expect("lock"), expected);
     // The objects no handler wants are not touched (no finalizer, no annotations).
     for name in ["of-a-deployment", "orphan"] {
@@ -141,9 +141,9 @@ async fn owner_filters_pick_the_children_of_the_right_owners() {
 
 /// A children handler: every event of a ConfigMap controlled by a KopfExample writes the
 /// ConfigMap's data into the owner's status, through the `Owner` argument.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_children_handler_writes_to_its_owner() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let kexes = kex_api(&server);
     let kex = kexes
         .create(

@@ -13,7 +13,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{Running, eventually, kex_api, obj, server};
+use common::{Running, eventually, kex_api, obj};
 
 type Calls = Arc<Mutex<Vec<String>>>;
 
@@ -90,9 +90,9 @@ fn web_operator(calls: &Calls, metrics: &Metrics) -> Operator {
         )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_derived_label_selector_keeps_other_objects_off_the_wire() {
-    let server = server().await;
+    let server = common::paused_server().await;
     five_objects(&server).await;
     let calls: Calls = Arc::default();
     let metrics = Metrics::new();
@@ -152,15 +152,15 @@ async fn a_derived_label_selector_keeps_other_objects_off_the_wire() {
     .await
     .expect("relabel back");
     eventually("web-1 tracked again", async || tracked(&metrics) == Some(2)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     assert_eq!(count(&calls, "delete:"), 0, "{:?}", calls.lock());
     assert_eq!(count(&calls, "create:"), 2, "{:?}", calls.lock());
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_derivation_every_object_reaches_the_operator() {
-    let server = server().await;
+    let server = common::paused_server().await;
     five_objects(&server).await;
     let calls: Calls = Arc::default();
     let metrics = Metrics::new();
@@ -175,15 +175,15 @@ async fn without_derivation_every_object_reaches_the_operator() {
         count(&calls, "create:") >= 2
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     assert_eq!(count(&calls, "create:"), 2, "{:?}", calls.lock());
     assert!(server.watches().iter().all(|w| w.label_selector.is_empty()));
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_handler_that_needs_the_finalizer_prevents_the_derivation() {
-    let server = server().await;
+    let server = common::paused_server().await;
     five_objects(&server).await;
     let calls: Calls = Arc::default();
     let metrics = Metrics::new();
@@ -203,9 +203,9 @@ async fn a_handler_that_needs_the_finalizer_prevents_the_derivation() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_users_selectors_are_combined_with_the_derived_one() {
-    let server = server().await;
+    let server = common::paused_server().await;
     five_objects(&server).await;
     let calls: Calls = Arc::default();
     let metrics = Metrics::new();
@@ -225,9 +225,9 @@ async fn the_users_selectors_are_combined_with_the_derived_one() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_invalid_selector_stops_the_operator_at_start() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .on_create("kopfexamples", "c", recorder(&Calls::default(), "c"))
         .label_selector("app=has space");
@@ -265,9 +265,9 @@ fn the_command_line_checks_the_selectors() {
     assert!(error.contains("--field-selector"), "{error}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn streaming_lists_fall_back_to_listing_on_a_server_that_refuses_them() {
-    let server = server().await;
+    let server = common::paused_server().await;
     five_objects(&server).await;
     // An API server without streaming lists: resourceVersionMatch on a watch is refused.
     server.inject_fault(FaultRule::new(
@@ -305,9 +305,9 @@ async fn streaming_lists_fall_back_to_listing_on_a_server_that_refuses_them() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn metadata_only_resources_are_watched_without_their_spec() {
-    let server = server().await;
+    let server = common::paused_server().await;
     five_objects(&server).await;
     let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
     let seen = bodies.clone();
@@ -343,7 +343,7 @@ async fn metadata_only_resources_are_watched_without_their_spec() {
         o.is_some_and(|o| o.data["status"]["create_fn"] == "done")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.settled().await;
     assert_eq!(bodies.lock().expect("lock").len(), 5);
     // The full objects are untouched.
     let full = api.get("web-1").await.expect("get");
@@ -358,9 +358,9 @@ async fn metadata_only_resources_are_watched_without_their_spec() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn metadata_only_refuses_declared_conditions() {
-    let server = server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .on_create("kopfexamples", "c", recorder(&Calls::default(), "c"))
         .conditions(
