@@ -71,9 +71,9 @@ fn kex_requests(server: &kopf::testing::FakeApiServer, after: u64) -> Vec<String
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn standing_by_the_watch_stays_open_nothing_runs_and_the_leader_processes_at_once() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let (control, gate) = Gate::channel();
     control.stand_by("b leads (lease default/x)");
     let seen = Arc::new(Seen::default());
@@ -90,7 +90,7 @@ async fn standing_by_the_watch_stays_open_nothing_runs_and_the_leader_processes_
         })
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.settled().await;
     assert_eq!(seen.creations.load(Ordering::SeqCst), 0, "no handler");
     assert_eq!(seen.ticks.load(Ordering::SeqCst), 0, "no timer");
     assert_eq!(seen.daemon_starts.load(Ordering::SeqCst), 0, "no daemon");
@@ -131,9 +131,9 @@ async fn standing_by_the_watch_stays_open_nothing_runs_and_the_leader_processes_
         seen.reasons.lock().unwrap_or_else(|e| e.into_inner()).len() == 2
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.settled().await;
     let ticks = seen.ticks.load(Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.advance(Duration::from_secs(1)).await;
     assert_eq!(
         seen.ticks.load(Ordering::SeqCst),
         ticks,

@@ -24,9 +24,9 @@ async fn peers(server: &kopf::testing::FakeApiServer) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_higher_priority_peer_holds_the_operator_until_it_goes() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     server
         .apply_yaml("peering.yaml", kopf_peering::PEERING_YAML)
         .expect("the peering resources");
@@ -66,7 +66,7 @@ async fn a_higher_priority_peer_holds_the_operator_until_it_goes() {
     api.create(&PostParams::default(), &obj("p1", json!({"field": "x"})))
         .await
         .expect("create");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.settled().await;
     assert_eq!(calls.load(Ordering::SeqCst), 0, "no handler while paused");
     assert!(
         !server
@@ -100,9 +100,9 @@ async fn a_higher_priority_peer_holds_the_operator_until_it_goes() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_the_peering_resources_an_operator_runs_alone() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .peering(PeeringSettings::default().identity("kopf-rs-test"))
         .on_create("kopfexamples", "create_fn", || async {

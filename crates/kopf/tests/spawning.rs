@@ -48,9 +48,9 @@ async fn delete_and_wait_gone(api: &Api<DynamicObject>, name: &str) {
     until_object(api, name, "the object to be gone", |o| o.is_none()).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn timers_tick_until_the_object_is_deleted() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, timers_example::operator()).await;
     let api = kex_api(&server);
     api.create(&PostParams::default(), &obj("t1", json!({"field": "x"})))
@@ -64,9 +64,9 @@ async fn timers_tick_until_the_object_is_deleted() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hundred_objects_each_get_their_ticks() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     for i in 0..100 {
         let mut o = serde_json::to_value(obj(&format!("o{i}"), json!({"field": i}))).expect("obj");
         o["metadata"]["namespace"] = json!("default");
@@ -116,9 +116,9 @@ async fn count_ticks(counter: kopf::handler::Memo<Counter>) -> Result<u64, Handl
     }))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn daemons_run_until_the_object_is_deleted_and_stop_with_the_operator() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, daemons_example::operator()).await;
     let api = kex_api(&server);
     for name in ["d1", "d2"] {
@@ -155,6 +155,7 @@ fn stubborn_sync() -> Result<(), HandlerError> {
 
 #[tokio::test]
 async fn daemons_ignoring_the_stop_are_cancelled_or_abandoned_and_the_object_still_goes() {
+    // Real time: a sync daemon's thread is abandoned while it sleeps for real.
     let server = common::server().await;
     let stopping = |timeout_ms: u64| {
         DaemonOptions::new()
@@ -189,9 +190,9 @@ async fn daemons_ignoring_the_stop_are_cancelled_or_abandoned_and_the_object_sti
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_probe_and_a_handler_read_the_same_index() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let op = indexes_example::operator();
     let probes = op.probes();
     let running = Running::start(&server, op).await;
@@ -211,24 +212,24 @@ async fn a_probe_and_a_handler_read_the_same_index() {
         "/create_fn/peers",
     );
     assert_eq!(peers, Some(json!(["i1"])));
-    eventually("the probe to see all three", async || {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        probes.run().await == json!({"fields": {"shared": 2, "other": 1}})
-    })
-    .await;
+    running.settled().await;
+    assert_eq!(
+        probes.run().await,
+        json!({"fields": {"shared": 2, "other": 1}})
+    );
     delete_and_wait_gone(&api, "i1").await;
-    eventually("the probe to see the deletion", async || {
-        // The probe's results are cached for 10 s.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        probes.run().await == json!({"fields": {"shared": 1, "other": 1}})
-    })
-    .await;
+    // The probe's results are cached for 10 s.
+    running.advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        probes.run().await,
+        json!({"fields": {"shared": 1, "other": 1}})
+    );
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn handlers_wait_for_the_initial_listing_to_be_indexed() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     for i in 0..20 {
         let mut o =
             serde_json::to_value(obj(&format!("x{i}"), json!({"field": "f"}))).expect("obj");
@@ -262,9 +263,9 @@ async fn handlers_wait_for_the_initial_listing_to_be_indexed() {
     assert!(seen.lock().expect("lock").iter().all(|n| *n == 20));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn raw_event_handlers_see_every_event_type() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let mut o = serde_json::to_value(obj("pre", json!({}))).expect("obj");
     o["metadata"]["namespace"] = json!("default");
     server.apply_object(o).expect("apply");
@@ -313,9 +314,9 @@ async fn raw_event_handlers_see_every_event_type() {
     assert_eq!(writes(&server), Vec::<Value>::new());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn startup_handlers_run_and_retry_before_any_watch() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let attempts = Arc::new(AtomicUsize::new(0));
     let a = attempts.clone();
     let op = timers_example::operator().on_startup(
@@ -351,9 +352,9 @@ async fn startup_handlers_run_and_retry_before_any_watch() {
     assert!(paths.iter().any(|(_, watch)| *watch));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failing_startup_handler_stops_the_operator_before_it_watches() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let op = timers_example::operator().on_startup("broken", || async {
         Err::<(), _>(HandlerError::permanent("no credentials"))
     });
@@ -366,9 +367,9 @@ async fn a_failing_startup_handler_stops_the_operator_before_it_watches() {
     assert!(operator_requests(&server).is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn children_are_adopted_and_deleted_with_their_owner() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let running = Running::start(&server, children_example::operator()).await;
     let api = kex_api(&server);
     let mut parent = obj("parent", json!({"field": "value"}));
@@ -440,9 +441,9 @@ async fn by_name(Name(name): Name) -> Result<HashMap<String, String>, HandlerErr
     Ok(HashMap::from([(name.clone(), name)]))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn handler_kinds_compose_without_extra_requests() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let op = Operator::new()
         .index("kopfexamples", "by_name", by_name)
         .on_create("kopfexamples", "created", created)
@@ -477,7 +478,7 @@ async fn handler_kinds_compose_without_extra_requests() {
     })
     .await;
     delete_and_wait_gone(&api, "c1").await;
-    common::settle(&server).await;
+    running.settled().await;
     running.stop().await;
     // The timer's and the daemon's writes race with each other: sorted for the snapshot.
     let mut all = writes(&server);
@@ -485,9 +486,9 @@ async fn handler_kinds_compose_without_extra_requests() {
     insta::assert_json_snapshot!(all);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn login_handlers_run_again_after_a_401() {
-    let server = common::server().await;
+    let server = common::paused_server().await;
     let logins = Arc::new(AtomicUsize::new(0));
     let l = logins.clone();
     let url = server.url();
