@@ -116,9 +116,10 @@ async fn count_ticks(counter: kopf::handler::Memo<Counter>) -> Result<u64, Handl
     }))
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn daemons_run_until_the_object_is_deleted_and_stop_with_the_operator() {
-    let server = common::paused_server().await;
+    // Real time: the example's sync daemon blocks a thread, which holds a paused clock still.
+    let server = common::server().await;
     let running = Running::start(&server, daemons_example::operator()).await;
     let api = kex_api(&server);
     for name in ["d1", "d2"] {
@@ -486,9 +487,10 @@ async fn handler_kinds_compose_without_extra_requests() {
     insta::assert_json_snapshot!(all);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn login_handlers_run_again_after_a_401() {
-    let server = common::paused_server().await;
+    // Real time: the login makes a client for the server's socket.
+    let server = common::server().await;
     let logins = Arc::new(AtomicUsize::new(0));
     let l = logins.clone();
     let url = server.url();
