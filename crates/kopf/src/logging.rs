@@ -358,7 +358,7 @@ where
 /// use kopf::logging::LogBuffer;
 ///
 /// let (logs, guard) = LogBuffer::capture();
-/// tracing::warn!("the disk is full");
+/// kopf::tracing::warn!("the disk is full");
 /// drop(guard);
 /// assert_eq!(logs.matching("WARN", "disk").len(), 1);
 /// ```
