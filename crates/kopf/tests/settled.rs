@@ -2,34 +2,18 @@
 //! is idle (`Running::settled`), so that a test asserts what did not happen without sleeping,
 //! and runs hours of operator time at once (`Running::advance`).
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kopf::testing::{FakeApiServer, OperatorTest, Running, TestError};
 use kopf::{HandlerError, Operator, TimerOptions};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
-use serde_json::json;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
 
-fn kex_api(server: &FakeApiServer) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample"),
-        "kopfexamples",
-    );
-    Api::namespaced_with(server.client(), "default", &ar)
-}
-
-async fn server() -> FakeApiServer {
-    let server = FakeApiServer::in_process().await.expect("the server");
-    server
-        .apply_file(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/crd.yaml"
-        ))
-        .expect("the CRD");
-    server
-}
+use common::{kex_api, obj, paused_server as server};
 
 async fn start(server: &FakeApiServer, operator: Operator) -> Running {
     OperatorTest::new(operator)
@@ -40,13 +24,11 @@ async fn start(server: &FakeApiServer, operator: Operator) -> Running {
 }
 
 async fn create(server: &FakeApiServer, name: &str) {
-    let obj = serde_json::from_value(json!({
-        "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
-        "metadata": {"name": name}, "spec": {"field": "x", "other": 1},
-    }))
-    .expect("an object");
     kex_api(server)
-        .create(&PostParams::default(), &obj)
+        .create(
+            &PostParams::default(),
+            &obj(name, json!({"field": "x", "other": 1})),
+        )
         .await
         .expect("create");
 }
@@ -56,11 +38,19 @@ fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
 }
 
+/// A handler that counts its calls in `calls` and answers `answer(n)` to its n-th (from 0).
+fn counted(
+    calls: &Arc<AtomicUsize>,
+    answer: impl Fn(usize) -> Result<Value, HandlerError> + Send + Sync + 'static,
+) -> impl Fn() -> std::future::Ready<Result<Value, HandlerError>> + Send + Sync + 'static {
+    let calls = calls.clone();
+    move || std::future::ready(answer(calls.fetch_add(1, Ordering::SeqCst)))
+}
+
 #[tokio::test(start_paused = true)]
 async fn once_settled_the_whole_cycle_is_done_and_the_next_timer_is_named() {
     let server = server().await;
     let ticks = counter();
-    let t = ticks.clone();
     let operator = Operator::new()
         .on_create("kopfexamples", "create_fn", || async {
             Ok::<_, HandlerError>(json!("created"))
@@ -69,10 +59,7 @@ async fn once_settled_the_whole_cycle_is_done_and_the_next_timer_is_named() {
             "kopfexamples",
             "tick",
             TimerOptions::every(Duration::from_secs(60)),
-            move || {
-                let t = t.clone();
-                async move { Ok::<_, HandlerError>(json!(t.fetch_add(1, Ordering::SeqCst) + 1)) }
-            },
+            counted(&ticks, |n| Ok(json!(n + 1))),
         );
     let running = start(&server, operator).await;
     let idle = running.settled().await.expect("settles");
@@ -98,15 +85,11 @@ async fn once_settled_the_whole_cycle_is_done_and_the_next_timer_is_named() {
 async fn an_hour_advances_at_once_with_every_tick_of_it() {
     let server = server().await;
     let ticks = counter();
-    let t = ticks.clone();
     let operator = Operator::new().timer(
         "kopfexamples",
         "tick",
         TimerOptions::every(Duration::from_secs(60)).sharp(true),
-        move || {
-            let t = t.clone();
-            async move { Ok::<_, HandlerError>(json!(t.fetch_add(1, Ordering::SeqCst) + 1)) }
-        },
+        counted(&ticks, |n| Ok(json!(n + 1))),
     );
     let running = start(&server, operator).await;
     create(&server, "k").await;
@@ -135,14 +118,12 @@ async fn an_hour_advances_at_once_with_every_tick_of_it() {
 async fn a_change_of_another_field_calls_no_field_handler() {
     let server = server().await;
     let calls = counter();
-    let c = calls.clone();
-    let operator = Operator::new().on_field("kopfexamples", "field_fn", "spec.field", move || {
-        let c = c.clone();
-        async move {
-            c.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, HandlerError>(json!("seen"))
-        }
-    });
+    let operator = Operator::new().on_field(
+        "kopfexamples",
+        "field_fn",
+        "spec.field",
+        counted(&calls, |_| Ok(json!("seen"))),
+    );
     let running = start(&server, operator).await;
     create(&server, "k").await;
     running.settled().await.expect("settles");
@@ -180,16 +161,11 @@ async fn a_change_of_another_field_calls_no_field_handler() {
 async fn a_failing_handler_is_due_again_after_its_backoff() {
     let server = server().await;
     let calls = counter();
-    let c = calls.clone();
-    let operator = Operator::new().on_create("kopfexamples", "flaky", move || {
-        let c = c.clone();
-        async move {
-            match c.fetch_add(1, Ordering::SeqCst) {
-                0 => Err(HandlerError::temporary("not yet", Duration::from_secs(30))),
-                _ => Ok(json!("done")),
-            }
-        }
+    let flaky = counted(&calls, |n| match n {
+        0 => Err(HandlerError::temporary("not yet", Duration::from_secs(30))),
+        _ => Ok(json!("done")),
     });
+    let operator = Operator::new().on_create("kopfexamples", "flaky", flaky);
     let running = start(&server, operator).await;
     create(&server, "k").await;
     let settled = running.settled().await.expect("settles");
