@@ -28,7 +28,11 @@ use crate::handler::spec::BoxFuture;
 /// impl Step for Through {
 ///     type Inner = CallOutcome;
 ///     type Output = CallOutcome;
-///     async fn run<S: Next<CallOutcome>>(self, call: HandlerCall, mut next: S) -> Result<CallOutcome, Infallible> {
+///     async fn run<S: Next<CallOutcome>>(
+///         self,
+///         call: HandlerCall,
+///         mut next: S,
+///     ) -> Result<CallOutcome, Infallible> {
 ///         next.call(call).await
 ///     }
 /// }

@@ -1,6 +1,8 @@
 //! Waiting for an operator to settle, and running operator time at once: for an operator on
-//! the test's own runtime ([`OperatorTest::on_current_runtime`](super::OperatorTest::on_current_runtime)) under tokio's paused clock
+//! the test's own runtime ([`on_current_runtime`]) under tokio's paused clock
 //! (`#[tokio::test(start_paused = true)]`).
+//!
+//! [`on_current_runtime`]: super::OperatorTest::on_current_runtime
 //!
 //! On a paused clock, tokio moves time only when every task of the runtime waits: a sleep
 //! of the test ends only once the operator has nothing left to do before that moment. A
@@ -73,8 +75,10 @@ impl Running {
     ///
     /// let server = FakeApiServer::in_process().await?;
     /// server.apply_file(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/crd.yaml"))?;
-    /// let operator = Operator::new().timer("kopfexamples", "tick", TimerOptions::every(Duration::from_secs(60)),
-    ///     || async { Ok::<_, kopf::HandlerError>(serde_json::json!("tick")) });
+    /// let every_minute = TimerOptions::every(Duration::from_secs(60));
+    /// let operator = Operator::new().timer("kopfexamples", "tick", every_minute, || async {
+    ///     Ok::<_, kopf::HandlerError>(serde_json::json!("tick"))
+    /// });
     /// let running = OperatorTest::new(operator).on_current_runtime(true).start(&server).await?;
     /// let settled = running.settled().await?;
     /// assert_eq!(settled.next, None, "no object, no timer: {settled}");
