@@ -52,7 +52,9 @@ impl Jitter {
                 None => delay,
             },
             Jitter::LessSeconds(low, high) => {
-                let less = rand::random_range(low.min(high)..=high.max(low));
+                let (low, high) = (low.min(high), high.max(low));
+                let span = (high - low + 1) as f64;
+                let less = low + (crate::clock::random_unit() * span) as u64;
                 Duration::from_secs(delay.as_secs().saturating_sub(less).max(1))
             }
         }
@@ -62,7 +64,7 @@ impl Jitter {
 /// A random number from 0 to `part` (at most 1); none for a part of zero, negative or NaN
 /// (then the delay stays exact).
 fn random_part(part: f64) -> Option<f64> {
-    (part > 0.0).then(|| part.min(1.0) * rand::random::<f64>())
+    (part > 0.0).then(|| part.min(1.0) * crate::clock::random_unit())
 }
 
 /// Delays doubling from `first` up to `max`, each spread by `jitter`.

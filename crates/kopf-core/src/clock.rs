@@ -159,10 +159,63 @@ pub fn next_due() -> Option<(Instant, &'static str)> {
     })
 }
 
+thread_local! {
+    /// The state of this thread's seeded random numbers; `None`: `rand`'s (see [`seeded`]).
+    static SEEDED: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes the operator's random choices on this thread (the jitter of its delays) follow
+/// `seed` until the guard is dropped: a simulation of the operator on a current-thread
+/// runtime then makes the same choices in every run of the seed.
+#[must_use = "the random numbers follow the seed only while the guard lives"]
+pub fn seeded(seed: u64) -> Seeded {
+    SEEDED.with(|s| s.set(Some(seed)));
+    Seeded(())
+}
+
+/// Keeps this thread's random numbers seeded (see [`seeded`]).
+#[derive(Debug)]
+pub struct Seeded(());
+
+impl Drop for Seeded {
+    fn drop(&mut self) {
+        SEEDED.with(|s| s.set(None));
+    }
+}
+
+/// A random number in `[0, 1)`: from the seed of this thread if [`seeded`], else `rand`'s.
+pub fn random_unit() -> f64 {
+    let seeded = SEEDED.with(|s| {
+        let state = s.get()?.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        s.set(Some(state));
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Some(z ^ (z >> 31))
+    });
+    match seeded {
+        Some(bits) => (bits >> 11) as f64 / (1u64 << 53) as f64,
+        None => rand::random::<f64>(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn seeded_random_numbers_repeat_with_their_seed() {
+        let draw = |seed| {
+            let _seeded = seeded(seed);
+            (0..5).map(|_| random_unit()).collect::<Vec<f64>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        assert!(draw(9).iter().all(|r| (0.0..1.0).contains(r)));
+        // Unseeded again once the guard is gone.
+        assert!(SEEDED.with(|s| s.get()).is_none());
+    }
 
     #[tokio::test]
     async fn in_real_time_it_is_the_wall_clock() {

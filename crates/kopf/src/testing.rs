@@ -74,6 +74,7 @@ use crate::logging::LogBuffer;
 use crate::operator::Operator;
 
 mod settle;
+pub mod sim;
 pub use settle::Settled;
 
 /// How long [`OperatorTest::start`] waits for the operator's first watch.
@@ -123,7 +124,11 @@ pub struct OperatorTest {
     log_filter: String,
     layer: Option<MakeLayer>,
     current_runtime: bool,
+    wrap_client: Option<WrapClient>,
 }
+
+/// A wrapper of the operator's in-process client (the simulation's faults).
+type WrapClient = Arc<dyn Fn(kube::Client) -> kube::Client + Send + Sync>;
 
 /// A layer of the test's own for the operator's subscriber (see [`OperatorTest::layer`]).
 pub type BoxedLayer =
@@ -160,6 +165,7 @@ impl OperatorTest {
             log_filter: format!("info,{}", crate::logging::KUBE_QUIET),
             layer: None,
             current_runtime: false,
+            wrap_client: None,
         }
     }
 
@@ -249,6 +255,13 @@ impl OperatorTest {
     /// ```
     pub fn on_current_runtime(mut self, on: bool) -> Self {
         self.current_runtime = on;
+        self
+    }
+
+    /// Wraps the operator's in-process client (on the current runtime), under the
+    /// operator's own retries.
+    pub(crate) fn wrap_client(mut self, wrap: WrapClient) -> Self {
+        self.wrap_client = Some(wrap);
         self
     }
 
@@ -352,7 +365,7 @@ impl OperatorTest {
         let connect = if server.is_in_process() {
             // Made on the operator's runtime: the requests are served there.
             let _entered = runtime.enter();
-            Connect::InProcess(settle::operator_client(server, Arc::default()))
+            Connect::InProcess(settle::operator_client(server, Arc::default(), None))
         } else {
             Connect::Url(server.url())
         };
@@ -384,7 +397,11 @@ impl OperatorTest {
     ) -> Running {
         use tracing::instrument::WithSubscriber;
         let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let connect = Connect::InProcess(settle::operator_client(server, sent.clone()));
+        let connect = Connect::InProcess(settle::operator_client(
+            server,
+            sent.clone(),
+            self.wrap_client.as_deref(),
+        ));
         let due = kopf_core::clock::watch_due();
         let (operator, retries) = self.prepared();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

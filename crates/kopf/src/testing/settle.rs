@@ -45,9 +45,18 @@ impl std::fmt::Display for Settled {
 
 /// The operator's client to a fake server in process: it sends the operator's User-Agent
 /// (as the client an operator builds for a URL does) and counts its requests into `sent`
-/// (the operator's activity, for settling).
-pub(super) fn operator_client(server: &FakeApiServer, sent: Arc<AtomicU64>) -> kube::Client {
+/// (the operator's activity, for settling); `wrap`, if given, wraps the in-process client
+/// under the counting.
+pub(super) fn operator_client(
+    server: &FakeApiServer,
+    sent: Arc<AtomicU64>,
+    wrap: Option<&(dyn Fn(kube::Client) -> kube::Client + Send + Sync)>,
+) -> kube::Client {
     let client = server.client_in_process();
+    let client = match wrap {
+        Some(wrap) => wrap(client),
+        None => client,
+    };
     let namespace = client.default_namespace().to_string();
     let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
         let client = client.clone();

@@ -24,5 +24,6 @@ mod watch;
 
 pub use crate::apiserver::control::OpenWatch;
 pub(crate) use handler::handle;
+pub use routing::target_of_request;
 pub(crate) use shared::Shared;
 pub use shared::{Settings, VersionInfo};

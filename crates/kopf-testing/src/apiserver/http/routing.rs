@@ -218,6 +218,12 @@ pub(super) fn target_of(r: &Route, method: &Method, query: &Query) -> RequestTar
     }
 }
 
+/// What a request addresses, from its method, path and query (`watch=true` makes a list a
+/// watch): as the server logs it in [`RequestRecord::target`](crate::RequestRecord).
+pub fn target_of_request(method: &Method, path: &str, query: Option<&str>) -> RequestTarget {
+    target_of(&route(path), method, &Query::parse(query))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
