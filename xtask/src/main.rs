@@ -147,6 +147,19 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum Bench {
+    /// Deterministic simulation: the `children` example through N seeds of kills, API
+    /// faults, latency and late watch events (`crates/kopf/benches/simulation.rs`, on every
+    /// core). Prints the wall time, seeds per second and what the runs did; exits non-zero
+    /// if a seed fails. Built in the dev profile (the build `cargo test` leaves) unless
+    /// --release (the release profile's fat LTO links for several minutes on 2 cores).
+    Simulation {
+        /// Seeds to run.
+        #[arg(long, default_value_t = 500)]
+        seeds: u64,
+        /// Build and run the release profile.
+        #[arg(long)]
+        release: bool,
+    },
     /// The fake API server: creates/s, a large list, watch fan-out, bytes per object.
     FakeApiserver {
         /// Objects to create and list.
@@ -187,6 +200,10 @@ async fn main() -> anyhow::Result<()> {
                 }),
             ..
         } => bench_fake_apiserver(objects, watchers, concurrency).await,
+        Cmd::Bench {
+            what: Some(Bench::Simulation { seeds, release }),
+            ..
+        } => bench_simulation(seeds, release),
         Cmd::Bench { what: None, args } => {
             if let Err(e) = bench::run(args).await {
                 eprintln!("error: {e:#}");
@@ -240,6 +257,24 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `cargo xtask bench simulation`: runs the simulation bench, its output as it comes.
+fn bench_simulation(seeds: u64, release: bool) -> anyhow::Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command.args(["bench", "-p", "kopf", "--bench", "simulation"]);
+    if !release {
+        command.args(["--profile", "dev"]);
+    }
+    command.args(["--", &seeds.to_string()]);
+    let status = command
+        .status()
+        .context("running `cargo bench -p kopf --bench simulation`")?;
+    if !status.success() {
+        bail!("the simulation bench failed ({status})");
+    }
+    Ok(())
 }
 
 async fn bench_fake_apiserver(

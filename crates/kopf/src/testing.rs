@@ -125,6 +125,8 @@ pub struct OperatorTest {
     layer: Option<MakeLayer>,
     current_runtime: bool,
     wrap_client: Option<WrapClient>,
+    /// A log capture and subscriber to use instead of a new one (see [`Self::logs_into`]).
+    logs_into: Option<(LogBuffer, tracing::Dispatch)>,
 }
 
 /// A wrapper of the operator's in-process client (the simulation's faults).
@@ -166,6 +168,7 @@ impl OperatorTest {
             layer: None,
             current_runtime: false,
             wrap_client: None,
+            logs_into: None,
         }
     }
 
@@ -265,14 +268,31 @@ impl OperatorTest {
         self
     }
 
+    /// Logs into `logs` through `dispatch` (made by [`Self::capture`]) instead of a capture
+    /// of its own: operators that share a thread and a run (a simulation's instances) share
+    /// one subscriber, so that a span of one closes in the subscriber that made it.
+    pub(crate) fn logs_into(mut self, logs: LogBuffer, dispatch: tracing::Dispatch) -> Self {
+        self.logs_into = Some((logs, dispatch));
+        self
+    }
+
+    /// A log capture and the subscriber that writes into it, with this test's filter.
+    pub(crate) fn capture(&self) -> (LogBuffer, tracing::Dispatch) {
+        let logs = LogBuffer::default();
+        let dispatch = self.dispatch(&logs);
+        (logs, dispatch)
+    }
+
     /// Starts the operator against `server` on a runtime of its own (or on the current one:
     /// [`on_current_runtime`](Self::on_current_runtime)), and waits until it watches (unless
     /// told not to). The CRDs the operator declares ([`Operator::crd`]) are applied to the
     /// server first.
     pub async fn start(self, server: &FakeApiServer) -> Result<Running, TestError> {
         self.operator.apply_crds(server).map_err(TestError::Crds)?;
-        let logs = LogBuffer::default();
-        let dispatch = self.dispatch(&logs);
+        let (logs, dispatch) = match self.logs_into.clone() {
+            Some(shared) => shared,
+            None => self.capture(),
+        };
         let before = server.requests().last().map_or(0, |r| r.seq);
         let wait_for_watch = self.wait_for_watch;
         let mut running = if self.current_runtime {

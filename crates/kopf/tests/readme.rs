@@ -1,5 +1,5 @@
-//! The README's "Testing your operator" example, as a test (so it cannot rot), and a check
-//! that the README still shows this code.
+//! The README's "Testing your operator" examples, as tests (so they cannot rot), and a
+//! check that the README still shows this code.
 
 use std::time::Duration;
 
@@ -42,14 +42,45 @@ async fn creation_writes_the_message() -> Result<(), Box<dyn std::error::Error>>
     Ok(())
 }
 
-/// Every line of the test above (from its first `let`) is in the README's example, but the
-/// path of the CRD file.
+/// The operator of the README's simulation example.
+mod my_operator {
+    pub fn operator() -> kopf::Operator {
+        kopf::Operator::new().on_create("kopfexamples", "create_fn", || async {
+            Ok::<_, kopf::HandlerError>(serde_json::json!({"message": "hello"}))
+        })
+    }
+}
+
 #[test]
-fn the_readme_shows_this_test() -> Result<(), Box<dyn std::error::Error>> {
+fn survives_kills_and_faults() {
+    use kopf::testing::sim::{Scenario, Simulation};
+    let scenario = Scenario::new("kopf.dev/v1", "KopfExample", "kopfexamples")
+        .create(serde_json::json!({"metadata": {"name": "a"}, "spec": {"field": "x"}}))
+        .patch("a", serde_json::json!({"spec": {"field": "y"}}))
+        .delete("a");
+    Simulation::new(my_operator::operator, scenario)
+        .crds(CRD)
+        .check(200);
+}
+
+/// Every line of the tests above (from their first `let`) is in the README's examples, but
+/// the path of the CRD file.
+#[test]
+fn the_readme_shows_these_tests() -> Result<(), Box<dyn std::error::Error>> {
+    for test in [
+        "async fn creation_writes_the_message()",
+        "fn survives_kills_and_faults()",
+    ] {
+        the_readme_shows(test)?;
+    }
+    Ok(())
+}
+
+fn the_readme_shows(test: &str) -> Result<(), Box<dyn std::error::Error>> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))?;
     let this = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/readme.rs"))?;
     let body = this
-        .split("async fn creation_writes_the_message()")
+        .split(test)
         .nth(1)
         .and_then(|rest| rest.split("\n}\n").next())
         .ok_or("the test's body")?;
@@ -57,7 +88,7 @@ fn the_readme_shows_this_test() -> Result<(), Box<dyn std::error::Error>> {
         .lines()
         .skip(1)
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.contains("CRD"))
+        .filter(|l| !l.is_empty() && !l.contains("CRD") && !l.starts_with("use "))
     {
         assert!(readme.contains(line), "the README's example lacks {line:?}");
     }

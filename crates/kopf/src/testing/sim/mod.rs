@@ -65,6 +65,7 @@ pub use plan::FaultPlan;
 pub use scenario::{Scenario, Step};
 
 use super::{OperatorTest, Running};
+use crate::logging::LogBuffer;
 use crate::operator::Operator;
 use dice::Dice;
 use state::{Life, RunState};
@@ -210,10 +211,21 @@ impl Simulation {
             .build()
             .map_err(|e| Failure::setup(seed, format!("cannot make a runtime: {e}")))?;
         let _seeded = kopf_core::clock::seeded(seed);
-        runtime.block_on(self.run_here(seed))
+        // Every instance of the run logs through one subscriber, the thread's default until
+        // the runtime is gone: a killed instance's tasks end with the runtime, and their
+        // spans close in the subscriber that made them.
+        let logs = OperatorTest::new(Operator::new()).capture();
+        let _default = tracing::dispatcher::set_default(&logs.1);
+        let result = runtime.block_on(self.run_here(seed, logs));
+        drop(runtime);
+        result
     }
 
-    async fn run_here(&self, seed: u64) -> Result<Report, Box<Failure>> {
+    async fn run_here(
+        &self,
+        seed: u64,
+        logs: (LogBuffer, tracing::Dispatch),
+    ) -> Result<Report, Box<Failure>> {
         let run = RunState::new(seed, self.plan.clone());
         let server = Arc::new(self.server(seed).await?);
         let mut driver = Driver {
@@ -221,6 +233,7 @@ impl Simulation {
             run: run.clone(),
             server: server.clone(),
             instances: Vec::new(),
+            logs,
         };
         let created = driver.play(seed).await?;
         let objects = server.objects();
@@ -328,6 +341,8 @@ struct Driver<'a> {
     server: Arc<FakeApiServer>,
     /// Every instance started, the killed ones too (they wait forever until the run ends).
     instances: Vec<(Life, Running)>,
+    /// The log capture of the run's instances, and its subscriber.
+    logs: (LogBuffer, tracing::Dispatch),
 }
 
 impl Driver<'_> {
@@ -405,6 +420,7 @@ impl Driver<'_> {
             .on_current_runtime(true)
             .wait_for_watch(false)
             .wrap_client(wrap)
+            .logs_into(self.logs.0.clone(), self.logs.1.clone())
             .start(&self.server)
             .await
             .map_err(|e| Failure::setup(seed, format!("cannot start the operator: {e}")))?;
