@@ -615,6 +615,21 @@ impl Running {
         self.due = None;
     }
 
+    /// Kills the operator as SIGKILL would: no graceful stop, nothing released, no handler
+    /// finishes. On a runtime of its own, it returns once none of the operator's tasks runs
+    /// any more (each is dropped at its next await; waits at most 10 s for a task that
+    /// blocks its thread); on the current runtime, its main task is aborted and the tasks
+    /// it started end with the runtime.
+    pub fn kill(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            // On a thread of its own: a runtime cannot be shut down and waited for from
+            // inside an async context.
+            let _ = std::thread::spawn(move || runtime.shutdown_timeout(Duration::from_secs(10)))
+                .join();
+        }
+        self.release();
+    }
+
     /// Stops the operator (as SIGTERM would: running handlers get the grace period) and
     /// returns its result.
     pub async fn stop(mut self) -> Result<(), Error> {

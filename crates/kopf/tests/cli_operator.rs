@@ -367,12 +367,42 @@ async fn a_chosen_fake_kubeconfig_is_kept_and_namespace_exclusions_stay_with_the
         "{}",
         op.logs()
     );
-    // The example object is in `default`: not served.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The example object is in `default`: not served. One in `ops`, created after it, is:
+    // once that one is handled, the example object would have been too.
+    let client = kubeconfig_client(&chosen).await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let ops = serde_json::from_value(serde_json::json!({"metadata": {"name": "ops"}}))
+        .expect("a namespace");
+    namespaces
+        .create(&Default::default(), &ops)
+        .await
+        .expect("namespace ops");
+    let kind = kube::core::GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample");
+    let ar = kube::core::ApiResource::from_gvk_with_plural(&kind, "kopfexamples");
+    let served: kube::Api<kube::core::DynamicObject> =
+        kube::Api::namespaced_with(client, "ops", &ar);
+    let object = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+        "metadata": {"name": "served"}, "spec": {"field": "x"},
+    }))
+    .expect("an object");
+    served
+        .create(&Default::default(), &object)
+        .await
+        .expect("created in ops");
+    op.wait_for_log("Handler 'create_fn' succeeded", Duration::from_secs(30))
+        .await
+        .expect("the object in ops is handled");
+    let handled: Vec<String> = op
+        .logs()
+        .lines()
+        .filter(|l| l.contains("Handler 'create_fn' succeeded"))
+        .map(str::to_string)
+        .collect();
     assert!(
-        !op.has_logged("Handler 'create_fn' succeeded"),
-        "{}",
-        op.logs()
+        handled.len() == 1 && handled[0].contains("served"),
+        "only the object in ops: {handled:?}"
     );
     op.signal(Signal::Term).await.expect("SIGTERM");
     let status = op.wait(Duration::from_secs(30)).await.expect("exits");

@@ -121,7 +121,14 @@ async fn touch_after_delays_when_asked() {
                 .is_some_and(|a| a.contains_key("kopf.zalando.org/last-handled-configuration"))
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Logged once the cycle's writes are all done (the status one too).
+    eventually("the cycle's end", async || {
+        running
+            .logs()
+            .iter()
+            .any(|l| l.contains("Handler 'create_fn' succeeded"))
+    })
+    .await;
     let o = api.get("k").await.expect("get");
     assert!(
         !o.metadata

@@ -148,9 +148,9 @@ async fn every_matching_line_is_handled_once_in_order_across_drops_and_restarts(
 
 /// A container that has exited: its follow stream ends at once, every time. The follower
 /// waits longer between the attempts (1 s, 2 s, 4 s...) instead of looping.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_terminated_container_is_not_asked_in_a_loop() {
-    let server = FakeApiServer::start().await.expect("start");
+    let server = FakeApiServer::in_process().await.expect("start");
     let handled: Handled = Arc::default();
     let seen = handled.clone();
     let op = Operator::new().on_log("pods", "done", r"^done$", move |line: LogLine| {
@@ -177,7 +177,7 @@ async fn a_terminated_container_is_not_asked_in_a_loop() {
     server.append_log("default", "job", "main", &["working", "done"]);
     eventually("the last line", async || total(&handled) == 1).await;
     server.terminate_container("default", "job", "main");
-    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    running.advance(std::time::Duration::from_secs(4)).await;
     let requests = log_requests(&server);
     assert!(
         (2..=5).contains(&requests),

@@ -146,7 +146,10 @@ async fn three_replicas_share_the_objects_and_handle_each_exactly_once() {
     .await;
     create(&server, names[2000..].iter().cloned()).await;
     all_handled(&server, &names).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Stopped, nothing more can run: the calls are all there is.
+    for r in [a, b, c] {
+        r.stop().await;
+    }
     let by = per_object(&calls);
     let twice: Vec<_> = by.iter().filter(|(_, r)| r.len() != 1).collect();
     assert!(twice.is_empty(), "handled more than once: {twice:?}");
@@ -159,9 +162,6 @@ async fn three_replicas_share_the_objects_and_handle_each_exactly_once() {
             (200..=500).contains(&share),
             "replica {r} handled {share} of the last 1000 (a third expected)"
         );
-    }
-    for r in [a, b, c] {
-        r.stop().await;
     }
 }
 
@@ -181,13 +181,15 @@ async fn a_killed_replicas_ranges_move_and_its_objects_complete() {
     create(&server, names[..1000].iter().cloned()).await;
     // Killed while it works (no graceful stop, nothing released); the objects created
     // from now on in its range are served only if its range moves.
-    drop(c);
-    // (A call the killed runtime's threads were in the middle of may still be recorded.)
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    c.kill();
     let at_kill = calls.lock().unwrap_or_else(|e| e.into_inner()).len();
     create(&server, names[1000..].iter().cloned()).await;
     all_handled(&server, &names).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut served: Vec<u32> = [&a, &b].iter().flat_map(|r| ranges(r)).collect();
+    served.sort();
+    // Stopped, nothing more can run: the calls are all there is.
+    a.stop().await;
+    b.stop().await;
     let all = calls.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert!(
         all[at_kill..].iter().all(|(r, _)| *r != 2),
@@ -206,12 +208,8 @@ async fn a_killed_replicas_ranges_move_and_its_objects_complete() {
         }
     }
     let again = by.values().filter(|r| r.len() == 2).count();
-    let mut served: Vec<u32> = [&a, &b].iter().flat_map(|r| ranges(r)).collect();
-    served.sort();
     assert_eq!(served, [0, 1, 2], "the survivors serve every range");
     eprintln!("handled again after the kill: {again} of {}", names.len());
-    a.stop().await;
-    b.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,7 +235,11 @@ async fn on_a_server_without_shard_selectors_the_replicas_filter_by_the_same_has
     let names: Vec<String> = (0..300).map(|i| format!("u{i}")).collect();
     create(&server, names.iter().cloned()).await;
     all_handled(&server, &names).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held: Vec<Vec<u32>> = replicas.iter().map(ranges).collect();
+    // Stopped, nothing more can run: the calls are all there is.
+    for r in replicas {
+        r.stop().await;
+    }
     let by = per_object(&calls);
     assert_eq!(by.len(), names.len());
     // Each object once, by the replica whose ranges hold its uid's hash.
@@ -250,7 +252,7 @@ async fn on_a_server_without_shard_selectors_the_replicas_filter_by_the_same_has
         let handlers = &by[&name];
         assert_eq!(handlers.len(), 1, "{name}: {handlers:?}");
         assert!(
-            ranges(&replicas[handlers[0]]).contains(&range),
+            held[handlers[0]].contains(&range),
             "{name} (range {range}) handled by replica {}",
             handlers[0]
         );
@@ -262,7 +264,4 @@ async fn on_a_server_without_shard_selectors_the_replicas_filter_by_the_same_has
             .any(|r| r.path.contains("kopfexamples") && r.query.contains("shardSelector")),
         "the replicas asked for their ranges (the server ignored it)"
     );
-    for r in replicas {
-        r.stop().await;
-    }
 }

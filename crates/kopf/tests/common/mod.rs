@@ -152,6 +152,12 @@ impl Running {
             .expect("the operator settles")
     }
 
+    /// Kills the operator (no graceful stop); returns once nothing of it runs.
+    #[allow(dead_code)] // not every test file kills
+    pub fn kill(self) {
+        self.0.kill();
+    }
+
     /// Stops the operator; it must have run without error.
     pub async fn stop(self) {
         self.0.stop().await.expect("the operator ran");
