@@ -205,3 +205,12 @@ fn the_chaos_invariants_hold_under_simulation() {
         .unwrap_or_else(|failure| panic!("{failure}"));
     assert!(summary.kills > 20 && summary.faults > 50, "{summary}");
 }
+
+#[tokio::test]
+async fn inside_a_runtime_a_run_says_where_to_call_it_from() {
+    let failure = simulation(naive_operator)
+        .run(0)
+        .expect_err("no runtime inside a runtime");
+    assert_eq!(failure.invariant, "the run can be made");
+    assert!(failure.to_string().contains("plain #[test]"), "{failure}");
+}

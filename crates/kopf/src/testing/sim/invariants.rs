@@ -127,7 +127,9 @@ impl Invariant {
 /// - **`created objects handled`**: every surviving object had a create handler run (when
 ///   the operator has one), and each handler's last result is stored in `status.<id>`;
 /// - **`latest change handled`**: every surviving object's diff base is its current spec,
-///   with no handler progress left over;
+///   with no handler progress left over (the diff base where Kopf keeps it by default, the
+///   `kopf.zalando.org/last-handled-configuration` annotation: drop this invariant for an
+///   operator that stores it elsewhere);
 /// - **`finalizer first`**: with delete handlers, no other handler ran on an object before
 ///   it carried Kopf's finalizer, and every handled survivor still carries it (without it,
 ///   its deletion would skip the delete handlers);

@@ -75,8 +75,8 @@ pub const SEED_VARIABLE: &str = "KOPF_SIM_SEED";
 /// The environment variable that sets the number of seeds of [`Simulation::check`].
 pub const SEEDS_VARIABLE: &str = "KOPF_SIM_SEEDS";
 
-/// How long the faults of a killed instance's slices are looked at: the driver checks for
-/// a kill this often while it pauses between steps.
+/// While the driver pauses between steps, it looks this often (in operator time) whether
+/// the operator was killed, to start its fresh instance.
 const SLICE: Duration = Duration::from_millis(100);
 
 type MakeOperator = Arc<dyn Fn() -> Operator + Send + Sync>;
@@ -156,7 +156,7 @@ impl Simulation {
 
     /// Runs `seeds` seeds (or the number in `KOPF_SIM_SEEDS`; only the seed in
     /// `KOPF_SIM_SEED` when set) and panics with the first failure: its seed, the broken
-    /// invariant and the run's trace.
+    /// invariant and the run's trace. From a plain `#[test]` (each seed makes its runtime).
     pub fn check(&self, seeds: u64) {
         let seeds = match seeds_from(|name| std::env::var(name).ok()) {
             Ok(Some(range)) => range,
@@ -203,8 +203,17 @@ impl Simulation {
         Ok(Summary::of(&reports))
     }
 
-    /// Runs one seed: the scenario under the seed's faults, then the invariants.
+    /// Runs one seed: the scenario under the seed's faults, then the invariants. Call it
+    /// outside of any tokio runtime (a plain `#[test]`): each run makes its own.
     pub fn run(&self, seed: u64) -> Result<Report, Box<Failure>> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Failure::setup(
+                seed,
+                "a simulation makes a runtime of its own for each seed: run it from a plain \
+                 #[test], not from inside a tokio runtime (#[tokio::test])"
+                    .into(),
+            ));
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
