@@ -615,11 +615,11 @@ impl Running {
         self.due = None;
     }
 
-    /// Kills the operator as SIGKILL would: no graceful stop, nothing released, no handler
-    /// finishes. On a runtime of its own, it returns once none of the operator's tasks runs
-    /// any more (each is dropped at its next await; waits at most 10 s for a task that
-    /// blocks its thread); on the current runtime, its main task is aborted and the tasks
-    /// it started end with the runtime.
+    /// Kills the operator: no graceful stop, nothing released. On a runtime of its own
+    /// (the default), as SIGKILL would: it returns once none of the operator's tasks runs
+    /// any more (each is dropped at its next await; it waits at most 10 s for a task that
+    /// blocks its thread). On the current runtime, only its main task is aborted: the tasks
+    /// it started run on until the runtime ends.
     pub fn kill(mut self) {
         if let Some(runtime) = self.runtime.take() {
             // On a thread of its own: a runtime cannot be shut down and waited for from

@@ -123,8 +123,8 @@ fn without_faults_every_run_passes_and_nothing_is_injected() {
 }
 
 /// The whole run of a seed — every request, answer, handler attempt and kill, at the same
-/// operator time — is the same run after run (and on any machine: nothing in it depends on
-/// real time).
+/// operator time — is the same run after run: the clock is paused, each request's fate and
+/// the operator's jitter follow the seed.
 #[test]
 fn a_seed_gives_the_same_run_every_time() {
     let sim = chaos_simulation();
@@ -213,4 +213,22 @@ async fn inside_a_runtime_a_run_says_where_to_call_it_from() {
         .expect_err("no runtime inside a runtime");
     assert_eq!(failure.invariant, "the run can be made");
     assert!(failure.to_string().contains("plain #[test]"), "{failure}");
+}
+
+/// An operator with only a timer: Kopf stores no diff base and adds no finalizer, and the
+/// contract does not ask for them.
+#[test]
+fn the_contract_asks_nothing_of_an_operator_without_changing_handlers() {
+    fn ticking() -> Operator {
+        let every = kopf::TimerOptions::every(std::time::Duration::from_secs(1));
+        Operator::new().timer("kopfexamples", "tick", every, || async {
+            Ok::<_, HandlerError>(json!("tick"))
+        })
+    }
+    let summary = Simulation::new(ticking, scenario())
+        .crds("../../examples/crd.yaml")
+        .converge_for(std::time::Duration::from_secs(10))
+        .run_seeds(0..5)
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(summary.handler_runs > 0, "{summary}");
 }

@@ -112,6 +112,10 @@ impl Sender {
     ) -> Result<(Answer, http::Response<Body>), kube::Error> {
         let served = |r: &http::Response<Body>| r.status().as_u16();
         Ok(match fate {
+            Fate::KillBefore if !self.run.kill(&self.life, format!("before: {key}")) => {
+                let r = self.inner.send(request).await?;
+                (Answer::Served(served(&r)), r)
+            }
             Fate::Pass => {
                 let r = self.inner.send(request).await?;
                 (Answer::Served(served(&r)), r)
@@ -124,6 +128,8 @@ impl Sender {
             }
             Fate::Delay(delay) => {
                 tokio::time::sleep(delay).await;
+                // Killed meanwhile: the request never leaves.
+                self.life.or_never().await;
                 let r = self.inner.send(request).await?;
                 let ms = delay.as_millis() as u64;
                 (Answer::Delayed(ms, served(&r)), r)
@@ -133,15 +139,15 @@ impl Sender {
                 let r = self.inner.send(request).await?;
                 (Answer::Injected(410), r)
             }
-            Fate::KillBefore => {
-                self.run.kill(&self.life, format!("before: {key}"));
-                (Answer::Killed, status(500, None)?)
-            }
+            Fate::KillBefore => (Answer::Killed, status(500, None)?),
             Fate::KillAfter => {
                 let r = self.inner.send(request).await?;
                 let code = served(&r);
-                self.run.kill(&self.life, format!("after: {key} -> {code}"));
-                (Answer::Killed, r)
+                if self.run.kill(&self.life, format!("after: {key} -> {code}")) {
+                    (Answer::Killed, r)
+                } else {
+                    (Answer::Served(code), r)
+                }
             }
         })
     }

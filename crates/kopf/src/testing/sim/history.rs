@@ -62,7 +62,8 @@ pub enum Event {
 pub struct Request {
     /// The instance that sent it.
     pub instance: u32,
-    /// The verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`).
+    /// The verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`).
     pub verb: String,
     /// The plural resource (with `/subresource` when there is one).
     pub resource: String,
@@ -79,7 +80,8 @@ pub struct Request {
 pub enum Answer {
     /// Served, with this status code.
     Served(u16),
-    /// An injected failure with this code; not served.
+    /// An injected failure with this code, not served (for a watch, 410: the watch was
+    /// served and told at once that its resourceVersion expired).
     Injected(u16),
     /// Served, but the answer was replaced by this failure (a lost answer: the change is
     /// stored, the operator does not know it).
@@ -107,7 +109,8 @@ pub struct HandlerRun {
     pub instance: u32,
     /// The handler's id.
     pub handler: String,
-    /// Why it ran (create, update, delete, resume).
+    /// Why it ran (create, update, delete, resume; noop for timers, daemons and
+    /// activities).
     pub reason: Reason,
     /// The object's uid.
     pub uid: String,
@@ -130,7 +133,9 @@ pub enum RunOutcome {
     Succeeded(Option<Value>),
     /// It failed (the message); the framework retries it or gives up as the error says.
     Failed(String),
-    /// Its instance was killed while it ran: its outcome never left the process.
+    /// Its instance was killed while it ran, and it returned afterwards: its outcome
+    /// never left the process. (An attempt still waiting for the API server when its
+    /// instance died never returns, and is not in the history.)
     Interrupted,
 }
 

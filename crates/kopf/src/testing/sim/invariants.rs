@@ -29,8 +29,12 @@ pub struct World {
     pub created: Vec<Created>,
     /// Whether the operator has create handlers for the scenario's resource.
     pub create_handlers: bool,
-    /// Whether the operator has delete handlers for the scenario's resource.
+    /// Whether the operator has delete handlers that need Kopf's finalizer, for the
+    /// scenario's resource.
     pub delete_handlers: bool,
+    /// Whether the operator has changing handlers (create, update, delete, resume, field)
+    /// for the scenario's resource: only they make Kopf store a diff base.
+    pub changing_handlers: bool,
 }
 
 /// An object the scenario created.
@@ -42,6 +46,8 @@ pub struct Created {
     pub uid: String,
     /// Whether the scenario deleted it.
     pub deleted: bool,
+    /// Whether it carried Kopf's finalizer when the scenario deleted it.
+    pub finalized: bool,
 }
 
 impl World {
@@ -189,6 +195,9 @@ fn last_outcomes<'a>(runs: &[&'a HandlerRun]) -> BTreeMap<&'a str, &'a RunOutcom
 }
 
 fn latest_change_handled(world: &World) -> Result<(), Vec<String>> {
+    if !world.changing_handlers {
+        return Ok(()); // nothing stores a diff base
+    }
     let mut bad = Vec::new();
     for created in world.survivors() {
         let Some(stored) = world.stored(&created.uid) else {
@@ -227,10 +236,13 @@ fn finalizer_first(world: &World) -> Result<(), Vec<String>> {
     if !world.delete_handlers {
         return Ok(());
     }
+    let created: std::collections::BTreeSet<&str> =
+        world.created.iter().map(|c| c.uid.as_str()).collect();
     let mut bad: Vec<String> = world
         .history
         .handler_runs()
-        .filter(|r| r.reason != Reason::Delete && !r.finalized)
+        .filter(|r| matches!(r.reason, Reason::Create | Reason::Update | Reason::Resume))
+        .filter(|r| created.contains(r.uid.as_str()) && !r.finalized)
         .map(|r| {
             format!(
                 "{}: handler '{}' ran before the finalizer was on",
@@ -284,9 +296,11 @@ fn delete_handlers_ran(world: &World) -> Result<(), Vec<String>> {
         .filter(|c| c.deleted)
         .filter_map(|c| {
             let runs: Vec<&HandlerRun> = world.runs_of(&c.uid).collect();
-            let seen = runs.iter().any(|r| {
-                r.reason != Reason::Delete && matches!(r.outcome, RunOutcome::Succeeded(_))
-            });
+            // Handled, or held by the finalizer when it was deleted.
+            let seen = c.finalized
+                || runs.iter().any(|r| {
+                    r.reason != Reason::Delete && matches!(r.outcome, RunOutcome::Succeeded(_))
+                });
             let deleted = runs
                 .iter()
                 .any(|r| r.reason == Reason::Delete && r.outcome != RunOutcome::Interrupted);
@@ -348,4 +362,89 @@ fn explained(between: &[super::history::Entry], object: &str) -> bool {
         }
         _ => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::sim::history::Entry;
+    use serde_json::json;
+
+    fn world(created: Vec<Created>, runs: Vec<HandlerRun>) -> World {
+        World {
+            objects: Vec::new(),
+            history: History {
+                entries: runs
+                    .into_iter()
+                    .map(|run| Entry {
+                        at: std::time::Duration::ZERO,
+                        event: Event::Handler(run),
+                    })
+                    .collect(),
+            },
+            created,
+            create_handlers: false,
+            delete_handlers: true,
+            changing_handlers: true,
+        }
+    }
+
+    fn deleted(finalized: bool) -> Created {
+        Created {
+            object: "default/a".into(),
+            uid: "u1".into(),
+            deleted: true,
+            finalized,
+        }
+    }
+
+    fn run(reason: Reason, finalized: bool) -> HandlerRun {
+        HandlerRun {
+            instance: 1,
+            handler: "h".into(),
+            reason,
+            uid: "u1".into(),
+            object: "default/a".into(),
+            spec: json!({}),
+            retry: 0,
+            finalized,
+            outcome: RunOutcome::Succeeded(None),
+        }
+    }
+
+    #[test]
+    fn an_object_deleted_with_the_finalizer_needs_its_delete_handler() {
+        let missing = world(vec![deleted(true)], vec![]);
+        let bad = delete_handlers_ran(&missing).expect_err("no delete handler ran");
+        assert_eq!(bad, ["default/a: handled, deleted, no delete handler ran"]);
+        let ran = world(vec![deleted(true)], vec![run(Reason::Delete, true)]);
+        assert_eq!(delete_handlers_ran(&ran), Ok(()));
+        // Deleted before the operator got to it (no finalizer, nothing ran): nothing owed.
+        assert_eq!(
+            delete_handlers_ran(&world(vec![deleted(false)], vec![])),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn only_the_scenarios_objects_changing_handlers_need_the_finalizer_first() {
+        let early = world(vec![deleted(true)], vec![run(Reason::Create, false)]);
+        let bad = finalizer_first(&early).expect_err("created before the finalizer");
+        assert_eq!(
+            bad,
+            ["default/a: handler 'h' ran before the finalizer was on"]
+        );
+        // A timer, a daemon or an activity (noop), or another object, is not held to it.
+        let mut timer = run(Reason::Noop, false);
+        assert_eq!(
+            finalizer_first(&world(vec![deleted(true)], vec![timer.clone()])),
+            Ok(())
+        );
+        timer.reason = Reason::Create;
+        timer.uid = "another".into();
+        assert_eq!(
+            finalizer_first(&world(vec![deleted(true)], vec![timer])),
+            Ok(())
+        );
+    }
 }

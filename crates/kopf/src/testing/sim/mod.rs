@@ -68,6 +68,7 @@ use super::{OperatorTest, Running};
 use crate::logging::LogBuffer;
 use crate::operator::Operator;
 use dice::Dice;
+use scenario::Applied;
 use state::{Life, RunState};
 
 /// The environment variable that replays one seed: `KOPF_SIM_SEED=17 cargo test ...`.
@@ -123,7 +124,8 @@ impl Simulation {
     }
 
     /// A YAML file of CRDs (or any objects) to apply to the cluster before the operator
-    /// starts; a relative path is relative to the crate's directory at run time.
+    /// starts; a relative path that does not exist from the current directory is taken
+    /// relative to the crate's directory (`CARGO_MANIFEST_DIR`).
     pub fn crds(mut self, path: impl Into<PathBuf>) -> Self {
         self.crds.push(path.into());
         self
@@ -172,20 +174,22 @@ impl Simulation {
     /// failing seed. Call it outside of any tokio runtime: each run makes its own.
     pub fn run_seeds(&self, seeds: Range<u64>) -> Result<Summary, Box<Failure>> {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let count = seeds.end.saturating_sub(seeds.start).max(1);
         let next = AtomicU64::new(seeds.start);
         let lowest_failure = AtomicU64::new(u64::MAX);
         let failures = std::sync::Mutex::new(Vec::new());
-        let reports = std::sync::Mutex::new(Vec::new());
+        let summary = std::sync::Mutex::new(Summary::default());
         std::thread::scope(|scope| {
-            for _ in 0..workers.min((seeds.end - seeds.start).max(1) as usize) {
+            for _ in 0..(workers as u64).min(count) {
                 scope.spawn(|| {
                     loop {
+                        // Seeds go out in order: once one fails, no higher one is started.
                         let seed = next.fetch_add(1, Ordering::Relaxed);
                         if seed >= seeds.end || seed > lowest_failure.load(Ordering::Relaxed) {
                             break;
                         }
-                        match self.run(seed) {
-                            Ok(report) => lock(&reports).push(report),
+                        match self.run_caught(seed) {
+                            Ok(report) => lock(&summary).add(&report),
                             Err(failure) => {
                                 lowest_failure.fetch_min(seed, Ordering::Relaxed);
                                 lock(&failures).push(failure);
@@ -199,8 +203,26 @@ impl Simulation {
         if let Some(first) = failures.into_iter().min_by_key(|f| f.seed) {
             return Err(first);
         }
-        let reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
-        Ok(Summary::of(&reports))
+        Ok(summary.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Runs one seed; a panic (of an invariant, a handler's test code...) is its failure.
+    fn run_caught(&self, seed: u64) -> Result<Report, Box<Failure>> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(seed))).unwrap_or_else(
+            |panic| {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic without a message");
+                Err(Box::new(Failure {
+                    seed,
+                    invariant: "the run does not panic".into(),
+                    details: vec![message.to_string()],
+                    history: History::default(),
+                }))
+            },
+        )
     }
 
     /// Runs one seed: the scenario under the seed's faults, then the invariants. Call it
@@ -250,8 +272,11 @@ impl Simulation {
             objects,
             history: run.history(),
             created,
-            create_handlers: self.has_handlers(Reason::Create),
-            delete_handlers: self.has_handlers(Reason::Delete),
+            create_handlers: self.has_handlers(|h| h.reason == Some(Reason::Create)),
+            delete_handlers: self
+                .has_handlers(|h| h.reason == Some(Reason::Delete) && h.requires_finalizer),
+            changing_handlers: self
+                .has_handlers(|h| matches!(h.kind, kopf_core::handler::HandlerKind::Changing)),
         };
         drop(driver);
         for invariant in &self.invariants {
@@ -289,18 +314,18 @@ impl Simulation {
         Ok(server)
     }
 
-    /// Whether the operator has handlers of this reason for the scenario's resource.
-    fn has_handlers(&self, reason: Reason) -> bool {
+    /// Whether the operator has handlers for the scenario's resource that `want`s.
+    fn has_handlers(&self, want: impl Fn(&kopf_core::handler::HandlerSpec) -> bool) -> bool {
         let resource = &self.scenario.resource;
         (self.operator)()
             .registrations
             .iter()
-            .any(|(selector, spec)| spec.reason == Some(reason) && selects(selector, resource))
+            .any(|(selector, spec)| want(spec) && selects(selector, resource))
     }
 }
 
-/// Whether a selector names a resource (by plural, kind or singular; predicates and
-/// `EVERYTHING` select it).
+/// Whether a selector names a resource (by plural or kind, with or without its group;
+/// predicates and `EVERYTHING` select it).
 fn selects(selector: &kopf_watch::Selector, resource: &kube::core::ApiResource) -> bool {
     use kopf_watch::Selector as S;
     let name_is = |n: &str| {
@@ -338,7 +363,7 @@ fn seeds_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Range<u64>>
         }
     };
     if let Some(seed) = number(SEED_VARIABLE)? {
-        return Ok(Some(seed..seed + 1));
+        return Ok(Some(seed..seed.saturating_add(1)));
     }
     Ok(number(SEEDS_VARIABLE)?.map(|n| 0..n))
 }
@@ -364,23 +389,14 @@ impl Driver<'_> {
             self.pause(seed, pause).await?;
             let (what, result) = self.sim.scenario.apply(&client, &step).await;
             let object = format!("{}/{}", self.sim.scenario.namespace, step.object());
-            let (uid, error) = match result {
-                Ok(uid) => (uid, None),
-                Err(e) => (None, Some(e.to_string())),
+            let (applied, error) = match result {
+                Ok(applied) => (applied, None),
+                Err(e) => (Default::default(), Some(e.to_string())),
             };
-            match (&step, &uid) {
-                (Step::Create(_), Some(uid)) => created.push(Created {
-                    object: object.clone(),
-                    uid: uid.clone(),
-                    deleted: false,
-                }),
-                (Step::Delete(_), _) if error.is_none() => {
-                    for c in created.iter_mut().filter(|c| c.object == object) {
-                        c.deleted = true;
-                    }
-                }
-                _ => {}
+            if error.is_none() {
+                note_step(&mut created, &step, object, &applied);
             }
+            let uid = applied.uid;
             self.run.record(Event::Step { what, uid, error });
         }
         self.converge(seed).await?;
@@ -444,8 +460,11 @@ impl Driver<'_> {
         let Some((_, running)) = self.instances.last_mut() else {
             return Ok(());
         };
-        let settled =
-            tokio::time::timeout(self.sim.converge * 2, running.advance(self.sim.converge)).await;
+        let settled = tokio::time::timeout(
+            self.sim.converge.saturating_mul(2),
+            running.advance(self.sim.converge),
+        )
+        .await;
         if running.has_stopped() {
             return Err(Box::new(Failure {
                 seed,
@@ -472,11 +491,33 @@ impl Driver<'_> {
                 details: vec![format!(
                     "it kept sending requests or logging for {:?} of operator time after the \
                      faults ended",
-                    self.sim.converge * 2
+                    self.sim.converge.saturating_mul(2)
                 )],
                 history: self.run.history(),
             })),
         }
+    }
+}
+
+/// Keeps the scenario's objects up to date with a step that was done.
+fn note_step(created: &mut Vec<Created>, step: &Step, object: String, applied: &Applied) {
+    match (step, &applied.uid) {
+        (Step::Create(_), Some(uid)) => created.push(Created {
+            object,
+            uid: uid.clone(),
+            deleted: false,
+            finalized: false,
+        }),
+        (Step::Delete(_), _) => {
+            for c in created
+                .iter_mut()
+                .filter(|c| c.object == object && !c.deleted)
+            {
+                c.deleted = true;
+                c.finalized = applied.finalized;
+            }
+        }
+        _ => {}
     }
 }
 
@@ -487,7 +528,8 @@ pub struct Report {
     pub seed: u64,
     /// The instances killed.
     pub kills: usize,
-    /// The faults injected (failed or lost answers; delays and expired watches aside).
+    /// The faults injected (failed or lost answers, watches started with 410; delays
+    /// aside).
     pub faults: usize,
     /// The operator's requests about objects.
     pub requests: usize,
@@ -513,14 +555,12 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn of(reports: &[Report]) -> Self {
-        reports.iter().fold(Summary::default(), |s, r| Summary {
-            runs: s.runs + 1,
-            kills: s.kills + r.kills,
-            faults: s.faults + r.faults,
-            requests: s.requests + r.requests,
-            handler_runs: s.handler_runs + r.handler_runs,
-        })
+    fn add(&mut self, report: &Report) {
+        self.runs += 1;
+        self.kills += report.kills;
+        self.faults += report.faults;
+        self.requests += report.requests;
+        self.handler_runs += report.handler_runs;
     }
 }
 

@@ -168,11 +168,14 @@ impl FaultPlan {
             roll -= rate;
             hit
         };
-        if write && kills_left && chance(self.kill_rate) {
-            return if other(2) == 0 {
-                Fate::KillBefore
-            } else {
-                Fate::KillAfter
+        // The kill's share of the roll is taken from every write, kills left or not, so
+        // that kills elsewhere change no other fate of this request (without a kill left,
+        // the request passes).
+        if write && chance(self.kill_rate) {
+            return match (kills_left, other(2)) {
+                (false, _) => Fate::Pass,
+                (true, 0) => Fate::KillBefore,
+                (true, _) => Fate::KillAfter,
             };
         }
         if t.verb == "watch" && chance(self.expiry_rate) {

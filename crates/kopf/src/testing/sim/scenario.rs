@@ -138,40 +138,73 @@ impl Scenario {
         ordered
     }
 
-    /// Does a step with the test's client; returns what it did, and the object's uid.
+    /// Does a step with the test's client; returns what it did, and what came of it.
     pub(super) async fn apply(
         &self,
         client: &kube::Client,
         step: &Step,
-    ) -> (String, Result<Option<String>, kube::Error>) {
+    ) -> (String, Result<Applied, kube::Error>) {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &self.namespace, &self.resource);
         let at = format!("{}/{}", self.namespace, step.object());
-        let uid = |o: DynamicObject| o.metadata.uid;
         match step {
             Step::Create(body) => {
-                let mut body = body.clone();
-                body["apiVersion"] = self.resource.api_version.clone().into();
-                body["kind"] = self.resource.kind.clone().into();
-                let result = match serde_json::from_value::<DynamicObject>(body) {
-                    Ok(object) => api.create(&PostParams::default(), &object).await.map(uid),
+                let result = match self.typed(body) {
+                    Ok(object) => api.create(&PostParams::default(), &object).await,
                     Err(e) => Err(kube::Error::SerdeError(e)),
                 };
-                (format!("create {at}"), result)
+                (format!("create {at}"), result.map(|o| Applied::of(Some(o))))
             }
             Step::Patch(name, patch) => {
                 let params = PatchParams::default();
-                let result = api
-                    .patch(name, &params, &Patch::Merge(patch))
-                    .await
-                    .map(uid);
-                (format!("patch {at} with {patch}"), result)
+                let result = api.patch(name, &params, &Patch::Merge(patch)).await;
+                let what = format!("patch {at} with {patch}");
+                (what, result.map(|o| Applied::of(Some(o))))
             }
             Step::Delete(name) => {
+                // The object while its finalizers hold it; none when it went at once.
                 let result = api.delete(name, &DeleteParams::default()).await;
-                let uid = result.map(|either| either.left().and_then(uid));
-                (format!("delete {at}"), uid)
+                (
+                    format!("delete {at}"),
+                    result.map(|e| Applied::of(e.left())),
+                )
             }
+        }
+    }
+
+    /// A create step's body with the scenario's `apiVersion` and kind (a body that is not
+    /// a JSON object is refused as it is: not an object).
+    fn typed(&self, body: &Value) -> Result<DynamicObject, serde_json::Error> {
+        let mut object: DynamicObject = serde_json::from_value(body.clone())?;
+        object.types = Some(kube::core::TypeMeta {
+            api_version: self.resource.api_version.clone(),
+            kind: self.resource.kind.clone(),
+        });
+        Ok(object)
+    }
+}
+
+/// What a step left: the object's uid, and whether it carried Kopf's finalizer.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Applied {
+    pub(super) uid: Option<String>,
+    pub(super) finalized: bool,
+}
+
+impl Applied {
+    fn of(object: Option<DynamicObject>) -> Self {
+        let Some(object) = object else {
+            return Applied::default();
+        };
+        let finalized = object
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == super::invariants::FINALIZER);
+        Applied {
+            uid: object.metadata.uid,
+            finalized,
         }
     }
 }

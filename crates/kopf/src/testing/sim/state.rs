@@ -72,15 +72,18 @@ impl RunState {
         self.kills.load(Ordering::Relaxed) < self.plan.max_kills
     }
 
-    /// Kills `life`'s instance (once), recording where.
-    pub(super) fn kill(&self, life: &Life, at: String) {
-        if life.alive.swap(false, Ordering::Relaxed) {
-            self.kills.fetch_add(1, Ordering::Relaxed);
-            self.record(Event::Killed {
-                instance: life.instance,
-                at,
-            });
+    /// Kills `life`'s instance, recording where; false (nothing done) once the faults
+    /// have ended or when it is dead already.
+    pub(super) fn kill(&self, life: &Life, at: String) -> bool {
+        if self.is_calm() || !life.alive.swap(false, Ordering::Relaxed) {
+            return false;
         }
+        self.kills.fetch_add(1, Ordering::Relaxed);
+        self.record(Event::Killed {
+            instance: life.instance,
+            at,
+        });
+        true
     }
 }
 
