@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use kube::client::Body;
-use serde_json::json;
 use tower::ServiceExt;
 
 use kopf_core::layers::{CallOutcome, HandlerCall, HandlerService};
@@ -191,16 +190,19 @@ fn status(code: u16, retry_after: Option<u64>) -> Result<http::Response<Body>, k
             "an error on the server has prevented the request from succeeding",
         ),
     };
-    let mut body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": format!("{message} (injected by the simulation)"),
-        "reason": reason, "code": code});
+    let mut error = kopf_testing::error::ApiError::new(
+        code,
+        reason,
+        format!("{message} (injected by the simulation)"),
+    );
+    error.retry_after = retry_after;
     let mut response = http::Response::builder()
         .status(code)
         .header(CONTENT_TYPE, "application/json");
     if let Some(secs) = retry_after {
-        body["details"] = json!({"retryAfterSeconds": secs});
         response = response.header(RETRY_AFTER, secs.to_string());
     }
+    let body = error.to_status();
     response
         .body(Body::from(body.to_string().into_bytes()))
         .map_err(kube::Error::HttpError)

@@ -69,7 +69,7 @@ use crate::logging::LogBuffer;
 use crate::operator::Operator;
 use dice::Dice;
 use scenario::Applied;
-use state::{Life, RunState};
+use state::{Life, RunState, lock};
 
 /// The environment variable that replays one seed: `KOPF_SIM_SEED=17 cargo test ...`.
 pub const SEED_VARIABLE: &str = "KOPF_SIM_SEED";
@@ -635,10 +635,6 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 #[cfg(test)]
 mod tests {
