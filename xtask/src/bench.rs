@@ -4,7 +4,8 @@
 //! message in `status.create_fn` on creation, the new `spec.field` in `status.update_fn`
 //! on update.
 //!
-//! Systems: `kopf-rs` (the `minimal` example), `kopf-rs-delete` (the same job plus a delete
+//! Systems: `kopf-rs` (the `minimal` example, built as a production operator: kopf's default
+//! features, no fake server in it; bench-systems' `minimal` binary), `kopf-rs-delete` (the same job plus a delete
 //! handler: what the finalizer costs), `kopf` (Python Kopf 1.45 from PyPI, in a
 //! venv the harness creates), `kube-rs` (a `kube::runtime::Controller`), `limit` (a plain
 //! client sending exactly the diff-base and status PATCHes) and `limit-status` (the status
@@ -45,6 +46,7 @@
 //! `target/bench/results.md` (with growth tables across the scales), `target/bench/results.json`
 //! and the chart `target/bench/scales.svg`.
 
+pub mod build_cost;
 mod chart;
 mod measure;
 mod model;
@@ -189,8 +191,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             anyhow::bail!(
                 "the kopf-rs-baseline system runs the binary named by {BASELINE}: build the \
                  `minimal` example at the commit to compare with \
-                 (`cargo build --release -p kopf --example minimal`), copy \
-                 target/release/examples/minimal out of the tree and set {BASELINE} to it"
+                 (`cargo build --release -p bench-systems --bin minimal`, or before it had \
+                 that binary `cargo build --release -p kopf --example minimal`), copy the \
+                 binary out of the tree and set {BASELINE} to it"
             );
         }
     }
@@ -357,7 +360,7 @@ fn first_error(text: &str) -> String {
 /// The command line of a system.
 fn command(system: System, release: &Path, root: &Path, out_dir: &Path) -> Vec<String> {
     let kopf_rs: Vec<String> = vec![
-        release.join("examples/minimal").display().to_string(),
+        release.join("minimal").display().to_string(),
         "run".into(),
         "-A".into(),
         "--standalone".into(),
@@ -425,27 +428,14 @@ fn command(system: System, release: &Path, root: &Path, out_dir: &Path) -> Vec<S
     }
 }
 
-/// Release builds of the fake server, the kopf-rs example and the other Rust systems, in
-/// one cargo invocation (one feature resolution: shared dependencies are built once).
+/// Release builds of the fake server (the `kopf` command, in dev mode) and of the Rust
+/// systems (bench-systems: kopf's `minimal` example among them, as a production operator
+/// builds it). Two cargo invocations: in one, cargo would unify kopf's features, and the
+/// operators would carry the fake server the `kopf` command needs.
 fn build(root: &Path) -> Result<()> {
-    crate::cargo::run(
-        root,
-        &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "kopf-cli",
-            "-p",
-            "bench-systems",
-            "-p",
-            "kopf",
-            "--bins",
-            "--example",
-            "minimal",
-        ],
-        "bench",
-    )
+    let release = ["build", "--release", "--locked", "-p"];
+    crate::cargo::run(root, &[&release[..], &["kopf-cli"]].concat(), "bench")?;
+    crate::cargo::run(root, &[&release[..], &["bench-systems"]].concat(), "bench")
 }
 
 #[cfg(test)]

@@ -31,6 +31,9 @@
 //! (cargo-llvm-cov, installed if missing) and prints line coverage per crate (see
 //! `coverage.rs`).
 //!
+//! `cargo xtask bench build [--keep]` measures what a production operator costs to build
+//! beside a plain kube-rs controller (see `bench/build_cost.rs`).
+//!
 //! `cargo xtask bench fake-apiserver [--objects N] [--watchers N]` measures the in-memory API
 //! server: creates per second over HTTP with a kube client, listing N objects, the fan-out of
 //! one write to many watchers, and memory per stored object. Build with `--release` for
@@ -160,6 +163,17 @@ enum Bench {
         #[arg(long)]
         release: bool,
     },
+    /// What a production operator costs to build: the first debug build of
+    /// `examples/my-operator` and of a plain kube-rs Controller (the `kube-rs` system as a
+    /// crate of its own, with this workspace's lock), each from an empty target directory,
+    /// one after the other; wall times, crates of the normal dependency tree, target sizes
+    /// and the ratios. About 10 minutes on 2 cores; the target directories (under
+    /// target/build-cost) are removed afterwards unless --keep.
+    Build {
+        /// Keep the two target directories.
+        #[arg(long)]
+        keep: bool,
+    },
     /// The fake API server: creates/s, a large list, watch fan-out, bytes per object.
     FakeApiserver {
         /// Objects to create and list.
@@ -204,6 +218,10 @@ async fn main() -> anyhow::Result<()> {
             what: Some(Bench::Simulation { seeds, release }),
             ..
         } => bench_simulation(seeds, release),
+        Cmd::Bench {
+            what: Some(Bench::Build { keep }),
+            ..
+        } => bench::build_cost::run(&cargo::Workspace::locate()?.root, keep),
         Cmd::Bench { what: None, args } => {
             if let Err(e) = bench::run(args).await {
                 eprintln!("error: {e:#}");

@@ -40,7 +40,9 @@ pub enum Error {
     #[error(transparent)]
     Startup(#[from] StartupFailed),
     /// `--fake` was given to a binary built without the `testing` feature.
-    #[error("--fake needs kopf's `testing` feature (on by default)")]
+    #[error(
+        "this binary has no embedded fake API server: it was built without kopf's `testing` feature (dev mode, off by default so that production binaries stay lean). Build it in dev mode: give your crate `[features] dev = [\"kopf/testing\"]` and run `cargo run --features dev -- run --fake`. Or, with this binary as it is: `kopf fake-apiserver --kubeconfig /tmp/fake.kubeconfig` in one terminal, then `KUBECONFIG=/tmp/fake.kubeconfig <this binary> run -A`"
+    )]
     NoFake,
     /// The API server does not answer.
     #[error(

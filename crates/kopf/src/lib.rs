@@ -11,7 +11,8 @@
 //! (the list, written once: [`handler`]). Handlers are `async fn`s, or plain `fn`s that run on
 //! blocking threads. `use kopf::prelude::*;` brings what an operator needs; the rest is in
 //! modules by purpose ([`handler`], [`reconcile`](mod@reconcile), [`conditions`],
-//! [`webhooks`], [`peering`], [`persistence`], [`testing`]...).
+//! [`webhooks`], [`peering`], [`persistence`], `testing` (with the feature of that name: dev
+//! mode, off by default)...).
 //!
 //! ```no_run
 //! use kopf::prelude::*;
