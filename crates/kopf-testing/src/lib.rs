@@ -55,6 +55,7 @@
 
 pub mod apiserver;
 mod builder;
+#[cfg(feature = "runners")]
 pub mod e2e;
 mod in_process;
 
@@ -68,6 +69,7 @@ pub use apiserver::tables as table;
 pub use apiserver::webhooks::client as webhook;
 pub use apiserver::{catalog, control, discovery, error, patch, protobuf, schema, selectors};
 pub use builder::FakeApiServerBuilder;
+#[cfg(feature = "runners")]
 pub use e2e::{cluster, runner};
 
 use std::net::SocketAddr;
@@ -87,7 +89,9 @@ pub use apiserver::simulation::PodSimulation;
 pub use apiserver::webhooks::{ServiceRef, WebhookCall, WebhookOutcome};
 #[cfg(feature = "testcontainers")]
 pub use e2e::cluster::ContainerCluster;
+#[cfg(feature = "runners")]
 pub use e2e::cluster::{Cluster, ClusterBuilder, ClusterError, ClusterKind};
+#[cfg(feature = "runners")]
 pub use e2e::runner::{OperatorRunner, RunnerBuilder, RunnerError, Signal};
 
 use apiserver::http::Shared;
