@@ -31,6 +31,9 @@
 //! (cargo-llvm-cov, installed if missing) and prints line coverage per crate (see
 //! `coverage.rs`).
 //!
+//! `cargo xtask bench memory [--objects N] [--release] [--unlimited]` measures the operator's heap in the
+//! shape of kube-rs' memory benchmark (see `crates/kopf/benches/memory.rs`).
+//!
 //! `cargo xtask bench build [--keep]` measures what a production operator costs to build
 //! beside a plain kube-rs controller (see `bench/build_cost.rs`).
 //!
@@ -174,6 +177,22 @@ enum Bench {
         #[arg(long)]
         keep: bool,
     },
+    /// The operator's heap in the shape of kube-rs' memory benchmark: N ConfigMaps (default
+    /// 10,000), the initial list, 5,000 updates and 1,000 deletes, a relist; the peak and
+    /// settled live bytes of the operator alone, its allocations and requests per phase
+    /// (`crates/kopf/benches/memory.rs`). Built in the dev profile unless --release.
+    Memory {
+        /// ConfigMaps (the updates are half of them, the deletes a tenth).
+        #[arg(long, default_value_t = 10_000)]
+        objects: u64,
+        /// Build and run the release profile.
+        #[arg(long)]
+        release: bool,
+        /// The client's rate limit off (as `cargo xtask bench` runs operators); by default
+        /// kopf's, 100 requests per second after a burst of 1,000.
+        #[arg(long)]
+        unlimited: bool,
+    },
     /// The fake API server: creates/s, a large list, watch fan-out, bytes per object.
     FakeApiserver {
         /// Objects to create and list.
@@ -217,7 +236,20 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Bench {
             what: Some(Bench::Simulation { seeds, release }),
             ..
-        } => bench_simulation(seeds, release),
+        } => kopf_bench("simulation", &[seeds.to_string()], release),
+        Cmd::Bench {
+            what:
+                Some(Bench::Memory {
+                    objects,
+                    release,
+                    unlimited,
+                }),
+            ..
+        } => {
+            let mut arguments = vec![objects.to_string()];
+            arguments.extend(unlimited.then(|| "unlimited".to_string()));
+            kopf_bench("memory", &arguments, release)
+        }
         Cmd::Bench {
             what: Some(Bench::Build { keep }),
             ..
@@ -278,19 +310,20 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// `cargo xtask bench simulation`: runs the simulation bench, its output as it comes.
-fn bench_simulation(seeds: u64, release: bool) -> anyhow::Result<()> {
+/// `cargo bench -p kopf --bench NAME -- ARGUMENTS`, in the dev profile unless `release`.
+fn kopf_bench(name: &str, arguments: &[String], release: bool) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = std::process::Command::new(cargo);
-    command.args(["bench", "-p", "kopf", "--bench", "simulation"]);
+    command.args(["bench", "-p", "kopf", "--bench", name]);
     if !release {
         command.args(["--profile", "dev"]);
     }
-    command.args(["--", &seeds.to_string()]);
+    command.arg("--").args(arguments);
     let status = command
         .status()
-        .context("running `cargo bench -p kopf --bench simulation`")?;
+        .with_context(|| format!("running `cargo bench -p kopf --bench {name}`"))?;
     if !status.success() {
-        bail!("the simulation bench failed ({status})");
+        bail!("the {name} bench failed ({status})");
     }
     Ok(())
 }

@@ -84,6 +84,7 @@ name = "kube-rs-operator"
 path = "{bin}"
 
 [dependencies]
+anyhow = "1"
 futures = {{ version = "0.3", default-features = false, features = ["std", "async-await"] }}
 k8s-openapi = {{ version = "0.29", default-features = false, features = ["v1_33"] }}
 kube = {{ version = "5.0", default-features = false, features = ["client", "rustls-tls", "ring", "runtime", "jsonpatch"] }}
