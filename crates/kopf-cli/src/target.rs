@@ -7,6 +7,10 @@
 //! 2. a file: it must be an executable;
 //! 3. the name of a package of the cargo workspace of the current directory: built with
 //!    `cargo build -p NAME`;
+//!
+//! A package that depends on `kopf` is built in dev mode (`--features kopf/testing`): a
+//! build from source here is development, where `run --fake` and the offline `rbac` (which
+//! resolves resources on an embedded fake API server) are wanted.
 //! 4. the name of a program on `PATH`.
 //!
 //! The binary of a package is its only one, its `default-run`, or the one named after the
@@ -170,6 +174,8 @@ pub struct Package {
     pub bins: Vec<String>,
     /// Its `default-run` binary, if set.
     pub default_run: Option<String>,
+    /// Whether it depends on `kopf` by that name (then it is built in dev mode).
+    pub depends_on_kopf: bool,
 }
 
 /// The packages of `cargo metadata`'s output.
@@ -199,9 +205,25 @@ fn packages_of(metadata: &Value) -> Vec<Package> {
                 manifest_path: PathBuf::from(text(p, "manifest_path")?),
                 bins,
                 default_run: text(p, "default_run"),
+                depends_on_kopf: depends_on_kopf(p),
             })
         })
         .collect()
+}
+
+/// Whether a package of `cargo metadata` has `kopf` among its normal dependencies, not
+/// renamed.
+fn depends_on_kopf(package: &Value) -> bool {
+    package
+        .get("dependencies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|d| {
+            d.get("name").and_then(Value::as_str) == Some("kopf")
+                && d.get("kind").is_none_or(Value::is_null)
+                && d.get("rename").is_none_or(Value::is_null)
+        })
 }
 
 /// The packages of the workspace of the current directory, or of `manifest`.
@@ -307,8 +329,11 @@ fn build(manifest: Option<&Path>, name: Option<&str>) -> anyhow::Result<PathBuf>
     if let Some(manifest) = manifest {
         command.arg("--manifest-path").arg(manifest);
     }
+    command.args(["-p", &package.name, "--bin", bin]);
+    if package.depends_on_kopf {
+        command.args(["--features", "kopf/testing"]);
+    }
     command
-        .args(["-p", &package.name, "--bin", bin])
         .arg("--message-format=json-render-diagnostics")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -418,6 +443,7 @@ mod tests {
             manifest_path: PathBuf::from(format!("/w/{name}/Cargo.toml")),
             bins: bins.iter().map(|b| b.to_string()).collect(),
             default_run: default_run.map(str::to_string),
+            depends_on_kopf: true,
         }
     }
 
@@ -555,5 +581,22 @@ mod tests {
             .expect_err("missing")
             .to_string();
         assert!(missing.contains("no such file or directory"), "{missing}");
+    }
+
+    #[test]
+    fn only_a_normal_dependency_named_kopf_asks_for_dev_mode() {
+        let with = |deps: serde_json::Value| depends_on_kopf(&json!({"dependencies": deps}));
+        assert!(with(
+            json!([{"name": "kopf", "kind": null, "rename": null}])
+        ));
+        assert!(with(json!([{"name": "serde"}, {"name": "kopf"}])));
+        assert!(!with(
+            json!([{"name": "kopf", "kind": "dev", "rename": null}])
+        ));
+        assert!(!with(
+            json!([{"name": "kopf", "kind": null, "rename": "k"}])
+        ));
+        assert!(!with(json!([{"name": "kopf-testing", "kind": null}])));
+        assert!(!with(json!([])));
     }
 }

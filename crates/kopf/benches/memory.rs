@@ -23,7 +23,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -107,11 +107,12 @@ static ALLOC: Counting = Counting;
 
 // ---- the operator ----------------------------------------------------------------------
 
+/// Calls of the creation and the update handler.
 static CREATED: AtomicUsize = AtomicUsize::new(0);
+static UPDATED: AtomicUsize = AtomicUsize::new(0);
 /// Whether the client's rate limit is off (`unlimited` on the command line), as in
 /// `cargo xtask bench` (`--qps 0`); by default it is kopf's (100 per second after 1,000).
-static UNLIMITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static UPDATED: AtomicUsize = AtomicUsize::new(0);
+static UNLIMITED: AtomicBool = AtomicBool::new(false);
 
 fn operator() -> Operator {
     let operator = Operator::new();
@@ -131,8 +132,9 @@ fn operator() -> Operator {
         })
 }
 
-/// Starts the operator on a runtime of its own, on marked threads, against `url`; it stops
-/// when the returned sender is dropped or sent to.
+/// Starts the operator on a runtime of its own (one worker thread; the heap does not depend
+/// on how many), on marked threads, against `url`; it stops when the returned sender is
+/// dropped or sent to.
 fn start_operator(
     url: String,
 ) -> (

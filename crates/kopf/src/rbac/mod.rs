@@ -200,7 +200,7 @@ impl Operator {
             #[cfg(not(feature = "testing"))]
             {
                 return Err(Error::Config(
-                    "without kopf's `testing` feature, `rbac` needs --cluster".into(),
+                    "`rbac` without --cluster resolves the operator's resources on an embedded fake API server, which this binary was built without (kopf's `testing` feature, dev mode, off by default): run it in dev mode (`cargo run --features dev -- rbac` with `[features] dev = [\"kopf/testing\"]` in your crate, or `kopf rbac PACKAGE`, which builds in dev mode), or resolve them on a cluster with `rbac --cluster`".into(),
                 ));
             }
         };
