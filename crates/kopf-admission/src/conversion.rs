@@ -101,11 +101,7 @@ impl Converter {
         let f = self.f.clone();
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| f(obj, version)))
             .map_err(|p| {
-                let what = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let what = kopf_core::text::panic_message(p.as_ref()).unwrap_or_default();
                 format!("the converter of {} panicked: {what}", self.crd)
             })?
             .map_err(|e| format!("cannot convert {name:?} from {from} to {desired}: {e}"))?;

@@ -42,6 +42,24 @@ pub fn for_log(value: &impl std::fmt::Display) -> String {
     }
 }
 
+/// The message of a panic's payload (`panic!("...")` gives a `&str` or a `String`), if it
+/// has one.
+///
+/// ```
+/// use kopf_core::text::panic_message;
+///
+/// let payload = std::panic::catch_unwind(|| panic!("boom {}", 1)).unwrap_err();
+/// assert_eq!(panic_message(payload.as_ref()), Some("boom 1"));
+/// let payload = std::panic::catch_unwind(|| std::panic::panic_any(7)).unwrap_err();
+/// assert_eq!(panic_message(payload.as_ref()), None);
+/// ```
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

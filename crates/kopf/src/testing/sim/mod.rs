@@ -210,10 +210,7 @@ impl Simulation {
     fn run_caught(&self, seed: u64) -> Result<Report, Box<Failure>> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(seed))).unwrap_or_else(
             |panic| {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                let message = kopf_core::text::panic_message(panic.as_ref())
                     .unwrap_or("a panic without a message");
                 Err(Box::new(Failure {
                     seed,
