@@ -110,11 +110,12 @@ impl Sender {
         request: http::Request<Body>,
     ) -> Result<(Answer, http::Response<Body>), kube::Error> {
         let served = |r: &http::Response<Body>| r.status().as_u16();
+        // A kill that cannot happen (the faults ended, the instance is dead already) passes.
+        let fate = match fate {
+            Fate::KillBefore if !self.run.kill(&self.life, format!("before: {key}")) => Fate::Pass,
+            fate => fate,
+        };
         Ok(match fate {
-            Fate::KillBefore if !self.run.kill(&self.life, format!("before: {key}")) => {
-                let r = self.inner.send(request).await?;
-                (Answer::Served(served(&r)), r)
-            }
             Fate::Pass => {
                 let r = self.inner.send(request).await?;
                 (Answer::Served(served(&r)), r)
