@@ -4,9 +4,10 @@
 //! message in `status.create_fn` on creation, the new `spec.field` in `status.update_fn`
 //! on update.
 //!
-//! Systems: `kopf-rs` (the `minimal` example, built as a production operator: kopf's default
-//! features, no fake server in it; bench-systems' `minimal` binary), `kopf-rs-delete` (the same job plus a delete
-//! handler: what the finalizer costs), `kopf` (Python Kopf 1.45 from PyPI, in a
+//! Systems: `kopf-rs` (the `minimal` example, built as a production operator: kopf's
+//! default features, no fake server in it; bench-systems' `minimal` binary),
+//! `kopf-rs-delete` (the same job plus a delete handler: what the finalizer costs), `kopf`
+//! (Python Kopf 1.45 from PyPI, in a
 //! venv the harness creates), `kube-rs` (a `kube::runtime::Controller`), `limit` (a plain
 //! client sending exactly the diff-base and status PATCHes) and `limit-status` (the status
 //! PATCH only). Opt-in with `--system`, not in the default list:

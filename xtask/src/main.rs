@@ -31,8 +31,9 @@
 //! (cargo-llvm-cov, installed if missing) and prints line coverage per crate (see
 //! `coverage.rs`).
 //!
-//! `cargo xtask bench memory [--objects N] [--release] [--unlimited]` measures the operator's heap in the
-//! shape of kube-rs' memory benchmark (see `crates/kopf/benches/memory.rs`).
+//! `cargo xtask bench memory [--objects N] [--release] [--unlimited]` measures the
+//! operator's heap in the shape of kube-rs' memory benchmark (see
+//! `crates/kopf/benches/memory.rs`).
 //!
 //! `cargo xtask bench build [--keep]` measures what a production operator costs to build
 //! beside a plain kube-rs controller (see `bench/build_cost.rs`).
@@ -309,12 +310,11 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// `cargo xtask bench simulation`: runs the simulation bench, its output as it comes.
-/// `cargo bench -p kopf --bench NAME -- ARGUMENTS`, in the dev profile unless `release`.
+/// `cargo xtask bench simulation` and `memory`: `cargo bench -p kopf --bench NAME --
+/// ARGUMENTS`, in the dev profile unless `release`, its output as it comes.
 fn kopf_bench(name: &str, arguments: &[String], release: bool) -> anyhow::Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = std::process::Command::new(cargo);
-    command.args(["bench", "-p", "kopf", "--bench", name]);
+    let root = cargo::Workspace::locate()?.root;
+    let mut command = cargo::command(&root, &["bench", "-p", "kopf", "--bench", name]);
     if !release {
         command.args(["--profile", "dev"]);
     }

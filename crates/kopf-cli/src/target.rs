@@ -7,11 +7,11 @@
 //! 2. a file: it must be an executable;
 //! 3. the name of a package of the cargo workspace of the current directory: built with
 //!    `cargo build -p NAME`;
+//! 4. the name of a program on `PATH`.
 //!
 //! A package that depends on `kopf` is built in dev mode (`--features kopf/testing`): a
 //! build from source here is development, where `run --fake` and the offline `rbac` (which
 //! resolves resources on an embedded fake API server) are wanted.
-//! 4. the name of a program on `PATH`.
 //!
 //! The binary of a package is its only one, its `default-run`, or the one named after the
 //! package; cargo's JSON messages (`--message-format=json-render-diagnostics`) say where it
