@@ -363,8 +363,10 @@ impl LeaderElector {
             self.control.resume();
             self.leadership.send_replace(Leadership::Leading);
             if let Some(m) = &self.metrics {
-                m.leadership(&lease, true);
+                // The transition is counted first: whoever sees this replica leading (the
+                // probe, `kopf_leader_is_leader`) also sees the transition that made it lead.
                 m.leader_transition(&lease);
+                m.leadership(&lease, true);
             }
             // Renew.
             let mut renewed = Instant::now();
