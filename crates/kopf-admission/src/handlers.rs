@@ -331,6 +331,10 @@ fn review_info(c: &Cause) -> Result<&ReviewInfo, HandlerError> {
 }
 
 impl FromCause for Operation {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         review_info(c).map(|i| i.operation)
     }
@@ -341,6 +345,10 @@ impl FromCause for Operation {
 pub struct DryRun(pub bool);
 
 impl FromCause for DryRun {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         review_info(c).map(|i| DryRun(i.dry_run))
     }
@@ -367,6 +375,10 @@ impl UserInfo {
 }
 
 impl FromCause for UserInfo {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         review_info(c).map(|i| UserInfo(i.user_info.clone()))
     }
@@ -377,6 +389,10 @@ impl FromCause for UserInfo {
 pub struct SubResource(pub Option<String>);
 
 impl FromCause for SubResource {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         review_info(c).map(|i| SubResource(i.sub_resource.clone()))
     }
@@ -402,6 +418,10 @@ impl Warnings {
 }
 
 impl FromCause for Warnings {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         c.extensions.get::<Warnings>().cloned().ok_or_else(|| {
             HandlerError::permanent(

@@ -35,6 +35,7 @@ use crate::handler::owners::OwnerRef;
 use crate::handler::spec::{BoxFuture, Cause, Handler, HandlerSpec, SubHandlers};
 use crate::index::{Index, Indexes};
 use crate::memo::Memo;
+use crate::reads::Reads;
 
 pub use crate::handler::error::{PermanentError, TemporaryError};
 
@@ -49,6 +50,14 @@ pub use crate::handler::error::{PermanentError, TemporaryError};
 pub trait FromCause: Sized + Send + 'static {
     /// Extracts the value.
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError>;
+
+    /// What of the object it reads: the engine keeps, for a resource's daemons and timers,
+    /// only what their arguments read ([`crate::reads`]). By default the whole object; an
+    /// extractor of one's own that reads only the metadata or the status returns
+    /// [`Reads::nothing`].
+    fn reads() -> Reads {
+        Reads::whole(std::any::type_name::<Self>())
+    }
 }
 
 fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, HandlerError> {
@@ -60,6 +69,10 @@ fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, HandlerError> 
 }
 
 impl FromCause for Cause {
+    fn reads() -> Reads {
+        Reads::whole("its argument Cause")
+    }
+
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
         Ok(cause.clone())
     }
@@ -69,6 +82,10 @@ impl FromCause for Cause {
 #[derive(Debug, Clone)]
 pub struct Body(pub Value);
 impl FromCause for Body {
+    fn reads() -> Reads {
+        Reads::whole("its argument Body")
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Body(c.body.clone()))
     }
@@ -98,6 +115,11 @@ impl FromCause for Body {
 #[derive(Debug, Clone)]
 pub struct Spec<T = Value>(pub T);
 impl<T: DeserializeOwned + Send + 'static> FromCause for Spec<T> {
+    /// The fields of `T` under `spec`, or the whole `spec` when `T` is not a plain struct.
+    fn reads() -> Reads {
+        Reads::fields_of::<T>("spec")
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         typed(c.body.get("spec").unwrap_or(&Value::Null), "spec").map(Spec)
     }
@@ -107,6 +129,11 @@ impl<T: DeserializeOwned + Send + 'static> FromCause for Spec<T> {
 #[derive(Debug, Clone)]
 pub struct Status<T = Value>(pub T);
 impl<T: DeserializeOwned + Send + 'static> FromCause for Status<T> {
+    /// The status is always kept.
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         typed(c.body.get("status").unwrap_or(&Value::Null), "status").map(Status)
     }
@@ -116,6 +143,10 @@ impl<T: DeserializeOwned + Send + 'static> FromCause for Status<T> {
 #[derive(Debug, Clone)]
 pub struct Meta(pub Value);
 impl FromCause for Meta {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Meta(c.body.get("metadata").cloned().unwrap_or(Value::Null)))
     }
@@ -125,6 +156,10 @@ impl FromCause for Meta {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Name(pub String);
 impl FromCause for Name {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Name(c.name().to_string()))
     }
@@ -134,6 +169,10 @@ impl FromCause for Name {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Namespace(pub Option<String>);
 impl FromCause for Namespace {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Namespace(c.namespace().map(str::to_string)))
     }
@@ -143,6 +182,10 @@ impl FromCause for Namespace {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uid(pub String);
 impl FromCause for Uid {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Uid(c
             .body
@@ -160,6 +203,10 @@ impl FromCause for Uid {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner(pub OwnerRef);
 impl FromCause for Owner {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         let owners = OwnerRef::all(&c.body);
         owners
@@ -181,6 +228,10 @@ impl FromCause for Owner {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owners(pub Vec<OwnerRef>);
 impl FromCause for Owners {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Owners(OwnerRef::all(&c.body)))
     }
@@ -202,6 +253,10 @@ fn string_map(c: &Cause, field: &str) -> BTreeMap<String, String> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Labels(pub BTreeMap<String, String>);
 impl FromCause for Labels {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Labels(string_map(c, "labels")))
     }
@@ -211,6 +266,10 @@ impl FromCause for Labels {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Annotations(pub BTreeMap<String, String>);
 impl FromCause for Annotations {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Annotations(string_map(c, "annotations")))
     }
@@ -220,6 +279,10 @@ impl FromCause for Annotations {
 #[derive(Debug, Clone)]
 pub struct Diff(pub kopf_diff::Diff);
 impl FromCause for Diff {
+    fn reads() -> Reads {
+        Reads::whole("its argument Diff")
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Diff(c.diff.clone()))
     }
@@ -229,6 +292,10 @@ impl FromCause for Diff {
 #[derive(Debug, Clone)]
 pub struct Old<T = Value>(pub Option<T>);
 impl<T: DeserializeOwned + Send + 'static> FromCause for Old<T> {
+    fn reads() -> Reads {
+        Reads::whole("its argument Old")
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         c.old
             .as_ref()
@@ -242,6 +309,10 @@ impl<T: DeserializeOwned + Send + 'static> FromCause for Old<T> {
 #[derive(Debug, Clone)]
 pub struct New<T = Value>(pub Option<T>);
 impl<T: DeserializeOwned + Send + 'static> FromCause for New<T> {
+    fn reads() -> Reads {
+        Reads::whole("its argument New")
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         c.new
             .as_ref()
@@ -252,6 +323,10 @@ impl<T: DeserializeOwned + Send + 'static> FromCause for New<T> {
 }
 
 impl FromCause for Reason {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(c.reason)
     }
@@ -261,6 +336,10 @@ impl FromCause for Reason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry(pub u32);
 impl FromCause for Retry {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Retry(c.retry))
     }
@@ -289,6 +368,10 @@ impl std::fmt::Display for Runtime {
     }
 }
 impl FromCause for Started {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Started(
             crate::progress::parse_time(&c.started).unwrap_or_else(crate::clock::now),
@@ -300,6 +383,10 @@ impl FromCause for Started {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Runtime(pub Duration);
 impl FromCause for Runtime {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         let started = crate::progress::parse_time(&c.started).unwrap_or_else(crate::clock::now);
         let ms = (crate::clock::now().as_millisecond() - started.as_millisecond()).max(0) as u64;
@@ -308,18 +395,30 @@ impl FromCause for Runtime {
 }
 
 impl FromCause for PatchHandle {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(c.patch.clone())
     }
 }
 
 impl FromCause for EventsHandle {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(c.events.clone())
     }
 }
 
 impl FromCause for SubHandlers {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(c.subhandlers.clone())
     }
@@ -328,6 +427,10 @@ impl FromCause for SubHandlers {
 /// The object's memo value of type `T` (registered operator-wide with `Operator::memo`; each
 /// object has its own copy, kept while the operator runs).
 impl<T: Send + Sync + 'static> FromCause for Memo<T> {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         c.memo
             .get::<T>()
@@ -340,6 +443,10 @@ impl<T: Send + Sync + 'static> FromCause for Memo<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventType(pub Option<String>);
 impl FromCause for EventType {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(EventType(c.event.clone()))
     }
@@ -347,6 +454,10 @@ impl FromCause for EventType {
 
 /// The stop flag of a daemon or timer; other handlers cannot ask for it.
 impl FromCause for Stopped {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         c.stopped.clone().ok_or_else(|| {
             HandlerError::permanent(
@@ -358,6 +469,10 @@ impl FromCause for Stopped {
 
 /// All indexes of the operator (for picking one by id).
 impl FromCause for Indexes {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
         Ok(cause
             .extensions
@@ -369,6 +484,10 @@ impl FromCause for Indexes {
 
 /// The one index of types `K` → `V`; a missing or ambiguous one fails the handler for good.
 impl<K: Send + 'static, V: Send + 'static> FromCause for Index<K, V> {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
         Indexes::from_cause(cause)?
             .find::<K, V>()
@@ -426,6 +545,10 @@ impl Logger {
 }
 
 impl FromCause for Logger {
+    fn reads() -> Reads {
+        Reads::nothing()
+    }
+
     fn from_cause(c: &Cause) -> Result<Self, HandlerError> {
         Ok(Logger::for_body(&c.body))
     }
@@ -490,6 +613,10 @@ macro_rules! impl_into_handler {
             R: IntoHandlerResult + 'static,
             $($arg: FromCause,)*
         {
+            fn reads(&self) -> Reads {
+                Reads::nothing()$(.and($arg::reads()))*
+            }
+
             #[allow(non_snake_case, unused_variables)]
             fn call(&self, cause: Cause) -> BoxFuture<HandlerResult> {
                 $(
@@ -521,6 +648,10 @@ macro_rules! impl_into_handler {
             R: IntoHandlerResult + Send + 'static,
             $($arg: FromCause,)*
         {
+            fn reads(&self) -> Reads {
+                Reads::nothing()$(.and($arg::reads()))*
+            }
+
             #[allow(non_snake_case, unused_variables)]
             fn call(&self, cause: Cause) -> BoxFuture<HandlerResult> {
                 $(

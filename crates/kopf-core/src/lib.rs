@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod plan;
 pub mod processing;
 pub mod progress;
+pub mod reads;
 pub mod reconcile;
 pub mod shards;
 pub mod text;

@@ -151,12 +151,20 @@ fn log_match(cause: &Cause) -> Result<&LogMatch, HandlerError> {
 }
 
 impl FromCause for LogLine {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
         log_match(cause).map(|m| m.0.clone())
     }
 }
 
 impl FromCause for Captures {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
         log_match(cause).map(|m| m.1.clone())
     }

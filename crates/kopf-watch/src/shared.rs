@@ -91,10 +91,10 @@ impl WorkerShared {
         let writes = Arc::new(Writes::new(client.clone(), resource, metrics.clone()));
         let limiter = RateLimiter::with_burst(settings.event_interval, settings.event_burst);
         let poster = Arc::new(Poster::new(client, settings.reporter.clone(), limiter));
-        let books = Arc::new(Books::new(metrics.clone(), plural));
+        let books = Arc::new(Books::new(metrics.clone(), plural.clone()));
         let lanes = Lanes::new(settings.worker_limit);
         let spawning = Spawning::new(
-            spawners,
+            (&plural, spawners),
             processor.persistence().clone(),
             (stack, extensions.clone()),
             writes.clone(),

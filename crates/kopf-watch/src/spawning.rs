@@ -10,17 +10,18 @@ use kopf_core::handler::{Extensions, HandlerKind, HandlerSpec};
 use kopf_core::layers::Stack;
 use kopf_core::memo::Memos;
 use kopf_core::processing::Persistence;
+use kopf_core::reads::Reads;
 use serde_json::Value;
 
 use crate::events::Poster;
 use crate::object::{Observed, object_span};
 use crate::write::{CycleEnd, Writes};
 
-/// An object's daemons and timers, with the essence they last saw (kept only when some
-/// timer waits for the object to be idle).
+/// An object's daemons and timers, with a digest of the essence they last saw (kept only
+/// when some timer waits for the object to be idle: only its changes matter).
 pub(crate) struct Spawned {
     pub(crate) daemons: ObjectDaemons,
-    pub(crate) essence: Option<Value>,
+    pub(crate) essence: Option<u64>,
 }
 
 /// The daemons and timers of one resource, and what they need to run and to deliver.
@@ -32,6 +33,8 @@ pub(crate) struct Spawning {
     free_spawners: Vec<HandlerSpec>,
     /// Some timer waits for objects to be idle (their essence changes matter).
     idle_timers: bool,
+    /// What the daemons and timers read: all that is kept of each object for them.
+    keep: Reads,
     persistence: Persistence,
     stack: Stack,
     extensions: Extensions,
@@ -41,13 +44,15 @@ pub(crate) struct Spawning {
 
 impl Spawning {
     pub(crate) fn new(
-        spawners: Vec<HandlerSpec>,
+        (plural, spawners): (&str, Vec<HandlerSpec>),
         persistence: Persistence,
         (stack, extensions): (Stack, Extensions),
         writes: Arc<Writes>,
         poster: Arc<Poster>,
     ) -> Self {
+        let keep = kept_for(plural, &spawners);
         Spawning {
+            keep,
             idle_timers: spawners
                 .iter()
                 .any(|h| matches!(&h.kind, HandlerKind::Timer(o) if o.idle.is_some())),
@@ -76,16 +81,20 @@ impl Spawning {
     ) {
         let body = &observed.body;
         // Only idle timers care when the essence last changed.
-        let essence = self
-            .idle_timers
-            .then(|| kopf_diff::essence::essence(body, &self.persistence.essence));
+        let essence = self.idle_timers.then(|| {
+            digest(&kopf_diff::essence::essence(
+                body,
+                &self.persistence.essence,
+            ))
+        });
+        let kept = self.keep.trim(body);
         let s = spawned.get_or_insert_with(|| Spawned {
-            daemons: ObjectDaemons::new(Value::clone(body), self.spawn_context(uid, memo, body)),
-            essence: essence.clone(),
+            daemons: ObjectDaemons::new(kept.clone(), self.spawn_context(uid, memo, body)),
+            essence,
         });
         let essential = s.essence != essence;
         s.essence = essence;
-        s.daemons.observe(body, essential);
+        s.daemons.observe(kept, essential);
         let deleting = observed.event == EventKind::Deleted
             || body
                 .pointer("/metadata/deletionTimestamp")
@@ -115,14 +124,18 @@ impl Spawning {
     /// events posted as a cycle's.
     fn spawn_context(&self, uid: &str, memo: &Memos, body: &Value) -> SpawnContext {
         let (writes, poster) = (self.writes.clone(), self.poster.clone());
+        let keep = Arc::new(self.keep.clone());
         let uid = uid.to_string();
         let deliver: Deliver = Arc::new(move |d: Delivery| {
-            let (writes, poster) = (writes.clone(), poster.clone());
+            let (writes, poster, keep) = (writes.clone(), poster.clone(), keep.clone());
             let uid = uid.clone();
             Box::pin(async move {
                 let mut stored = Delivered::Done;
-                if !d.plan.is_noop_for(&d.body) {
-                    match writes.apply(&d.body, &d.plan, &d.delivered, None).await {
+                // The body was trimmed: what the patch writes outside it is sent as it is.
+                let unknowns = keep.with_unknowns(&d.body, d.plan.merge_patch());
+                let target = unknowns.as_ref().unwrap_or(&d.body);
+                if !d.plan.is_noop_for(target) {
+                    match writes.apply(target, &d.plan, &d.delivered, None).await {
                         CycleEnd::Rejected(rejected) => {
                             if let Some(message) = rejected.into_values().next() {
                                 stored = Delivered::Rejected(message);
@@ -147,5 +160,83 @@ impl Spawning {
             deliver,
             span: object_span(body),
         }
+    }
+}
+
+/// What the daemons and timers of a resource read (and so what is kept of each object for
+/// them), said once at start when they do not read everything: or which one prevents it.
+fn kept_for(plural: &str, spawners: &[HandlerSpec]) -> Reads {
+    let mut keep = Reads::nothing();
+    for h in spawners {
+        match h.reads() {
+            Reads::Whole(why) => {
+                tracing::info!(
+                    resource = plural,
+                    "The daemons and timers of {plural} keep whole objects: '{}' reads the whole object ({why}); declare what it reads with Options::reads to keep less.",
+                    h.id
+                );
+                return Reads::Whole(why);
+            }
+            some => keep = keep.and(some),
+        }
+    }
+    if !spawners.is_empty() {
+        tracing::info!(
+            resource = plural,
+            "The daemons and timers of {plural} keep only {keep} of each object."
+        );
+    }
+    keep
+}
+
+/// A digest of a value (the essence: only whether it changed matters).
+fn digest(value: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kopf_core::daemons::TimerOptions;
+    use kopf_core::extract::{Body, IntoHandler, Name, Spec};
+    use kopf_core::handler::{HandlerError, Options};
+
+    #[derive(serde::Deserialize)]
+    struct Schedule {
+        #[allow(dead_code)]
+        every: u32,
+    }
+
+    async fn typed(Spec(_): Spec<Schedule>, Name(_): Name) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn whole(Body(_): Body) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    fn timer(id: &str, handler: std::sync::Arc<dyn kopf_core::handler::Handler>) -> HandlerSpec {
+        HandlerSpec::timer(id, TimerOptions::default(), handler)
+    }
+
+    #[test]
+    fn what_the_daemons_and_timers_read_is_kept_unless_one_reads_everything() {
+        let typed_timer = timer("typed", typed.into_handler());
+        assert_eq!(
+            kept_for("things", std::slice::from_ref(&typed_timer)),
+            Reads::field("spec.every")
+        );
+        let whole_timer = timer("whole", whole.into_handler());
+        let both = [typed_timer.clone(), whole_timer.clone()];
+        assert_eq!(kept_for("things", &both), Reads::whole("its argument Body"));
+        let declared = whole_timer.with_options(Options::new().reads("data"));
+        assert_eq!(
+            kept_for("things", &[typed_timer, declared]),
+            Reads::field("spec.every").and(Reads::field("data"))
+        );
+        assert_eq!(kept_for("things", &[]), Reads::nothing());
     }
 }

@@ -117,6 +117,10 @@ impl tower::Service<Request<kube::client::Body>> for Send {
 pub struct Client(pub kube::Client);
 
 impl FromCause for Client {
+    fn reads() -> kopf_core::reads::Reads {
+        kopf_core::reads::Reads::nothing()
+    }
+
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
         cause
             .extensions

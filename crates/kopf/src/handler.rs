@@ -29,4 +29,5 @@ pub use kopf_core::handler::{
 pub use kopf_core::handler::{EventsHandle as Events, PatchHandle as Patch};
 pub use kopf_core::index::{Index, IndexOutput, Indexes};
 pub use kopf_core::memo::Memo;
+pub use kopf_core::reads::Reads;
 pub use kopf_watch::{Captures, LogLine, LogSpec};

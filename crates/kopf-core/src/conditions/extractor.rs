@@ -32,6 +32,10 @@ use crate::handler::spec::Cause;
 pub struct Conditions(pub ConditionsHandle);
 
 impl FromCause for Conditions {
+    fn reads() -> crate::reads::Reads {
+        crate::reads::Reads::nothing()
+    }
+
     fn from_cause(cause: &Cause) -> Result<Self, HandlerError> {
         Ok(Conditions(cause.conditions.clone()))
     }

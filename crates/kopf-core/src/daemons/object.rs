@@ -50,9 +50,9 @@ impl ObjectDaemons {
 
     /// A new state of the object; `essential` when its essence changed (idle timers wait
     /// again).
-    pub fn observe(&self, body: &Value, essential: bool) {
+    pub fn observe(&self, body: Value, essential: bool) {
         self.live.send_modify(|live| {
-            live.body = body.clone();
+            live.body = body;
             if essential {
                 live.changed = Instant::now();
             }
@@ -332,9 +332,9 @@ mod tests {
         let mut o = ObjectDaemons::new(body("x"), context(log.clone()));
         sync(&mut o, &spec, &body("x")).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        o.observe(&body("x"), true); // changed at 3 s: quiet at 8 s
+        o.observe(body("x"), true); // changed at 3 s: quiet at 8 s
         tokio::time::sleep(Duration::from_secs(20)).await;
-        o.observe(&body("x"), true); // changed at 23 s: quiet at 28 s
+        o.observe(body("x"), true); // changed at 23 s: quiet at 28 s
         tokio::time::sleep(Duration::from_secs(10)).await;
         o.stop_all(StopReason::OperatorExiting).await;
         let at = seconds_since(&log, t0);

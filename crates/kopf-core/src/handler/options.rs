@@ -159,6 +159,9 @@ pub struct Options {
     pub optional: bool,
     /// Resume handlers: also resume objects being deleted.
     pub deleted: bool,
+    /// What of the object the handler reads (dotted paths), declared: replaces what its
+    /// arguments say ([`crate::reads`]); see [`Options::reads`](Options::reads()).
+    pub reads: Vec<String>,
 }
 
 impl std::fmt::Debug for Options {
@@ -265,6 +268,23 @@ impl Options {
     /// ```
     pub fn field(mut self, field: &str) -> Self {
         self.field = Some(field.into());
+        self
+    }
+
+    /// Declares a dotted path the handler reads (`spec.replicas`, `data`), beside the
+    /// metadata and status, which are always kept; repeat it for several. Declared paths
+    /// replace what the handler's arguments say: a daemon or timer that takes the whole
+    /// [`Body`](crate::extract::Body) or `Cause` but reads one field says so here, and the
+    /// engine keeps only that field of each object for it ([`crate::reads`]).
+    ///
+    /// ```
+    /// use kopf_core::handler::Options;
+    ///
+    /// let options = Options::new().reads("spec.schedule").reads("spec.suspend");
+    /// assert_eq!(options.reads, ["spec.schedule", "spec.suspend"]);
+    /// ```
+    pub fn reads(mut self, path: &str) -> Self {
+        self.reads.push(path.into());
         self
     }
 

@@ -138,6 +138,12 @@ pub trait Handler: Send + Sync + 'static {
     fn is_blocking(&self) -> bool {
         false
     }
+
+    /// What of the object it reads (a function of extractors: what they read; anything
+    /// else: the whole object).
+    fn reads(&self) -> crate::reads::Reads {
+        crate::reads::Reads::whole("a function of the whole Cause")
+    }
 }
 
 impl<F, Fut> Handler for F
@@ -223,6 +229,8 @@ pub struct HandlerSpec {
     pub when: Option<WhenFilter>,
     /// Owner filters (all must hold).
     pub owners: Vec<OwnerFilter>,
+    /// The paths it reads, as declared ([`Options::reads`]); empty: what its arguments say.
+    pub declared_reads: Vec<String>,
     /// The function.
     pub handler: Arc<dyn Handler>,
 }
@@ -271,6 +279,7 @@ impl HandlerSpec {
             annotations: Vec::new(),
             when: None,
             owners: Vec::new(),
+            declared_reads: Vec::new(),
             handler,
         }
     }
@@ -379,6 +388,7 @@ impl HandlerSpec {
             self.when = options.when;
         }
         self.owners.extend(options.owners);
+        self.declared_reads.extend(options.reads);
         if let Some(field) = options.field
             && self.field.is_none()
         {
@@ -389,6 +399,39 @@ impl HandlerSpec {
         self.old = options.old.or(self.old);
         self.new = options.new.or(self.new);
         self
+    }
+
+    /// What of the object the handler reads: the declared paths ([`Options::reads`]) if
+    /// any, else what its arguments read; with its field (`Options::field`) in either case.
+    ///
+    /// ```
+    /// use kopf_core::extract::{IntoHandler, Name, Spec};
+    /// use kopf_core::handler::{HandlerError, HandlerSpec, Options};
+    /// use kopf_core::reads::Reads;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Schedule { cron: String }
+    ///
+    /// async fn tick(Spec(s): Spec<Schedule>, Name(n): Name) -> Result<(), HandlerError> {
+    ///     let _ = (s.cron, n);
+    ///     Ok(())
+    /// }
+    /// let spec = HandlerSpec::from_arc("tick", None, tick.into_handler());
+    /// assert_eq!(spec.reads(), Reads::field("spec.cron"));
+    /// let declared = spec.with_options(Options::new().reads("spec.cron").reads("data"));
+    /// assert_eq!(declared.reads().to_string(), "metadata, status and data, spec.cron");
+    /// ```
+    pub fn reads(&self) -> crate::reads::Reads {
+        use crate::reads::Reads;
+        let own = if self.declared_reads.is_empty() {
+            self.handler.reads()
+        } else {
+            Reads::Fields(self.declared_reads.iter().cloned().collect())
+        };
+        match &self.field {
+            Some(field) => own.and(Reads::field(&field.join("."))),
+            None => own,
+        }
     }
 
     /// Whether the object passes the handler's filters on the body (labels, annotations,

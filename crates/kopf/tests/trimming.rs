@@ -1,0 +1,113 @@
+//! What the engine keeps of each object for its daemons and timers: only what they read
+//! (their arguments, or `Options::reads`), with metadata and status; their patches outside
+//! what was kept still reach the server.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kopf::handler::{Body, HandlerSpec, IntoHandler, Patch, Spec};
+use kopf::testing::{FakeApiServer, OperatorTest, Running};
+use kopf::{HandlerError, Operator, Options, TimerOptions};
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+use common::{kex_api, obj, paused_server as server};
+
+async fn start(server: &FakeApiServer, operator: Operator) -> Running {
+    OperatorTest::new(operator)
+        .on_current_runtime(true)
+        .start(server)
+        .await
+        .expect("the operator starts")
+}
+
+async fn create(server: &FakeApiServer, name: &str) {
+    let spec = json!({"field": "x", "other": 1, "big": "y".repeat(10_000)});
+    kex_api(server)
+        .create(&PostParams::default(), &obj(name, spec))
+        .await
+        .expect("create");
+}
+
+/// A timer (every minute) that records the body it is given.
+fn recording(
+    seen: &Arc<Mutex<Vec<Value>>>,
+) -> impl Fn(Body) -> std::future::Ready<Result<Value, HandlerError>> + Send + Sync + 'static {
+    let seen = seen.clone();
+    move |Body(body)| {
+        seen.lock().expect("seen").push(body);
+        std::future::ready(Ok(json!({"ticked": true})))
+    }
+}
+
+fn every_minute() -> TimerOptions {
+    TimerOptions::every(Duration::from_secs(60))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timer_that_declares_what_it_reads_is_given_only_that() {
+    let server = server().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let timer = HandlerSpec::timer("tick", every_minute(), recording(&seen).into_handler());
+    let operator =
+        Operator::new().register("kopfexamples", timer, Options::new().reads("spec.field"));
+    let running = start(&server, operator).await;
+    create(&server, "k").await;
+    running
+        .advance(Duration::from_secs(60))
+        .await
+        .expect("settles");
+    let seen = seen.lock().expect("seen").clone();
+    assert!(seen.len() >= 2, "it ticked: {seen:?}");
+    for body in &seen {
+        assert_eq!(body["spec"], json!({"field": "x"}), "only spec.field");
+        assert_eq!(body["metadata"]["name"], "k", "the metadata is kept");
+        assert_eq!(body["kind"], "KopfExample");
+    }
+    // What the timer stored after its first tick is in the status it sees next.
+    assert_eq!(
+        seen.last().map(|b| &b["status"]["tick"]),
+        Some(&json!({"ticked": true})),
+        "the status is kept"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timer_of_the_whole_body_is_given_everything() {
+    let server = server().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let operator = Operator::new().timer("kopfexamples", "tick", every_minute(), recording(&seen));
+    let running = start(&server, operator).await;
+    create(&server, "k").await;
+    running.settled().await.expect("settles");
+    let seen = seen.lock().expect("seen").clone();
+    let body = seen.first().expect("it ticked");
+    assert_eq!(body["spec"]["other"], 1);
+    assert_eq!(body["spec"]["big"].as_str().map(str::len), Some(10_000));
+}
+
+#[derive(serde::Deserialize)]
+struct Field {
+    field: String,
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_patch_that_removes_a_field_the_timer_did_not_read_reaches_the_server() {
+    let server = server().await;
+    let tick = |Spec(spec): Spec<Field>, patch: Patch| {
+        patch.merge(json!({"spec": {"other": null, "big": null, "seen": spec.field}}));
+        std::future::ready(Ok::<_, HandlerError>(()))
+    };
+    let operator = Operator::new().timer("kopfexamples", "tick", every_minute(), tick);
+    let running = start(&server, operator).await;
+    create(&server, "k").await;
+    running.settled().await.expect("settles");
+    let stored = kex_api(&server).get("k").await.expect("get");
+    assert_eq!(
+        stored.data["spec"],
+        json!({"field": "x", "seen": "x"}),
+        "the fields it did not read were removed all the same"
+    );
+}
