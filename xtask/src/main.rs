@@ -33,7 +33,8 @@
 //!
 //! `cargo xtask bench memory [--objects N] [--release] [--unlimited]` measures the
 //! operator's heap in the shape of kube-rs' memory benchmark (see
-//! `crates/kopf/benches/memory.rs`).
+//! `crates/kopf/benches/memory.rs`); with `--idle [--payload-kb K]`, what an idle object
+//! with a K KB payload and a timer costs, with and without trimming.
 //!
 //! `cargo xtask bench build [--keep]` measures what a production operator costs to build
 //! beside a plain kube-rs controller (see `bench/build_cost.rs`).
@@ -193,6 +194,14 @@ enum Bench {
         /// kopf's, 100 requests per second after a burst of 1,000.
         #[arg(long)]
         unlimited: bool,
+        /// Instead: idle objects with a large payload and a timer each, the timer declaring
+        /// what it reads (the engine keeps only that) and not, side by side: resident
+        /// memory and heap per object.
+        #[arg(long)]
+        idle: bool,
+        /// With --idle: the payload of each ConfigMap, in KB.
+        #[arg(long, default_value_t = 10, requires = "idle")]
+        payload_kb: u64,
     },
     /// The fake API server: creates/s, a large list, watch fan-out, bytes per object.
     FakeApiserver {
@@ -244,11 +253,16 @@ async fn main() -> anyhow::Result<()> {
                     objects,
                     release,
                     unlimited,
+                    idle,
+                    payload_kb,
                 }),
             ..
         } => {
             let mut arguments = vec![objects.to_string()];
             arguments.extend(unlimited.then(|| "unlimited".to_string()));
+            if idle {
+                arguments.extend(["idle".to_string(), format!("kb={payload_kb}")]);
+            }
             kopf_bench("memory", &arguments, release)
         }
         Cmd::Bench {

@@ -209,6 +209,7 @@ impl Args {
             | "cancellation_polling" => self.spawning_option(key, name, value),
             "regex" | "idle_timeout" | "containers" => self.log_option(key, name, value),
             "subresource" | "operation" | "operations" => self.webhook_option(key, name, value),
+            "reads" => self.reads_option(key, value),
             "labels" | "annotations" => Err(syn::Error::new_spanned(
                 key,
                 format!("`{name}` takes a list: {name}(\"app\" = \"web\")"),
@@ -216,6 +217,29 @@ impl Args {
             // Every option of `options_of` is handled above.
             _ => Err(not_taken(kind, key)),
         }
+    }
+
+    /// `reads = "spec.x"` or `reads = ["spec.x", "data"]`: what a daemon or timer reads
+    /// (`Options::reads`), so that only that is kept of each object for it.
+    fn reads_option(&mut self, key: &Ident, value: Expr) -> syn::Result<()> {
+        let paths = match &value {
+            Expr::Array(list) => list
+                .elems
+                .iter()
+                .map(|e| string(key, e))
+                .collect::<syn::Result<Vec<_>>>()?,
+            _ => vec![string(key, &value)?],
+        };
+        for path in paths {
+            if path.value().split('.').any(str::is_empty) {
+                return Err(syn::Error::new_spanned(
+                    &path,
+                    "what the handler reads is a dotted path, e.g. \"spec.schedule\"",
+                ));
+            }
+            self.options.push(quote!(.reads(#path)));
+        }
+        Ok(())
     }
 
     /// What the handler is for: its id, its field, and the filters of objects and values.

@@ -90,6 +90,7 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
                 "idle",
                 "sharp",
                 "cancellation_timeout",
+                "reads",
             ]);
         }
         Kind::Daemon => {
@@ -101,6 +102,7 @@ pub(crate) fn options_of(kind: Kind) -> Vec<&'static str> {
                 "cancellation_backoff",
                 "cancellation_timeout",
                 "cancellation_polling",
+                "reads",
             ]);
         }
         Kind::Index => {

@@ -26,6 +26,7 @@
 //! | `deleted` | `resume` | also objects being deleted |
 //! | `interval`, `initial_delay`, `idle` (seconds), `sharp` | `timer` | Kopf's timer options |
 //! | `initial_delay`, `cancellation_backoff`, `cancellation_timeout`, `cancellation_polling` (seconds) | `daemon` | Kopf's daemon options (`timer`: `cancellation_timeout` too) |
+//! | `reads = "spec.x"` / `reads = ["spec.x", "data"]` | `timer`, `daemon` | what it reads: only that (with metadata and status) is kept of each object for it |
 //! | `operations = ["CREATE", ...]`, `operation`, `subresource`, `persistent`, `side_effects`, `ignore_failures` | `validate`, `mutate` | admission options |
 //! | `owns = [...]`, `watches(...)`, `cleanup = some_fn`, `debounce`, `concurrency`, `timeout`, `backoff = "1s..300s"` | `reconcile` | the reconcile's options (see `reconcile`) |
 //!
@@ -109,6 +110,9 @@ pub fn field(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// * `cancellation_timeout = 5`: on a stop request, wait this long for a running call;
 /// * filters: `id`, `labels(...)`, `annotations(...)`, `when`, `field` (with `value`: a
 ///   filter on the field's value; the id becomes `<id>/<field>`);
+/// * `reads = "spec.schedule"` or a list: what it reads, when its arguments do not say it
+///   (a `Body` or `Cause` argument); only that, the metadata and the status are kept of each
+///   object for it (`Options::reads`);
 /// * `retries`, `timeout`, `backoff`, `errors`.
 #[proc_macro_attribute]
 pub fn timer(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -129,6 +133,7 @@ pub fn timer(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// * `cancellation_polling = 60`: without a timeout, how often to warn that it still runs;
 /// * filters: `id`, `labels(...)`, `annotations(...)`, `when`, `field` (with `value`; the
 ///   id becomes `<id>/<field>`);
+/// * `reads = "spec.schedule"` or a list: as for timers;
 /// * `retries`, `timeout`, `backoff`, `errors`.
 #[proc_macro_attribute]
 pub fn daemon(attr: TokenStream, item: TokenStream) -> TokenStream {

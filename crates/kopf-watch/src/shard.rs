@@ -5,8 +5,6 @@
 
 use kopf_core::shards::{Scope, ScopeControl, ScopeObserver, selector};
 
-use crate::shared::Observed;
-
 /// A client for the watch of a sharded resource: every GET (its lists and watches) carries
 /// the `shardSelector` of the scope as it is when the request is sent.
 fn sharded_client(client: kube::Client, observer: &ScopeObserver) -> kube::Client {
@@ -133,7 +131,7 @@ impl Shards {
 /// Until the workers of the objects given up have ended (each of their senders closed);
 /// how many there are is said at once.
 pub(crate) fn handed_over(
-    ending: Vec<tokio::sync::watch::Sender<Option<Observed>>>,
+    ending: Vec<std::sync::Arc<crate::shared::StateSender>>,
 ) -> impl std::future::Future<Output = ()> {
     if !ending.is_empty() {
         tracing::info!(

@@ -236,10 +236,21 @@ impl Slot {
     }
 }
 
+/// The engine's end of an object's channel to its worker.
+pub(crate) type StateSender = tokio::sync::watch::Sender<Option<Observed>>;
+
+/// A worker's end of its object's channel: the states it receives, and a weak hold on the
+/// engine's end, through which an idle worker slims the state the channel keeps (weak: the
+/// engine dropping its end still closes the channel and ends the worker).
+pub(crate) struct Inbox {
+    pub(crate) rx: tokio::sync::watch::Receiver<Option<Observed>>,
+    pub(crate) tx: std::sync::Weak<StateSender>,
+}
+
 /// The engine's end of an object's running worker: its latest state, and whether a state
 /// is waiting for the worker (the queue depth of the metrics).
 pub(crate) struct Live {
-    pub(crate) tx: tokio::sync::watch::Sender<Option<Observed>>,
+    pub(crate) tx: Arc<StateSender>,
     pub(crate) pending: Arc<std::sync::atomic::AtomicBool>,
     /// Reconcile requests from owned and related objects (only with a reconcile).
     pub(crate) kick: Option<Arc<kopf_core::reconcile::Kick>>,
@@ -288,7 +299,7 @@ pub(crate) struct Ended {
 
 /// A retired worker's receiver and leftovers.
 pub(crate) struct Retired {
-    pub(crate) rx: tokio::sync::watch::Receiver<Option<Observed>>,
+    pub(crate) inbox: Inbox,
     pub(crate) kick: Option<Arc<kopf_core::reconcile::Kick>>,
     pub(crate) resume: Option<Box<Resume>>,
 }

@@ -33,8 +33,9 @@ pub(crate) struct Spawning {
     free_spawners: Vec<HandlerSpec>,
     /// Some timer waits for objects to be idle (their essence changes matter).
     idle_timers: bool,
-    /// What the daemons and timers read: all that is kept of each object for them.
-    keep: Reads,
+    /// What the daemons and timers read: all that is kept of each object for them (and of
+    /// the state an idle worker's channel keeps, see `Worker::slim`).
+    pub(crate) keep: Reads,
     persistence: Persistence,
     stack: Stack,
     extensions: Extensions,

@@ -15,6 +15,9 @@
 //! phase: the peak of live bytes during it, the live bytes once it is settled, the bytes and
 //! number of allocations made, and the operator's requests per object.
 //!
+//! `idle` (`cargo xtask bench memory --idle [--payload-kb K]`) measures instead what an idle
+//! object costs with a large payload and a timer, with and without trimming (`memory/idle.rs`).
+//!
 //! The operator: a creation handler and an update handler on `configmaps`, both returning
 //! nothing (Kopf's bookkeeping only: the diff-base annotation, one PATCH per handled change).
 //! The server stores `managedFields` on every object, as kube-apiserver does; the operator
@@ -32,6 +35,9 @@ use kopf::Operator;
 use kopf::testing::FakeApiServer;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+#[path = "memory/idle.rs"]
+mod idle;
 
 // ---- the counting allocator ----------------------------------------------------------
 
@@ -141,6 +147,17 @@ fn start_operator(
     tokio::sync::oneshot::Sender<()>,
     std::thread::JoinHandle<()>,
 ) {
+    start_operator_with(url, operator)
+}
+
+/// [`start_operator`] with the operator `make` builds (on the operator's runtime).
+fn start_operator_with(
+    url: String,
+    make: impl FnOnce() -> Operator + Send + 'static,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+) {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
         OPERATOR.with(|marked| marked.set(true));
@@ -156,7 +173,7 @@ fn start_operator(
             let config = kopf::config::client_config(Some(&url), Duration::from_secs(300))
                 .await
                 .expect("the client configuration");
-            let operator = operator();
+            let operator = make();
             let client = operator.wrap_client(kube::Client::try_from(config).expect("a client"));
             let shutdown = async move {
                 let _ = stopped.await;
@@ -391,16 +408,28 @@ fn print(n: usize, phases: &[Phase]) {
 }
 
 fn main() {
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(10_000);
-    UNLIMITED.store(std::env::args().any(|a| a == "unlimited"), Relaxed);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(10_000);
+    let has = |word: &str| args.iter().any(|a| a == word);
+    let kb: usize = args
+        .iter()
+        .find_map(|a| a.strip_prefix("kb=").and_then(|v| v.parse().ok()))
+        .unwrap_or(10);
+    UNLIMITED.store(has("unlimited"), Relaxed);
+    if has("idle") {
+        return idle::compare(n, kb);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("the driver's runtime");
-    let phases = runtime.block_on(run(n));
-    print(n, &phases);
+    if has("serve") {
+        runtime.block_on(idle::serve());
+    } else if has("idle-one") {
+        runtime.block_on(idle::one(n, kb, has("whole")));
+    } else {
+        let phases = runtime.block_on(run(n));
+        print(n, &phases);
+    }
 }

@@ -82,7 +82,8 @@ async fn tick(Name(name): Name) -> Result<usize, HandlerError> {
     labels(test = "spawning"),
     field = "spec.mode",
     value = "fast",
-    interval = 0.2
+    interval = 0.2,
+    reads = ["spec.mode", "spec.field"]
 )]
 fn fast(Name(name): Name) -> Result<bool, HandlerError> {
     record(&name, "fast");

@@ -111,3 +111,60 @@ async fn a_patch_that_removes_a_field_the_timer_did_not_read_reaches_the_server(
         "the fields it did not read were removed all the same"
     );
 }
+
+/// An idle worker that stays for its timers keeps its state trimmed, but not while its own
+/// write has still to come back: if that write comes back too late and the read that then
+/// replaces it fails, the state at hand is processed again (at least once), and it must be
+/// the whole state. Here every such read fails: the creation handler, run again on the
+/// state at hand, must see the spec each time.
+#[tokio::test(start_paused = true)]
+async fn a_state_processed_again_after_a_failed_read_is_whole() {
+    use kopf::testing::{FaultRule, RequestPattern};
+    let server = server().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let create_fn = {
+        let seen = seen.clone();
+        move |Body(body): Body| {
+            seen.lock()
+                .expect("seen")
+                .push(body["spec"]["field"].clone());
+            std::future::ready(Ok::<_, HandlerError>(()))
+        }
+    };
+    let tick =
+        |kopf::handler::Name(_): kopf::handler::Name| std::future::ready(Ok::<_, HandlerError>(()));
+    let operator = Operator::new()
+        .consistency_timeout(Duration::from_millis(300))
+        .on_create("kopfexamples", "create_fn", create_fn)
+        .timer(
+            "kopfexamples",
+            "tick",
+            TimerOptions::every(Duration::from_secs(3600)),
+            tick,
+        );
+    let running = start(&server, operator).await;
+    // A watch slower than the consistency timeout, and reads of the object that fail.
+    server.set_watch_event_delay(Duration::from_secs(30));
+    server.inject_fault(FaultRule {
+        count: None,
+        ..FaultRule::new(RequestPattern::any().verb("get").name("k"), 500, 0)
+    });
+    create(&server, "k").await;
+    running
+        .advance(Duration::from_secs(120))
+        .await
+        .expect("settles");
+    let seen = seen.lock().expect("seen").clone();
+    assert!(!seen.is_empty(), "the creation handler ran");
+    assert!(
+        seen.iter().all(|field| field == "x"),
+        "every run saw the spec: {seen:?}"
+    );
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.method == "GET" && r.path.ends_with("/k")),
+        "a read replaced a write that came back late"
+    );
+}

@@ -16,7 +16,9 @@ use crate::layers::{Attempt, HandlerCall, Verdict};
 use crate::plan::PatchPlan;
 use crate::progress::{ProgressRecord, format_time};
 
-/// One call through the stack, with the in-memory retry record; delivers the outcome.
+/// One call through the stack, with the in-memory retry record; delivers the outcome. The
+/// loops box it: a task that waits for its next call (most of them, most of the time) then
+/// holds its loop's few fields, not room for a whole call.
 async fn call_once(
     spec: &HandlerSpec,
     ctx: &SpawnContext,
@@ -130,7 +132,7 @@ pub(super) async fn daemon_loop(run: Run, options: DaemonOptions) {
     }
     let mut record = first_record();
     loop {
-        match call_once(&spec, &ctx, &live, &stopped, &record)
+        match Box::pin(call_once(&spec, &ctx, &live, &stopped, &record))
             .await
             .verdict()
         {
@@ -197,7 +199,7 @@ pub(super) async fn timer_loop(run: Run, options: TimerOptions) {
             return;
         }
         let start = Instant::now();
-        let delay = match call_once(&spec, &ctx, &live, &stopped, &record)
+        let delay = match Box::pin(call_once(&spec, &ctx, &live, &stopped, &record))
             .await
             .verdict()
         {

@@ -16,11 +16,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::backlog::{Backlog, STARTED_AHEAD};
-use crate::shared::{Ended, Live, Observed, Slot, WorkerShared, object_span, rv};
+use crate::shared::{Ended, Inbox, Live, Observed, Slot, WorkerShared, object_span, rv};
 use crate::uid::Uid;
 
 /// The engine's end of an object's worker: where its states go.
-pub(crate) type StateSender = watch::Sender<Option<Observed>>;
+pub(crate) use crate::shared::StateSender;
 
 /// The per-object slots of one resource and their workers.
 pub(crate) struct Dispatcher {
@@ -135,13 +135,13 @@ impl Dispatcher {
             return;
         }
         match ended.retired {
-            Some(retired) if retired.rx.has_changed().unwrap_or(false) => {
+            Some(retired) if retired.inbox.rx.has_changed().unwrap_or(false) => {
                 // The engine's latest state came after the worker's last look.
                 let shared = self.shared.clone();
                 let Ended { uid, pending, .. } = ended;
                 self.tasks.spawn(async move {
                     shared
-                        .work(uid, retired.rx, pending, retired.kick, retired.resume)
+                        .work(uid, retired.inbox, pending, retired.kick, retired.resume)
                         .await
                 });
             }
@@ -219,7 +219,7 @@ impl Dispatcher {
     /// The objects `keep` does not accept leave (a shard scope given up): their slots go,
     /// and their running workers are told to end; the senders of those, closed once each
     /// has ended.
-    pub(crate) fn leave(&mut self, keep: impl Fn(&str) -> bool) -> Vec<StateSender> {
+    pub(crate) fn leave(&mut self, keep: impl Fn(&str) -> bool) -> Vec<Arc<StateSender>> {
         let leaving: Vec<Uid> = self
             .slots
             .keys()
@@ -312,6 +312,11 @@ fn start(
 ) {
     let listed = observed.event == EventKind::Listed;
     let (tx, rx) = watch::channel(Some(observed));
+    let tx = Arc::new(tx);
+    let inbox = Inbox {
+        rx,
+        tx: Arc::downgrade(&tx),
+    };
     let pending = Arc::new(AtomicBool::new(false));
     shared.queued(&pending);
     let kick = shared.reconcile.as_ref().map(|_| Arc::new(Kick::default()));
@@ -329,6 +334,6 @@ fn start(
         if listed {
             shared.lanes.arrived();
         }
-        shared.work(uid, rx, pending, kick, resume).await
+        shared.work(uid, inbox, pending, kick, resume).await
     });
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::cycle::Fresh;
 use crate::lanes::Lane;
 use crate::object::object_span;
-use crate::shared::{Ended, Observed, Resume, Retired, WorkerShared};
+use crate::shared::{Ended, Inbox, Observed, Resume, Retired, StateSender, WorkerShared};
 use crate::spawning::Spawned;
 use state::{After, Rules, Run, Turn, Woke, WorkerState};
 
@@ -33,20 +33,20 @@ impl WorkerShared {
     pub(crate) async fn work(
         self: Arc<Self>,
         uid: String,
-        mut rx: watch::Receiver<Option<Observed>>,
+        mut inbox: Inbox,
         pending: Arc<AtomicBool>,
         kick: Option<Arc<Kick>>,
         resume: Option<Box<Resume>>,
     ) -> Ended {
         let resume = self
-            .work_tracked(&uid, &mut rx, &pending, kick.as_deref(), resume)
+            .work_tracked(&uid, &mut inbox, &pending, kick.as_deref(), resume)
             .await;
         self.books.picked(&pending);
         Ended {
             uid,
             pending,
             retired: resume.map(|resume| Retired {
-                rx,
+                inbox,
                 kick,
                 resume: resume.boxed(),
             }),
@@ -57,11 +57,12 @@ impl WorkerShared {
     async fn work_tracked(
         &self,
         uid: &str,
-        rx: &mut watch::Receiver<Option<Observed>>,
+        inbox: &mut Inbox,
         pending: &AtomicBool,
         kick: Option<&Kick>,
         resume: Option<Box<Resume>>,
     ) -> Option<Resume> {
+        let Inbox { rx, tx } = inbox;
         // Nothing runs before the indexed resources are indexed (events meanwhile coalesce).
         loop {
             tokio::select! {
@@ -74,6 +75,7 @@ impl WorkerShared {
             shared: self,
             uid,
             rx,
+            tx,
             pending,
             kick,
             spawned: None,
@@ -135,6 +137,8 @@ struct Worker<'a> {
     shared: &'a WorkerShared,
     uid: &'a str,
     rx: &'a mut watch::Receiver<Option<Observed>>,
+    /// The engine's end of the channel, to slim the state it keeps once idle.
+    tx: &'a std::sync::Weak<StateSender>,
     /// Set while a state waits for this worker (the queue depth of the metrics).
     pending: &'a AtomicBool,
     /// Reconcile requests from owned and related objects (only with a reconcile).
@@ -153,7 +157,9 @@ impl Worker<'_> {
                 Some(fresh) => fresh,
                 None => self.rx.borrow_and_update().clone()?,
             };
-            match self.step(&observed, news).await {
+            // Boxed: a worker that waits (for its daemons, a retry, its own write) then
+            // holds the wait's few fields, not room for a whole step.
+            match Box::pin(self.step(&observed, news)).await {
                 Flow::End => return None,
                 Flow::Again => continue,
                 Flow::Wait => {}
@@ -163,10 +169,44 @@ impl Worker<'_> {
             if let Some(resume) = self.state.retire(news, || books.was_handled(uid)) {
                 return Some(resume);
             }
+            if self.state.is_idle(news) {
+                self.slim(&observed);
+            }
+            drop(observed);
             if self.wait().await == Flow::End {
                 return None;
             }
         }
+    }
+
+    /// An idle worker that stays for its daemons and timers: the state its channel keeps
+    /// becomes what they keep (trimmed to what they read, see `Spawning::keep`). Nothing else
+    /// reads that state before the next one comes: there is no reconcile (no kick), and no
+    /// wake-up is due (no retry, and no own write still to come back, whose late arrival
+    /// would have the state at hand read again or processed again). Left as it is when a
+    /// newer state came meanwhile.
+    fn slim(&self, processed: &Observed) {
+        let keep = &self.shared.spawning.keep;
+        if self.spawned.is_none()
+            || keep.is_whole()
+            || self.shared.reconcile.is_some()
+            || self.state.next_wake().is_some()
+        {
+            return;
+        }
+        let Some(tx) = self.tx.upgrade() else {
+            return;
+        };
+        tx.send_if_modified(|latest| {
+            if let Some(o) = latest
+                && Arc::ptr_eq(&o.body, &processed.body)
+            {
+                o.body = Arc::new(keep.trim(&o.body));
+                o.detected = None;
+            }
+            // Not a new state: the worker is not woken.
+            false
+        });
     }
 
     /// One state at hand: nothing while the operator pauses, else the reconcile or the
@@ -318,7 +358,7 @@ impl Worker<'_> {
             _ = async { match wake { Some(t) => kopf_core::clock::sleep_until(t, "an object's next cycle (a retry, a reconcile, a read)").await, None => std::future::pending().await } } => {
                 match self.state.on_wake(Instant::now()) {
                     Woke::Reconcile => Flow::Again,
-                    Woke::Read => self.read_after_slow_watch().await,
+                    Woke::Read => Box::pin(self.read_after_slow_watch()).await,
                     Woke::Again => {
                         self.rx.mark_changed();
                         Flow::Again

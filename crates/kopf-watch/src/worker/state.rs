@@ -313,19 +313,24 @@ impl WorkerState {
     /// (`news`: a state waits, or the channel is closed; `handled`: asked only then); None:
     /// it goes on.
     pub(crate) fn retire(&self, news: bool, handled: impl FnOnce() -> bool) -> Option<Resume> {
-        let idle = !self.rules.stays
-            && self.retry_at.is_none()
-            && !self.recheck
-            && self.conflicts == 0
-            && self.rejected.is_empty()
-            && self.fetched.is_none()
-            && !news;
-        idle.then(|| Resume {
+        (!self.rules.stays && self.is_idle(news)).then(|| Resume {
             listed: self.listed && !handled(),
             expected_rv: self.expected.map(|(r, _)| r),
             floor: self.floor,
             memo: (!self.memo.is_untouched()).then(|| self.memo.clone()),
         })
+    }
+
+    /// Whether nothing is left to do on the state at hand: no retry, recheck, conflict,
+    /// rejection or read pending, and no newer state (`news`). A worker whose resource has
+    /// no reconcile and no daemons retires then; with either, it stays and waits.
+    pub(crate) fn is_idle(&self, news: bool) -> bool {
+        self.retry_at.is_none()
+            && !self.recheck
+            && self.conflicts == 0
+            && self.rejected.is_empty()
+            && self.fetched.is_none()
+            && !news
     }
 
     /// When the reconcile's entry is due; it waits while our own write has not come back
