@@ -18,10 +18,22 @@ use crate::object::{Observed, object_span};
 use crate::write::{CycleEnd, Writes};
 
 /// An object's daemons and timers, with a digest of the essence they last saw (kept only
-/// when some timer waits for the object to be idle: only its changes matter).
+/// when some timer waits for the object to be idle: only its changes matter), and the state
+/// they keep (trimmed to what they read) with a weak hold on the state it was made from.
 pub(crate) struct Spawned {
     pub(crate) daemons: ObjectDaemons,
     pub(crate) essence: Option<u64>,
+    pub(crate) kept: Arc<Value>,
+    /// Weak: it keeps the state's allocation (not its contents), so that its address is
+    /// not another state's.
+    kept_from: std::sync::Weak<Value>,
+}
+
+impl Spawned {
+    /// What the daemons keep of `state`, if it is the state they last saw.
+    pub(crate) fn kept_of(&self, state: &Arc<Value>) -> Option<Arc<Value>> {
+        std::ptr::eq(self.kept_from.as_ptr(), Arc::as_ptr(state)).then(|| self.kept.clone())
+    }
 }
 
 /// The daemons and timers of one resource, and what they need to run and to deliver.
@@ -35,7 +47,7 @@ pub(crate) struct Spawning {
     idle_timers: bool,
     /// What the daemons and timers read: all that is kept of each object for them (and of
     /// the state an idle worker's channel keeps, see `Worker::slim`).
-    pub(crate) keep: Reads,
+    pub(crate) keep: Arc<Reads>,
     persistence: Persistence,
     stack: Stack,
     extensions: Extensions,
@@ -51,7 +63,7 @@ impl Spawning {
         writes: Arc<Writes>,
         poster: Arc<Poster>,
     ) -> Self {
-        let keep = kept_for(plural, &spawners);
+        let keep = Arc::new(kept_for(plural, &spawners));
         Spawning {
             keep,
             idle_timers: spawners
@@ -88,13 +100,22 @@ impl Spawning {
                 &self.persistence.essence,
             ))
         });
-        let kept = self.keep.trim(body);
+        // One copy: the engine's own where they read everything.
+        let kept = if self.keep.is_whole() {
+            observed.body.clone()
+        } else {
+            Arc::new(self.keep.trim(body))
+        };
         let s = spawned.get_or_insert_with(|| Spawned {
             daemons: ObjectDaemons::new(kept.clone(), self.spawn_context(uid, memo, body)),
             essence,
+            kept: kept.clone(),
+            kept_from: std::sync::Weak::new(),
         });
         let essential = s.essence != essence;
         s.essence = essence;
+        s.kept_from = Arc::downgrade(&observed.body);
+        s.kept = kept.clone();
         s.daemons.observe(kept, essential);
         let deleting = observed.event == EventKind::Deleted
             || body
@@ -125,7 +146,7 @@ impl Spawning {
     /// events posted as a cycle's.
     fn spawn_context(&self, uid: &str, memo: &Memos, body: &Value) -> SpawnContext {
         let (writes, poster) = (self.writes.clone(), self.poster.clone());
-        let keep = Arc::new(self.keep.clone());
+        let keep = self.keep.clone();
         let uid = uid.to_string();
         let deliver: Deliver = Arc::new(move |d: Delivery| {
             let (writes, poster, keep) = (writes.clone(), poster.clone(), keep.clone());

@@ -17,8 +17,9 @@ use crate::plan::PatchPlan;
 /// The latest state of an object, as its daemons and timers see it.
 #[derive(Debug, Clone)]
 pub struct Live {
-    /// The object as last seen.
-    pub body: Value,
+    /// The object as last seen (as its daemons and timers keep it: shared with the
+    /// engine's own copy where they read all of it, trimmed otherwise).
+    pub body: std::sync::Arc<Value>,
     /// When its essence last changed (or when it was first seen).
     pub changed: Instant,
 }

@@ -35,10 +35,10 @@ impl std::fmt::Debug for ObjectDaemons {
 
 impl ObjectDaemons {
     /// No daemons yet for an object.
-    pub fn new(body: Value, ctx: SpawnContext) -> Self {
+    pub fn new(body: impl Into<std::sync::Arc<Value>>, ctx: SpawnContext) -> Self {
         ObjectDaemons {
             live: watch::channel(Live {
-                body,
+                body: body.into(),
                 changed: Instant::now(),
             })
             .0,
@@ -50,7 +50,8 @@ impl ObjectDaemons {
 
     /// A new state of the object; `essential` when its essence changed (idle timers wait
     /// again).
-    pub fn observe(&self, body: Value, essential: bool) {
+    pub fn observe(&self, body: impl Into<std::sync::Arc<Value>>, essential: bool) {
+        let body = body.into();
         self.live.send_modify(|live| {
             live.body = body;
             if essential {

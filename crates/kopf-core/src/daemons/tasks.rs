@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -26,8 +26,8 @@ async fn call_once(
     stopped: &Stopped,
     record: &ProgressRecord,
 ) -> Attempt {
-    let body = live.borrow().body.clone();
-    let mut cause = Cause::for_body(Reason::Noop, body.clone());
+    let latest = live.borrow().body.clone();
+    let mut cause = Cause::for_body(Reason::Noop, Value::clone(&latest));
     cause.retry = record.retries.unwrap_or(0);
     if let Some(started) = &record.started {
         cause.started = started.clone();
@@ -62,7 +62,8 @@ async fn call_once(
         }
         if !plan.is_empty() || !outcome.events.is_empty() {
             // The latest state: the object may have changed during a long call.
-            let body = live.borrow().body.clone();
+            let latest = live.borrow().body.clone();
+            let body = Value::clone(&latest);
             let stored = (ctx.deliver)(Delivery {
                 body: body.clone(),
                 plan,

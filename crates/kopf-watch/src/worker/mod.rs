@@ -186,14 +186,20 @@ impl Worker<'_> {
     /// would have the state at hand read again or processed again). Left as it is when a
     /// newer state came meanwhile.
     fn slim(&self, processed: &Observed) {
-        let keep = &self.shared.spawning.keep;
-        if self.spawned.is_none()
-            || keep.is_whole()
+        if self.shared.spawning.keep.is_whole()
             || self.shared.reconcile.is_some()
             || self.state.next_wake().is_some()
         {
             return;
         }
+        // What the daemons keep of this very state (the one copy of it).
+        let Some(kept) = self
+            .spawned
+            .as_ref()
+            .and_then(|s| s.kept_of(&processed.body))
+        else {
+            return;
+        };
         let Some(tx) = self.tx.upgrade() else {
             return;
         };
@@ -201,7 +207,7 @@ impl Worker<'_> {
             if let Some(o) = latest
                 && Arc::ptr_eq(&o.body, &processed.body)
             {
-                o.body = Arc::new(keep.trim(&o.body));
+                o.body = kept;
                 o.detected = None;
             }
             // Not a new state: the worker is not woken.
