@@ -37,8 +37,8 @@ pub(crate) struct Cycle {
     /// What the reconcile's context carries.
     pub(crate) extensions: Extensions,
     pub(crate) metrics: Option<Metrics>,
-    /// Keep `metadata.managedFields` in the bodies read.
-    pub(crate) keep_managed_fields: bool,
+    /// How the objects read are kept (managedFields, trimming: as the watch's).
+    pub(crate) arrival: crate::keeping::Arrival,
 }
 
 impl Cycle {
@@ -68,10 +68,9 @@ impl Cycle {
             return Fresh::Unknown;
         };
         match self.writes.api_for::<RawObject>(body).get_opt(name).await {
-            Ok(Some(obj)) => Fresh::Read(Observed::new(
-                obj.into_body(self.keep_managed_fields),
-                EventKind::Modified,
-            )),
+            Ok(Some(obj)) => {
+                Fresh::Read(Observed::new(self.arrival.body(obj), EventKind::Modified))
+            }
             // Gone: its deletion comes through the watch.
             Ok(None) => Fresh::Gone,
             Err(e) => {

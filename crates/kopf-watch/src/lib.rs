@@ -26,6 +26,7 @@ mod early;
 mod engine;
 mod error;
 mod events;
+mod keeping;
 mod lanes;
 mod logs;
 mod namespaces;

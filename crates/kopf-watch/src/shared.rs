@@ -45,6 +45,8 @@ pub(crate) struct Setup {
     pub(crate) operator_gate: kopf_core::gate::Gate,
     /// The resource's reconcile, if it has one.
     pub(crate) reconcile: Option<ReconcileSpec>,
+    /// How its objects are read as they arrive.
+    pub(crate) arrival: crate::keeping::Arrival,
 }
 
 /// The workers of one resource: the parts their steps run with, and the engine's switches.
@@ -85,6 +87,7 @@ impl WorkerShared {
             settings,
             operator_gate,
             reconcile,
+            arrival,
         } = setup;
         let metrics = settings.metrics.clone();
         let plural = resource.api_resource.plural.clone();
@@ -94,7 +97,7 @@ impl WorkerShared {
         let books = Arc::new(Books::new(metrics.clone(), plural.clone()));
         let lanes = Lanes::new(settings.worker_limit);
         let spawning = Spawning::new(
-            (&plural, spawners),
+            (&plural, spawners, &arrival),
             processor.persistence().clone(),
             (stack, extensions.clone()),
             writes.clone(),
@@ -116,7 +119,7 @@ impl WorkerShared {
             lanes: lanes.clone(),
             extensions,
             metrics,
-            keep_managed_fields: settings.keep_managed_fields,
+            arrival,
         };
         WorkerShared {
             cycle,

@@ -14,6 +14,7 @@ use kopf_core::reads::Reads;
 use serde_json::Value;
 
 use crate::events::Poster;
+use crate::keeping::Arrival;
 use crate::object::{Observed, object_span};
 use crate::write::{CycleEnd, Writes};
 
@@ -57,13 +58,13 @@ pub(crate) struct Spawning {
 
 impl Spawning {
     pub(crate) fn new(
-        (plural, spawners): (&str, Vec<HandlerSpec>),
+        (plural, spawners, arrival): (&str, Vec<HandlerSpec>, &Arrival),
         persistence: Persistence,
         (stack, extensions): (Stack, Extensions),
         writes: Arc<Writes>,
         poster: Arc<Poster>,
     ) -> Self {
-        let keep = Arc::new(kept_for(plural, &spawners));
+        let keep = Arc::new(crate::keeping::for_spawners(plural, &spawners, arrival));
         Spawning {
             keep,
             idle_timers: spawners
@@ -185,80 +186,10 @@ impl Spawning {
     }
 }
 
-/// What the daemons and timers of a resource read (and so what is kept of each object for
-/// them), said once at start when they do not read everything: or which one prevents it.
-fn kept_for(plural: &str, spawners: &[HandlerSpec]) -> Reads {
-    let mut keep = Reads::nothing();
-    for h in spawners {
-        match h.reads() {
-            Reads::Whole(why) => {
-                tracing::info!(
-                    resource = plural,
-                    "The daemons and timers of {plural} keep whole objects: '{}' reads the whole object ({why}); declare what it reads with Options::reads to keep less.",
-                    h.id
-                );
-                return Reads::Whole(why);
-            }
-            some => keep = keep.and(some),
-        }
-    }
-    if !spawners.is_empty() {
-        tracing::info!(
-            resource = plural,
-            "The daemons and timers of {plural} keep only {keep} of each object."
-        );
-    }
-    keep
-}
-
 /// A digest of a value (the essence: only whether it changed matters).
 fn digest(value: &Value) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     value.to_string().hash(&mut hasher);
     hasher.finish()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kopf_core::daemons::TimerOptions;
-    use kopf_core::extract::{Body, IntoHandler, Name, Spec};
-    use kopf_core::handler::{HandlerError, Options};
-
-    #[derive(serde::Deserialize)]
-    struct Schedule {
-        #[allow(dead_code)]
-        every: u32,
-    }
-
-    async fn typed(Spec(_): Spec<Schedule>, Name(_): Name) -> Result<(), HandlerError> {
-        Ok(())
-    }
-
-    async fn whole(Body(_): Body) -> Result<(), HandlerError> {
-        Ok(())
-    }
-
-    fn timer(id: &str, handler: std::sync::Arc<dyn kopf_core::handler::Handler>) -> HandlerSpec {
-        HandlerSpec::timer(id, TimerOptions::default(), handler)
-    }
-
-    #[test]
-    fn what_the_daemons_and_timers_read_is_kept_unless_one_reads_everything() {
-        let typed_timer = timer("typed", typed.into_handler());
-        assert_eq!(
-            kept_for("things", std::slice::from_ref(&typed_timer)),
-            Reads::field("spec.every")
-        );
-        let whole_timer = timer("whole", whole.into_handler());
-        let both = [typed_timer.clone(), whole_timer.clone()];
-        assert_eq!(kept_for("things", &both), Reads::whole("its argument Body"));
-        let declared = whole_timer.with_options(Options::new().reads("data"));
-        assert_eq!(
-            kept_for("things", &[typed_timer, declared]),
-            Reads::field("spec.every").and(Reads::field("data"))
-        );
-        assert_eq!(kept_for("things", &[]), Reads::nothing());
-    }
 }

@@ -272,10 +272,12 @@ impl Options {
     }
 
     /// Declares a dotted path the handler reads (`spec.replicas`, `data`), beside the
-    /// metadata and status, which are always kept; repeat it for several. Declared paths
-    /// replace what the handler's arguments say: a daemon or timer that takes the whole
-    /// [`Body`](crate::extract::Body) or `Cause` but reads one field says so here, and the
-    /// engine keeps only that field of each object for it ([`crate::reads`]).
+    /// metadata and status, which are always kept; repeat it for several. Declared paths add
+    /// to what the handler's typed arguments read (`Spec<T>`: `T`'s fields) and stand for
+    /// the "whole object" of a [`Body`](crate::extract::Body) or `Cause` argument: a handler
+    /// that takes the whole body but reads one field says so here, and the engine keeps
+    /// only that field of each object for it ([`crate::reads`]). It covers the handler's
+    /// `when` filter too.
     ///
     /// ```
     /// use kopf_core::handler::Options;

@@ -229,7 +229,7 @@ pub struct HandlerSpec {
     pub when: Option<WhenFilter>,
     /// Owner filters (all must hold).
     pub owners: Vec<OwnerFilter>,
-    /// The paths it reads, as declared ([`Options::reads`]); empty: what its arguments say.
+    /// The paths it reads, as declared ([`Options::reads`]), beside what its arguments say.
     pub declared_reads: Vec<String>,
     /// The function.
     pub handler: Arc<dyn Handler>,
@@ -401,8 +401,9 @@ impl HandlerSpec {
         self
     }
 
-    /// What of the object the handler reads: the declared paths ([`Options::reads`]) if
-    /// any, else what its arguments read; with its field (`Options::field`) in either case.
+    /// What of the object the handler reads: what its arguments read, with the declared
+    /// paths ([`Options::reads`]) added (they stand for the "whole object" of a `Body` or
+    /// `Cause` argument), and its field (`Options::field`).
     ///
     /// ```
     /// use kopf_core::extract::{IntoHandler, Name, Spec};
@@ -418,16 +419,17 @@ impl HandlerSpec {
     /// }
     /// let spec = HandlerSpec::from_arc("tick", None, tick.into_handler());
     /// assert_eq!(spec.reads(), Reads::field("spec.cron"));
-    /// let declared = spec.with_options(Options::new().reads("spec.cron").reads("data"));
+    /// // Declared paths add to what the arguments read.
+    /// let declared = spec.with_options(Options::new().reads("data"));
     /// assert_eq!(declared.reads().to_string(), "metadata, status and data, spec.cron");
     /// ```
     pub fn reads(&self) -> crate::reads::Reads {
         use crate::reads::Reads;
-        let own = if self.declared_reads.is_empty() {
-            self.handler.reads()
-        } else {
-            Reads::Fields(self.declared_reads.iter().cloned().collect())
+        let own = match self.handler.reads() {
+            Reads::Whole(_) if !self.declared_reads.is_empty() => Reads::nothing(),
+            derived => derived,
         };
+        let own = own.and(Reads::Fields(self.declared_reads.iter().cloned().collect()));
         match &self.field {
             Some(field) => own.and(Reads::field(&field.join("."))),
             None => own,

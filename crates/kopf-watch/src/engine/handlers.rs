@@ -12,6 +12,7 @@ use kopf_core::processing::{Persistence, Processor};
 use kopf_core::reconcile::ReconcileSpec;
 
 use crate::error::WatchError;
+use crate::keeping::Arrival;
 use crate::pause::resource_name;
 use crate::resource::ResourceRef;
 use crate::settings::Settings;
@@ -95,6 +96,8 @@ pub(crate) struct Parts {
     pub(crate) stack: Stack,
     pub(crate) settings: Settings,
     pub(crate) gate: Gate,
+    /// How its objects are read as they arrive.
+    pub(crate) arrival: Arrival,
 }
 
 /// What handlers receive besides the object (the client, the indexes); the index handlers
@@ -121,6 +124,7 @@ pub(crate) fn shared(parts: Parts, sorted: Sorted) -> Arc<WorkerShared> {
         stack,
         settings,
         gate,
+        arrival,
     } = parts;
     let extensions = extensions(&settings, &client, &sorted.indexers);
     let Sorted {
@@ -142,6 +146,7 @@ pub(crate) fn shared(parts: Parts, sorted: Sorted) -> Arc<WorkerShared> {
         settings,
         operator_gate: gate,
         reconcile,
+        arrival,
     }))
 }
 

@@ -27,6 +27,7 @@ use kopf_core::processing::Persistence;
 use kopf_core::reconcile::TriggerRef;
 use serde_json::Value;
 
+use crate::keeping::Arrival;
 use crate::pause::{self, AfterPause};
 use crate::raw::RawObject;
 use crate::settings::{IndexGate, Settings};
@@ -159,7 +160,7 @@ impl Engine {
         );
         let triggers = Triggers::new(sorted.reconcile.as_ref());
         log_watching(&self, &plural);
-        let keep_managed_fields = self.settings.keep_managed_fields;
+        let arrival = Arrival::new(&plural, &self.handlers, self.settings.keep_managed_fields);
         let index_gate = self.settings.gate.clone();
         let gate = self.gate.clone();
         let parts = Parts {
@@ -170,12 +171,13 @@ impl Engine {
             stack: self.stack,
             settings: self.settings,
             gate: self.gate,
+            arrival: arrival.clone(),
         };
         Ok(Run {
             plural,
             name,
             indexing: indexed.then_some((index_gate, gate_key)),
-            keep_managed_fields,
+            arrival,
             gate,
             standing: GateStage::default(),
             source,
@@ -220,7 +222,8 @@ struct Run {
     name: String,
     /// With index handlers: the gate the other engines wait on, and this engine's key in it.
     indexing: Option<(IndexGate, String)>,
-    keep_managed_fields: bool,
+    /// How its objects are read as they arrive.
+    arrival: Arrival,
     /// The operator's gate.
     gate: Gate,
     /// What the engine does with it.
@@ -400,7 +403,7 @@ impl Run {
             // change goes ahead of the listing in the changed objects' lane.
             self.dispatcher.mark_listed(&uid);
         }
-        let body = obj.into_body(self.keep_managed_fields);
+        let body = self.arrival.body(obj);
         self.dispatcher.index(&uid, &body, kind).await;
         self.triggers
             .observe(&body, &uid, kind == EventKind::Deleted);
