@@ -168,3 +168,45 @@ async fn a_state_processed_again_after_a_failed_read_is_whole() {
         "a read replaced a write that came back late"
     );
 }
+
+/// Objects trimmed as they arrive (no change handler) never have their diff-base rewritten
+/// from a trimmed state: one left by an earlier version of the operator stays as it is.
+#[tokio::test(start_paused = true)]
+async fn a_diff_base_left_on_a_trimmed_object_is_not_rewritten() {
+    let server = server().await;
+    let base = "{\"spec\":{\"field\":\"old\",\"other\":1}}";
+    let mut o = obj(
+        "k",
+        json!({"field": "x", "other": 1, "big": "y".repeat(1_000)}),
+    );
+    o.metadata.annotations = Some(
+        [(
+            "kopf.zalando.org/last-handled-configuration".to_string(),
+            base.to_string(),
+        )]
+        .into(),
+    );
+    kex_api(&server)
+        .create(&PostParams::default(), &o)
+        .await
+        .expect("create");
+    let tick = |Spec(spec): Spec<Field>| std::future::ready(Ok::<_, HandlerError>(spec.field));
+    let operator = Operator::new().timer("kopfexamples", "tick", every_minute(), tick);
+    let running = start(&server, operator).await;
+    running
+        .advance(Duration::from_secs(120))
+        .await
+        .expect("settles");
+    let stored = kex_api(&server).get("k").await.expect("get");
+    assert_eq!(stored.data["status"]["tick"], "x", "the timer ran");
+    assert_eq!(
+        stored
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kopf.zalando.org/last-handled-configuration"))
+            .map(String::as_str),
+        Some(base),
+        "the diff-base is untouched"
+    );
+}
