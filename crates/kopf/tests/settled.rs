@@ -8,20 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kopf::testing::{FakeApiServer, OperatorTest, Running, TestError};
+use kopf::testing::{FakeApiServer, TestError};
 use kopf::{HandlerError, Operator, TimerOptions};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::{kex_api, obj, paused_server as server};
-
-async fn start(server: &FakeApiServer, operator: Operator) -> Running {
-    OperatorTest::new(operator)
-        .on_current_runtime(true)
-        .start(server)
-        .await
-        .expect("the operator starts")
-}
+use common::{kex_api, obj, paused_server as server, start_here};
 
 async fn create(server: &FakeApiServer, name: &str) {
     kex_api(server)
@@ -61,7 +53,7 @@ async fn once_settled_the_whole_cycle_is_done_and_the_next_timer_is_named() {
             TimerOptions::every(Duration::from_secs(60)),
             counted(&ticks, |n| Ok(json!(n + 1))),
         );
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     let idle = running.settled().await.expect("settles");
     assert_eq!(idle.next, None, "no object yet, nothing is due: {idle}");
 
@@ -91,7 +83,7 @@ async fn an_hour_advances_at_once_with_every_tick_of_it() {
         TimerOptions::every(Duration::from_secs(60)).sharp(true),
         counted(&ticks, |n| Ok(json!(n + 1))),
     );
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     create(&server, "k").await;
     running.settled().await.expect("settles");
     assert_eq!(ticks.load(Ordering::SeqCst), 1, "the first call at once");
@@ -124,7 +116,7 @@ async fn a_change_of_another_field_calls_no_field_handler() {
         "spec.field",
         counted(&calls, |_| Ok(json!("seen"))),
     );
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     create(&server, "k").await;
     running.settled().await.expect("settles");
     let at_creation = calls.load(Ordering::SeqCst);
@@ -166,7 +158,7 @@ async fn a_failing_handler_is_due_again_after_its_backoff() {
         _ => Ok(json!("done")),
     });
     let operator = Operator::new().on_create("kopfexamples", "flaky", flaky);
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     create(&server, "k").await;
     let settled = running.settled().await.expect("settles");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -199,7 +191,7 @@ async fn settling_needs_a_paused_clock_and_says_so() {
     let operator = Operator::new().on_create("kopfexamples", "create_fn", || async {
         Ok::<_, HandlerError>(())
     });
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     let error = running.settled().await.expect_err("the clock runs");
     assert!(
         matches!(error, TestError::NotSettleable(why) if why.contains("start_paused = true")),
@@ -224,7 +216,7 @@ async fn settling_waits_for_work_that_sends_nothing_yet() {
             Ok::<_, HandlerError>(json!("done"))
         }
     });
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     create(&server, "k").await;
     running.settled().await.expect("settles");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler has finished");

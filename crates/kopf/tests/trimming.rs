@@ -8,20 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf::handler::{Body, HandlerSpec, IntoHandler, Patch, Spec};
-use kopf::testing::{FakeApiServer, OperatorTest, Running};
+use kopf::testing::FakeApiServer;
 use kopf::{HandlerError, Operator, Options, TimerOptions};
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
-use common::{kex_api, obj, paused_server as server};
-
-async fn start(server: &FakeApiServer, operator: Operator) -> Running {
-    OperatorTest::new(operator)
-        .on_current_runtime(true)
-        .start(server)
-        .await
-        .expect("the operator starts")
-}
+use common::{kex_api, obj, paused_server as server, start_here};
 
 async fn create(server: &FakeApiServer, name: &str) {
     let spec = json!({"field": "x", "other": 1, "big": "y".repeat(10_000)});
@@ -53,7 +45,7 @@ async fn a_timer_that_declares_what_it_reads_is_given_only_that() {
     let timer = HandlerSpec::timer("tick", every_minute(), recording(&seen).into_handler());
     let operator =
         Operator::new().register("kopfexamples", timer, Options::new().reads("spec.field"));
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     create(&server, "k").await;
     running
         .advance(Duration::from_secs(60))
@@ -79,7 +71,7 @@ async fn a_timer_of_the_whole_body_is_given_everything() {
     let server = server().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let operator = Operator::new().timer("kopfexamples", "tick", every_minute(), recording(&seen));
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     create(&server, "k").await;
     running.settled().await.expect("settles");
     let seen = seen.lock().expect("seen").clone();
@@ -101,7 +93,7 @@ async fn a_patch_that_removes_a_field_the_timer_did_not_read_reaches_the_server(
         std::future::ready(Ok::<_, HandlerError>(()))
     };
     let operator = Operator::new().timer("kopfexamples", "tick", every_minute(), tick);
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     create(&server, "k").await;
     running.settled().await.expect("settles");
     let stored = kex_api(&server).get("k").await.expect("get");
@@ -142,7 +134,7 @@ async fn a_state_processed_again_after_a_failed_read_is_whole() {
             TimerOptions::every(Duration::from_secs(3600)),
             tick,
         );
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     // A watch slower than the consistency timeout, and reads of the object that fail.
     server.set_watch_event_delay(Duration::from_secs(30));
     server.inject_fault(FaultRule {
@@ -192,7 +184,7 @@ async fn a_diff_base_left_on_a_trimmed_object_is_not_rewritten() {
         .expect("create");
     let tick = |Spec(spec): Spec<Field>| std::future::ready(Ok::<_, HandlerError>(spec.field));
     let operator = Operator::new().timer("kopfexamples", "tick", every_minute(), tick);
-    let running = start(&server, operator).await;
+    let running = start_here(&server, operator).await;
     running
         .advance(Duration::from_secs(120))
         .await

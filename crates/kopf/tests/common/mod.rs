@@ -95,6 +95,17 @@ pub async fn operator_client(server: &FakeApiServer, inactivity: Duration) -> ku
     kube::Client::try_from(config).expect("client")
 }
 
+/// An operator on the test's own runtime (so that a paused clock is its clock), with
+/// kopf's defaults otherwise.
+#[allow(dead_code)]
+pub async fn start_here(server: &FakeApiServer, operator: Operator) -> kopf::testing::Running {
+    kopf::testing::OperatorTest::new(operator)
+        .on_current_runtime(true)
+        .start(server)
+        .await
+        .expect("the operator starts")
+}
+
 /// An operator running in the background (on `kopf::testing`'s public runner), with the
 /// production settings the engine's tests check (Kopf's 60 s backoff and error delays) and
 /// the bare client (every injected failure reaches the engine).
