@@ -86,15 +86,20 @@ fn needs_on_arrival(h: &HandlerSpec) -> Reads {
             Reads::whole(format!("'{id}' is the reconcile"))
         }
         HandlerKind::Declaration(_) => Reads::nothing(),
-        _ if h.when.is_some() && h.declared_reads.is_empty() => Reads::whole(format!(
-            "'{id}' has a `when` filter and does not say what it reads (Options::reads)"
-        )),
         _ => named(h),
     }
 }
 
-/// What a handler reads, a `Whole` naming it.
+/// What a handler and its filters read, a `Whole` naming it. A `when` filter is evaluated
+/// on every call (timers and daemons: on the state they keep), and may look anywhere: the
+/// whole object, unless the handler says what it reads.
 fn named(h: &HandlerSpec) -> Reads {
+    if h.when.is_some() && h.declared_reads.is_empty() {
+        return Reads::whole(format!(
+            "'{}' has a `when` filter and does not say what it reads (Options::reads)",
+            h.id
+        ));
+    }
     match h.reads() {
         Reads::Whole(why) => Reads::whole(format!("'{}' reads the whole object ({why})", h.id)),
         some => some,
@@ -178,8 +183,16 @@ mod tests {
         );
         let declared = whole_timer.with_options(Options::new().reads("data"));
         assert_eq!(
-            for_spawners("things", &[typed_timer, declared], &whole_objects),
+            for_spawners("things", &[typed_timer.clone(), declared], &whole_objects),
             Reads::field("spec.every").and(Reads::field("data"))
+        );
+        // A `when` filter is evaluated on the kept state at every call: it may look anywhere.
+        let filtered = typed_timer.with_options(Options::new().when(|b| b["spec"]["on"] == true));
+        assert!(for_spawners("things", std::slice::from_ref(&filtered), &whole_objects).is_whole());
+        let declared = filtered.with_options(Options::new().reads("spec.on"));
+        assert_eq!(
+            for_spawners("things", &[declared], &whole_objects),
+            Reads::field("spec.on").and(Reads::field("spec.every"))
         );
         assert_eq!(
             for_spawners("things", &[], &whole_objects),

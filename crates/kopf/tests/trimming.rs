@@ -202,3 +202,30 @@ async fn a_diff_base_left_on_a_trimmed_object_is_not_rewritten() {
         "the diff-base is untouched"
     );
 }
+
+/// A timer's `when` filter is checked again at each call, on the state the timer keeps: one
+/// that looks at a field the timer's arguments do not read keeps whole objects (or says
+/// what it reads), so the timer still runs.
+#[tokio::test(start_paused = true)]
+async fn a_timer_whose_filter_looks_elsewhere_still_runs() {
+    let server = server().await;
+    let tick = |Spec(spec): Spec<Field>| std::future::ready(Ok::<_, HandlerError>(spec.field));
+    let timer = HandlerSpec::timer("tick", every_minute(), tick.into_handler());
+    let operator = Operator::new()
+        .on_create("kopfexamples", "create_fn", || async {
+            Ok::<_, HandlerError>(())
+        })
+        .register(
+            "kopfexamples",
+            timer,
+            Options::new().when(|b| b["spec"]["other"] == 1),
+        );
+    let running = start_here(&server, operator).await;
+    create(&server, "k").await;
+    running
+        .advance(Duration::from_secs(180))
+        .await
+        .expect("settles");
+    let stored = kex_api(&server).get("k").await.expect("get");
+    assert_eq!(stored.data["status"]["tick"], "x", "the timer ran");
+}
