@@ -62,6 +62,11 @@ impl Arrival {
     pub(crate) fn trims(&self) -> bool {
         !self.keep.is_whole()
     }
+
+    /// Whether objects are trimmed as they arrive to exactly `reads`.
+    pub(crate) fn keeps_just(&self, reads: &Reads) -> bool {
+        self.trims() && *self.keep == *reads
+    }
 }
 
 /// What all the handlers of a resource read, for trimming on arrival (see the module's

@@ -49,6 +49,9 @@ pub(crate) struct Spawning {
     /// What the daemons and timers read: all that is kept of each object for them (and of
     /// the state an idle worker's channel keeps, see `Worker::slim`).
     pub(crate) keep: Arc<Reads>,
+    /// They keep the state as it arrived (they read all of it, or exactly what arrival
+    /// kept): shared, not trimmed again.
+    pub(crate) shares: bool,
     persistence: Persistence,
     stack: Stack,
     extensions: Extensions,
@@ -66,6 +69,7 @@ impl Spawning {
     ) -> Self {
         let keep = Arc::new(crate::keeping::for_spawners(plural, &spawners, arrival));
         Spawning {
+            shares: keep.is_whole() || arrival.keeps_just(&keep),
             keep,
             idle_timers: spawners
                 .iter()
@@ -101,8 +105,8 @@ impl Spawning {
                 &self.persistence.essence,
             ))
         });
-        // One copy: the engine's own where they read everything.
-        let kept = if self.keep.is_whole() {
+        // One copy: the engine's own where they read what arrival kept.
+        let kept = if self.shares {
             observed.body.clone()
         } else {
             Arc::new(self.keep.trim(body))

@@ -186,7 +186,7 @@ impl Worker<'_> {
     /// would have the state at hand read again or processed again). Left as it is when a
     /// newer state came meanwhile.
     fn slim(&self, processed: &Observed) {
-        if self.shared.spawning.keep.is_whole()
+        if self.shared.spawning.shares
             || self.shared.reconcile.is_some()
             || self.state.next_wake().is_some()
         {
