@@ -52,6 +52,7 @@ struct Inner {
     handler_retries: Family<Labels, Counter>,
     queue_depth: Family<Labels, Gauge>,
     objects: Family<Labels, Gauge>,
+    paused: Family<Labels, Gauge>,
     api_requests: Family<Labels, Counter>,
     api_retries: Family<Labels, Counter>,
     write_failures: Family<Labels, Counter>,
@@ -108,6 +109,11 @@ impl Inner {
             "objects_tracked",
             "Objects the operator knows (with a worker or idle)",
             self.objects.clone(),
+        );
+        self.registry.register(
+            "objects_paused",
+            "Objects left alone because they carry the pause annotation",
+            self.paused.clone(),
         );
         self.registry.register(
             "api_requests",
@@ -176,6 +182,7 @@ impl Metrics {
             handler_retries: Family::default(),
             queue_depth: Family::default(),
             objects: Family::default(),
+            paused: Family::default(),
             api_requests: Family::default(),
             api_retries: Family::default(),
             write_failures: Family::default(),
@@ -258,6 +265,13 @@ impl Metrics {
     pub fn tracked(&self, resource: &str, delta: i64) {
         let labels = vec![("resource", resource.to_string())];
         self.0.objects.get_or_create(&labels).inc_by(delta);
+    }
+
+    /// The number of paused objects of `resource` (see the pause annotation) changed by
+    /// `delta`.
+    pub fn paused(&self, resource: &str, delta: i64) {
+        let labels = vec![("resource", resource.to_string())];
+        self.0.paused.get_or_create(&labels).inc_by(delta);
     }
 
     /// This replica leads (`true`) or stands by for the lease `lease` (`namespace/name`).

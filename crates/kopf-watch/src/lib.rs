@@ -32,6 +32,7 @@ mod logs;
 mod namespaces;
 mod narrowing;
 mod object;
+mod object_pause;
 mod observe;
 mod orchestrator;
 mod outage;

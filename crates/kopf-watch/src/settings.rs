@@ -74,10 +74,18 @@ pub struct Settings {
     /// Keep `metadata.managedFields` in the bodies kept per object and given to handlers
     /// (off by default: it is server bookkeeping, and often most of an object's size).
     pub keep_managed_fields: bool,
+    /// The annotation that pauses one object (`kopf.dev/paused` by default; None: objects
+    /// are never paused): while an object carries it with any value but `false`, none of
+    /// its handlers, timers, daemons or reconciles run; its deletion waits for it to be
+    /// removed. See `docs/operations.md`.
+    pub paused_annotation: Option<String>,
     /// The ranges this replica serves, when the operator is sharded (resources with index
     /// handlers are not: an index must see every object).
     pub shards: Option<kopf_core::shards::ScopeControl>,
 }
+
+/// The annotation that pauses one object, unless the settings name another.
+pub const DEFAULT_PAUSED_ANNOTATION: &str = "kopf.dev/paused";
 
 /// Holds handlers back until the initial listing of every indexed resource has been
 /// indexed (Kopf's "operator indexed" condition).
@@ -135,6 +143,7 @@ impl Default for Settings {
             gate: IndexGate::default(),
             metrics: None,
             keep_managed_fields: false,
+            paused_annotation: Some(DEFAULT_PAUSED_ANNOTATION.to_string()),
             shards: None,
         }
     }

@@ -21,6 +21,7 @@ use crate::books::Books;
 use crate::cycle::Cycle;
 use crate::events::Poster;
 use crate::lanes::Lanes;
+use crate::object_pause::Pauses;
 use crate::observe::Observers;
 use crate::resource::ResourceRef;
 use crate::settings::Settings;
@@ -59,6 +60,8 @@ pub(crate) struct WorkerShared {
     pub(crate) spawning: Spawning,
     pub(crate) books: Arc<Books>,
     pub(crate) poster: Arc<Poster>,
+    /// The objects paused by hand (None: the pause annotation is off).
+    pub(crate) pauses: Option<Pauses>,
     /// Places for cycles: changed objects first, listed ones bounded (see `lanes`).
     pub(crate) lanes: Arc<Lanes>,
     pub(crate) settings: Settings,
@@ -95,6 +98,9 @@ impl WorkerShared {
         let limiter = RateLimiter::with_burst(settings.event_interval, settings.event_burst);
         let poster = Arc::new(Poster::new(client, settings.reporter.clone(), limiter));
         let books = Arc::new(Books::new(metrics.clone(), plural.clone()));
+        let pauses = settings.paused_annotation.clone().map(|annotation| {
+            Pauses::new(annotation, poster.clone(), metrics.clone(), plural.clone())
+        });
         let lanes = Lanes::new(settings.worker_limit);
         let spawning = Spawning::new(
             (&plural, spawners, &arrival),
@@ -127,6 +133,7 @@ impl WorkerShared {
             spawning,
             books,
             poster,
+            pauses,
             lanes,
             settings,
             operator_gate,
@@ -164,6 +171,16 @@ impl WorkerShared {
     pub(crate) fn forget(&self, uid: &str) {
         self.books.forget(uid);
         self.poster.forget(uid);
+        if let Some(p) = &self.pauses {
+            p.forget(uid);
+        }
+    }
+
+    /// Whether the object's state `body` is paused by hand (see [`Pauses`]).
+    pub(crate) fn is_paused(&self, body: &Value) -> bool {
+        self.pauses
+            .as_ref()
+            .is_some_and(|p| p.reason(body).is_some())
     }
 
     /// Forgets which objects were handled once (after a pause: as after a start, the
@@ -209,6 +226,10 @@ impl WorkerShared {
 
     /// Runs the raw event handlers on an event (see [`Observers::on_event`]).
     pub(crate) async fn on_event(&self, uid: &str, body: &Value, kind: EventKind, known: bool) {
+        // A paused object's raw-event handlers wait too (but its deletion is always seen).
+        if kind != EventKind::Deleted && self.is_paused(body) {
+            return;
+        }
         self.observers.on_event(uid, body, kind, known).await;
     }
 }

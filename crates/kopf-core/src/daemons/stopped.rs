@@ -17,6 +17,8 @@ pub enum StopReason {
     OperatorPausing,
     /// The operator exits.
     OperatorExiting,
+    /// The object is paused by its pause annotation (they restart when it is removed).
+    Paused,
 }
 
 impl std::fmt::Display for StopReason {
@@ -26,6 +28,7 @@ impl std::fmt::Display for StopReason {
             StopReason::FiltersMismatch => "the object does not match the filters anymore",
             StopReason::OperatorPausing => "the operator pauses",
             StopReason::OperatorExiting => "the operator exits",
+            StopReason::Paused => "the object is paused",
         })
     }
 }

@@ -232,6 +232,9 @@ impl Dispatcher {
                 continue;
             };
             self.shared.untracked();
+            if let Some(p) = &self.shared.pauses {
+                p.forget(uid.as_str());
+            }
             // Idle objects (no worker) just leave.
             if let Some(live) = slot.live {
                 live.tx.send_replace(None);
@@ -277,6 +280,14 @@ fn settled(shared: &WorkerShared, slot: &mut Slot, uid: &str, observed: &mut Obs
     let resume = slot.resume.as_deref();
     if resume.is_some_and(|r| r.stale(rv(&observed.body))) {
         return true;
+    }
+    if shared
+        .pauses
+        .as_ref()
+        .is_some_and(|p| p.moves(uid, &observed.body))
+    {
+        // Paused or resumed by hand: a worker says so (and stops or starts the daemons).
+        return false;
     }
     let kind = observed.event;
     let listed = kind == EventKind::Listed || resume.is_some_and(|r| r.listed);

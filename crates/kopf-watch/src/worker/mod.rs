@@ -10,6 +10,7 @@ mod state;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use kopf_core::causes::EventKind;
 use kopf_core::daemons::StopReason;
 use kopf_core::reconcile::{Kick, Trigger};
 use kopf_core::throttle::Throttler;
@@ -223,11 +224,30 @@ impl Worker<'_> {
             // engine ends this worker, or the gate opens first.
             return self.gate_opened().await;
         }
+        if let Some(held) = self.held(observed).await {
+            return held;
+        }
         match self.state.on_state(observed, news, Instant::now()) {
             Turn::Reconcile(why) => self.reconcile(observed, why).await,
             Turn::Causes => self.causes(observed).await,
             Turn::Nobody => Flow::Wait,
         }
+    }
+
+    /// The object's pause annotation (see [`crate::object_pause`]): while it is on, the
+    /// state is left alone, nothing is due, and its daemons and timers stop (they start
+    /// again when it is taken off); `Some(Flow::Wait)` then. None: the state goes on (the
+    /// annotation is off, or the object is gone from the API).
+    async fn held(&mut self, observed: &Observed) -> Option<Flow> {
+        let pauses = self.shared.pauses.as_ref()?;
+        if observed.event == EventKind::Deleted || !pauses.hold(self.uid, &observed.body).await {
+            return None;
+        }
+        self.state.hold();
+        if let Some(s) = &mut self.spawned {
+            Box::pin(s.daemons.stop_all(StopReason::Paused)).await;
+        }
+        Some(Flow::Wait)
     }
 
     /// The reconcile's turn on the state at hand.

@@ -352,6 +352,20 @@ impl WorkerState {
         .min()
     }
 
+    /// The object is paused by hand: nothing is due until it is resumed (no retry, no
+    /// re-check, no reconcile; the next state after the pause is processed as usual, with
+    /// what changed meanwhile).
+    pub(crate) fn hold(&mut self) {
+        self.retry_at = None;
+        self.woken = false;
+        self.recheck = false;
+        self.conflicts = 0;
+        self.rejected = Arc::default();
+        self.fetched = None;
+        self.reconcile_now = false;
+        self.schedule.clear();
+    }
+
     /// An owned or related object changed (`deleting`: this one is being deleted, or gone).
     pub(crate) fn on_kick(&mut self, why: Trigger, deleting: bool, now: Instant) {
         if !deleting {

@@ -213,6 +213,23 @@ impl Operator {
         self
     }
 
+    /// The annotation that pauses one object by hand (default `kopf.dev/paused`; None turns
+    /// pausing off). While an object carries it with any value but `false` (the value is a
+    /// good place for who paused it and why), none of its handlers, timers, daemons or
+    /// reconciles run and nothing is due; once it is removed, what changed meanwhile is
+    /// handled, once. A paused object's deletion keeps the operator's finalizer until it is
+    /// removed. Each move is logged once, posted as an Event, and counted in
+    /// `kopf_objects_paused`. See `docs/operations.md`.
+    ///
+    /// ```
+    /// let operator = kopf::Operator::new().paused_annotation(Some("example.com/hands-off"));
+    /// # drop(operator);
+    /// ```
+    pub fn paused_annotation(mut self, annotation: Option<&str>) -> Self {
+        self.settings.paused_annotation = annotation.map(str::to_string);
+        self
+    }
+
     /// Turns the metrics on (handler calls, durations, outcomes, retries, queue depth,
     /// tracked objects, API requests, watch restarts), and with them the health of the
     /// watch streams that the liveness endpoint reports. `run --metrics` and `run
