@@ -65,6 +65,20 @@ pub struct CycleOutcome {
     pub delivered: Vec<(String, Value)>,
     /// Progress records that could not be read (each is treated as absent), as messages.
     pub corrupt_records: Vec<String>,
+    /// The diff-base this cycle would store, left out of its writes: with the object's
+    /// other annotations it would exceed what kube allows
+    /// ([`ANNOTATIONS_LIMIT`](kopf_diff::essence::ANNOTATIONS_LIMIT)). The engine keeps it
+    /// in memory instead, so that the handlers do not run again for the same state.
+    pub unstored_diff_base: Option<UnstoredDiffBase>,
+}
+
+/// A diff-base too large for the object's annotations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnstoredDiffBase {
+    /// The essence it would store.
+    pub essence: Value,
+    /// The size the object's annotations would have had with it, in bytes.
+    pub annotations_size: usize,
 }
 
 impl CycleOutcome {
@@ -83,6 +97,7 @@ impl CycleOutcome {
             superseded: None,
             delivered: Vec::new(),
             corrupt_records: Vec::new(),
+            unstored_diff_base: None,
         }
     }
 }

@@ -363,6 +363,42 @@ pub fn store_patch(essence: &Value, settings: &EssenceSettings) -> Value {
     }
 }
 
+/// The most kube allows for all annotations of an object, keys and values together
+/// (`TotalAnnotationSizeLimitB`, 256 KiB): beyond, a write is refused with 422.
+pub const ANNOTATIONS_LIMIT: usize = 256 * 1024;
+
+/// The size of `body`'s annotations (keys and values, as kube counts them) once the merge
+/// patch `patch` is applied to them: annotations it sets count with their new value, those
+/// it removes (`null`) do not count.
+///
+/// ```
+/// use kopf_diff::essence::annotations_size_after;
+/// use serde_json::json;
+///
+/// let body = json!({"metadata": {"annotations": {"a": "xx", "b": "yyy"}}});
+/// let patch = json!({"metadata": {"annotations": {"a": null, "c": "z"}}});
+/// assert_eq!(annotations_size_after(&body, &patch), ("b".len() + 3) + ("c".len() + 1));
+/// ```
+pub fn annotations_size_after(body: &Value, patch: &Value) -> usize {
+    let path = "/metadata/annotations";
+    let now = body.pointer(path).and_then(Value::as_object);
+    let patched = patch.pointer(path).and_then(Value::as_object);
+    let size = |k: &str, v: &Value| k.len() + v.as_str().map_or(0, str::len);
+    let kept: usize = now
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !patched.is_some_and(|p| p.contains_key(k.as_str())))
+        .map(|(k, v)| size(k, v))
+        .sum();
+    let set: usize = patched
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| size(k, v))
+        .sum();
+    kept + set
+}
+
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

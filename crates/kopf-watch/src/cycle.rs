@@ -39,6 +39,8 @@ pub(crate) struct Cycle {
     pub(crate) metrics: Option<Metrics>,
     /// How the objects read are kept (managedFields, trimming: as the watch's).
     pub(crate) arrival: crate::keeping::Arrival,
+    /// Diff-bases too large to be stored, kept in memory.
+    pub(crate) oversized: crate::oversized::Oversized,
 }
 
 impl Cycle {
@@ -69,7 +71,16 @@ impl Cycle {
         };
         match self.writes.api_for::<RawObject>(body).get_opt(name).await {
             Ok(Some(obj)) => {
-                Fresh::Read(Observed::new(self.arrival.body(obj), EventKind::Modified))
+                let body = self.arrival.body(obj);
+                let uid = body
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let body = match self.oversized.restore(uid, &body) {
+                    Some(restored) => Arc::new(restored),
+                    None => body,
+                };
+                Fresh::Read(Observed::new(body, EventKind::Modified))
             }
             // Gone: its deletion comes through the watch.
             Ok(None) => Fresh::Gone,
@@ -153,6 +164,7 @@ impl Cycle {
             if outcome.reason == Reason::Gone {
                 self.books.forget(uid);
                 self.poster.forget(uid);
+                self.oversized.forget(uid);
                 record_cycle(&cycle, outcome.reason, outcome.done, &CycleEnd::Gone);
                 return CycleEnd::Gone;
             }
@@ -168,7 +180,15 @@ impl Cycle {
             if outcome.done && stored {
                 self.books.handled(uid);
             }
-            self.poster.post(uid, body, outcome.events).await;
+            let mut events = outcome.events;
+            if stored
+                && let Some(unstored) = &outcome.unstored_diff_base
+                && let Some(report) = self.oversized.keep(uid, unstored)
+            {
+                tracing::error!("{}", report.message);
+                events.push(report);
+            }
+            self.poster.post(uid, body, events).await;
             end
         }
         .instrument(span)

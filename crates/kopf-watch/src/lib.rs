@@ -36,6 +36,7 @@ mod object_pause;
 mod observe;
 mod orchestrator;
 mod outage;
+mod oversized;
 mod pause;
 mod raw;
 mod reconcile;

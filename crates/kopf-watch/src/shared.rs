@@ -117,6 +117,7 @@ impl WorkerShared {
             writes: writes.clone(),
             poster: poster.clone(),
         };
+        let oversized = crate::oversized::Oversized::new(processor.persistence().essence.clone());
         let cycle = Cycle {
             processor,
             writes,
@@ -126,6 +127,7 @@ impl WorkerShared {
             extensions,
             metrics,
             arrival,
+            oversized,
         };
         WorkerShared {
             cycle,
@@ -171,6 +173,7 @@ impl WorkerShared {
     pub(crate) fn forget(&self, uid: &str) {
         self.books.forget(uid);
         self.poster.forget(uid);
+        self.cycle.oversized.forget(uid);
         if let Some(p) = &self.pauses {
             p.forget(uid);
         }

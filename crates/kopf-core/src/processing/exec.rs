@@ -193,8 +193,7 @@ impl Exec<'_> {
         if cause.reason != Reason::Delete {
             let stored = essence::stored(body, &persistence.essence).and_then(Result::ok);
             if stored.as_ref() != Some(&cause.new) {
-                out.plan
-                    .diff_base(&essence::store_patch(&cause.new, &persistence.essence));
+                store_diff_base(&mut out, body, &cause.new, &persistence.essence);
             }
         }
         out.done = true;
@@ -212,4 +211,38 @@ impl Exec<'_> {
         out.delay = Some(level.delay());
         out
     }
+}
+
+/// Stores the new diff-base with the cycle's writes, unless it would take the object's
+/// annotations beyond what kube allows: then it is left out (the writes would all be refused,
+/// and the handlers run again and again), and the outcome says so.
+fn store_diff_base(
+    out: &mut CycleOutcome,
+    body: &Value,
+    new: &Value,
+    settings: &essence::EssenceSettings,
+) {
+    let patch = essence::store_patch(new, settings);
+    if settings.location == essence::DiffBaseLocation::Annotations {
+        // The annotations the plan writes, with the diff-base among them.
+        let path = "/metadata/annotations";
+        let mut annotations = out.plan.merge_patch().pointer(path).cloned();
+        let annotations = match (annotations.as_mut(), patch.pointer(path)) {
+            (Some(Value::Object(set)), Some(Value::Object(diff_base))) => {
+                set.extend(diff_base.clone());
+                annotations
+            }
+            _ => patch.pointer(path).cloned(),
+        };
+        let after = serde_json::json!({"metadata": {"annotations": annotations}});
+        let size = essence::annotations_size_after(body, &after);
+        if size > essence::ANNOTATIONS_LIMIT {
+            out.unstored_diff_base = Some(crate::cycle::UnstoredDiffBase {
+                essence: new.clone(),
+                annotations_size: size,
+            });
+            return;
+        }
+    }
+    out.plan.diff_base(&patch);
 }

@@ -52,7 +52,9 @@ use std::sync::Arc;
 use kopf_diff::essence::EssenceSettings;
 use serde_json::Value;
 
-pub use crate::cycle::{CycleCall, CycleOutcome, FinalizerChange, HandlerOutcome};
+pub use crate::cycle::{
+    CycleCall, CycleOutcome, FinalizerChange, HandlerOutcome, UnstoredDiffBase,
+};
 
 use crate::causes::{ChangingCause, EventKind, Reason, detect};
 use crate::conditions::{ConditionsHandle, ConditionsSpec, ConditionsSync};

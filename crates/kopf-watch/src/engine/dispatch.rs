@@ -53,6 +53,11 @@ impl Dispatcher {
     /// it waits in the backlog).
     pub(crate) async fn dispatch(&mut self, uid: String, body: Arc<Value>, kind: EventKind) {
         let known = self.slots.contains_key(uid.as_str());
+        // A diff-base too large to be stored is on the state as if it were.
+        let body = match self.shared.cycle.oversized.restore(&uid, &body) {
+            Some(restored) => Arc::new(restored),
+            None => body,
+        };
         // Raw-event handlers see every event, in order.
         self.shared.on_event(&uid, &body, kind, known).await;
         let mut observed = Observed::new(body, kind);
