@@ -53,6 +53,7 @@ struct Inner {
     queue_depth: Family<Labels, Gauge>,
     objects: Family<Labels, Gauge>,
     paused: Family<Labels, Gauge>,
+    own_write_seen: Family<Labels, Histogram>,
     api_requests: Family<Labels, Counter>,
     api_retries: Family<Labels, Counter>,
     write_failures: Family<Labels, Counter>,
@@ -114,6 +115,11 @@ impl Inner {
             "objects_paused",
             "Objects left alone because they carry the pause annotation",
             self.paused.clone(),
+        );
+        self.registry.register(
+            "own_write_seen_seconds",
+            "Time from the operator's own write of an object to its watch showing it (outcome=seen: a state of that resourceVersion or newer) or to giving up waiting (outcome=timeout: the object is read, or its older state processed)",
+            self.own_write_seen.clone(),
         );
         self.registry.register(
             "api_requests",
@@ -183,6 +189,7 @@ impl Metrics {
             queue_depth: Family::default(),
             objects: Family::default(),
             paused: Family::default(),
+            own_write_seen: Family::new_with_constructor(histogram as fn() -> Histogram),
             api_requests: Family::default(),
             api_retries: Family::default(),
             write_failures: Family::default(),
@@ -272,6 +279,20 @@ impl Metrics {
     pub fn paused(&self, resource: &str, delta: i64) {
         let labels = vec![("resource", resource.to_string())];
         self.0.paused.get_or_create(&labels).inc_by(delta);
+    }
+
+    /// The watch of `resource` showed the operator's own write after `waited` (`seen`), or
+    /// the operator stopped waiting for it then (not `seen`).
+    pub fn own_write(&self, resource: &str, waited: Duration, seen: bool) {
+        let outcome = if seen { "seen" } else { "timeout" };
+        let labels = vec![
+            ("resource", resource.to_string()),
+            ("outcome", outcome.to_string()),
+        ];
+        self.0
+            .own_write_seen
+            .get_or_create(&labels)
+            .observe(waited.as_secs_f64());
     }
 
     /// This replica leads (`true`) or stands by for the lease `lease` (`namespace/name`).

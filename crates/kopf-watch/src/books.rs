@@ -74,6 +74,13 @@ impl Books {
         }
     }
 
+    /// A wait for the operator's own write ended (see `WorkerState::admit`).
+    pub(crate) fn echo(&self, waited: std::time::Duration, seen: bool) {
+        if let Some(m) = &self.metrics {
+            m.own_write(&self.plural, waited, seen);
+        }
+    }
+
     /// A new state waits for the worker of `pending`.
     pub(crate) fn queued(&self, pending: &AtomicBool) {
         if !pending.swap(true, Ordering::SeqCst)

@@ -292,6 +292,8 @@ pub(crate) struct Live {
 pub(crate) struct Resume {
     pub(crate) listed: bool,
     pub(crate) expected_rv: Option<u64>,
+    /// When that write was made.
+    pub(crate) wrote_at: Option<tokio::time::Instant>,
     pub(crate) floor: Option<u64>,
     pub(crate) memo: Option<kopf_core::memo::Memos>,
 }

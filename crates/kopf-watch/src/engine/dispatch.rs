@@ -282,10 +282,12 @@ fn slot<'w>(shared: &WorkerShared, slots: &'w mut HashMap<Uid, Slot>, uid: &str)
 /// worker would skip it), or one that needs no cycle (own writes coming back, mostly),
 /// checked here, without starting one.
 fn settled(shared: &WorkerShared, slot: &mut Slot, uid: &str, observed: &mut Observed) -> bool {
-    let resume = slot.resume.as_deref();
-    if resume.is_some_and(|r| r.stale(rv(&observed.body))) {
+    let have = rv(&observed.body);
+    if slot.resume.as_deref().is_some_and(|r| r.stale(have)) {
         return true;
     }
+    echoed(shared, slot, have);
+    let resume = slot.resume.as_deref();
     if shared
         .pauses
         .as_ref()
@@ -316,6 +318,23 @@ fn settled(shared: &WorkerShared, slot: &mut Slot, uid: &str, observed: &mut Obs
         });
     }
     true
+}
+
+/// A state of an object with no worker that is not older than its last write (`have`): the
+/// write came back through the watch, which the metrics see, and newer states need not be
+/// compared with it anymore.
+fn echoed(shared: &WorkerShared, slot: &mut Slot, have: Option<u64>) {
+    let Some(r) = slot.resume.as_deref_mut() else {
+        return;
+    };
+    if let (Some(want), Some(have)) = (r.expected_rv, have)
+        && have >= want
+    {
+        if let Some(at) = r.wrote_at.take() {
+            shared.books.echo(tokio::time::Instant::now() - at, true);
+        }
+        r.expected_rv = None;
+    }
 }
 
 /// Starts a worker for an object that has none.

@@ -282,7 +282,9 @@ impl Worker<'_> {
                     .sync(self.uid, observed, &self.state.memo, &mut self.spawned);
             Box::pin(sync).await;
         }
-        let Some(lane) = self.state.admit(observed, Instant::now()) else {
+        let admitted = self.state.admit(observed, Instant::now());
+        self.report_echo();
+        let Some(lane) = admitted else {
             return Flow::Wait;
         };
         // A listed object that changes while it waits moves to the changed objects' lane.
@@ -312,6 +314,13 @@ impl Worker<'_> {
         drop(place);
         let after = self.state.on_cycle_end(end, Instant::now());
         self.after(observed, after).await
+    }
+
+    /// How the wait for our own last write ended, if it just did (the metrics).
+    fn report_echo(&mut self) {
+        if let Some(echo) = self.state.take_echo() {
+            self.shared.books.echo(echo.waited, echo.seen);
+        }
     }
 
     /// What follows a cycle: its log lines, and throttling after a framework error.
@@ -382,7 +391,9 @@ impl Worker<'_> {
                 Flow::Again
             }
             _ = async { match wake { Some(t) => kopf_core::clock::sleep_until(t, "an object's next cycle (a retry, a reconcile, a read)").await, None => std::future::pending().await } } => {
-                match self.state.on_wake(Instant::now()) {
+                let woke = self.state.on_wake(Instant::now());
+                self.report_echo();
+                match woke {
                     Woke::Reconcile => Flow::Again,
                     Woke::Read => Box::pin(self.read_after_slow_watch()).await,
                     Woke::Again => {

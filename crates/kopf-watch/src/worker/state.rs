@@ -96,6 +96,14 @@ pub(crate) enum Woke {
     Again,
 }
 
+/// How a wait for our own write ended: after `waited`, seen through the watch (a state of
+/// its resourceVersion or newer), or not (the deadline passed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Echo {
+    pub(crate) waited: Duration,
+    pub(crate) seen: bool,
+}
+
 /// What one object's worker remembers between the states of its object.
 pub(crate) struct WorkerState {
     rules: Rules,
@@ -106,6 +114,10 @@ pub(crate) struct WorkerState {
     listed: bool,
     /// Our last write, until it comes back through the watch or the consistency deadline.
     expected: Option<(u64, Instant)>,
+    /// When that write was made.
+    wrote_at: Option<Instant>,
+    /// How the wait for our last write ended, until the loop reports it.
+    echo: Option<Echo>,
     /// A handler's retry delay, when the cycle wrote nothing (a write brings its own event).
     retry_at: Option<Instant>,
     /// The retry delay ended with no new event: process (or touch) now.
@@ -145,11 +157,14 @@ impl WorkerState {
         let expected = resume
             .expected_rv
             .map(|r| (r, now + rules.consistency_timeout));
+        let wrote_at = expected.map(|_| resume.wrote_at.unwrap_or(now));
         WorkerState {
             throttler,
             memo: resume.memo.unwrap_or_else(|| Memos::new(seed)),
             listed: resume.listed,
             expected,
+            wrote_at,
+            echo: None,
             retry_at: None,
             woken: false,
             rejected: Arc::default(),
@@ -219,7 +234,13 @@ impl WorkerState {
         if stale {
             return None;
         }
-        self.expected = None;
+        if let Some((want, _)) = self.expected.take()
+            && observed.event != EventKind::Deleted
+            && let Some(have) = have
+        {
+            // Back through the watch, or waited for long enough (the state is older).
+            self.echoed(have >= want, now);
+        }
         Some(if observed.event == EventKind::Listed && !self.woken {
             Lane::Listed
         } else {
@@ -289,7 +310,7 @@ impl WorkerState {
             self.schedule
                 .trigger(now, why, self.rules.reconcile.flatten());
         }
-        self.expected = rv.map(|r| (r, now + self.rules.consistency_timeout));
+        self.expect(rv, now);
         self.retry_at = match rv {
             Some(_) => None,
             None => delay.map(|d| now + d.min(MAX_SLEEP)),
@@ -302,7 +323,7 @@ impl WorkerState {
             CycleEnd::Gone => return false,
             CycleEnd::Next { rv: Some(r), .. } => {
                 self.written = Some(*r);
-                self.expected = Some((*r, now + self.rules.consistency_timeout));
+                self.expect(Some(*r), now);
             }
             _ => {}
         }
@@ -316,6 +337,7 @@ impl WorkerState {
         (!self.rules.stays && self.is_idle(news)).then(|| Resume {
             listed: self.listed && !handled(),
             expected_rv: self.expected.map(|(r, _)| r),
+            wrote_at: self.expected.and(self.wrote_at),
             floor: self.floor,
             memo: (!self.memo.is_untouched()).then(|| self.memo.clone()),
         })
@@ -350,6 +372,28 @@ impl WorkerState {
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// Our write of resourceVersion `rv` (if any) at `now` is waited for, until the
+    /// consistency deadline.
+    fn expect(&mut self, rv: Option<u64>, now: Instant) {
+        self.expected = rv.map(|r| (r, now + self.rules.consistency_timeout));
+        self.wrote_at = rv.map(|_| now);
+    }
+
+    /// The wait for our last write ended at `now`: `seen` through the watch, or not.
+    fn echoed(&mut self, seen: bool, now: Instant) {
+        if let Some(at) = self.wrote_at.take() {
+            self.echo = Some(Echo {
+                waited: now - at,
+                seen,
+            });
+        }
+    }
+
+    /// How the wait for our last write ended, once (for the metrics).
+    pub(crate) fn take_echo(&mut self) -> Option<Echo> {
+        self.echo.take()
     }
 
     /// The object is paused by hand: nothing is due until it is resumed (no retry, no
@@ -393,6 +437,7 @@ impl WorkerState {
         }
         if self.expected.is_some_and(|(_, deadline)| deadline <= now) {
             self.expected = None;
+            self.echoed(false, now);
             return Woke::Read;
         }
         Woke::Again
@@ -562,6 +607,7 @@ mod tests {
         let resume = Resume {
             listed: true,
             expected_rv: Some(5),
+            wrote_at: None,
             floor: Some(3),
             memo: None,
         };
@@ -787,5 +833,79 @@ mod tests {
         s.memo.get::<u32>().expect("registered").set(1);
         let left = s.retire(false, || false).expect("idle").memo.expect("kept");
         assert_eq!(left.get::<u32>().expect("registered").get(), 1);
+    }
+
+    #[test]
+    fn the_wait_for_an_own_write_ends_seen_with_its_resource_version_or_newer() {
+        let now = Instant::now();
+        let mut s = state_with(rules(), Resume::default(), MemoSeed::default(), now);
+        s.on_cycle_end(
+            CycleEnd::Next {
+                delay: None,
+                rv: Some(7),
+            },
+            now,
+        );
+        let later = now + Duration::from_millis(40);
+        assert_eq!(
+            s.admit(&observed(EventKind::Modified, 6), later),
+            None,
+            "older: skipped"
+        );
+        assert_eq!(s.take_echo(), None, "still waiting");
+        assert!(
+            s.admit(&observed(EventKind::Modified, 8), later).is_some(),
+            "newer than mine"
+        );
+        assert_eq!(
+            s.take_echo(),
+            Some(Echo {
+                waited: Duration::from_millis(40),
+                seen: true
+            })
+        );
+        assert_eq!(s.take_echo(), None, "reported once");
+    }
+
+    #[test]
+    fn the_wait_for_an_own_write_times_out_at_the_deadline() {
+        let now = Instant::now();
+        let mut s = state_with(rules(), Resume::default(), MemoSeed::default(), now);
+        s.on_cycle_end(
+            CycleEnd::Next {
+                delay: None,
+                rv: Some(7),
+            },
+            now,
+        );
+        assert_eq!(s.on_wake(now + TIMEOUT), Woke::Read);
+        assert_eq!(
+            s.take_echo(),
+            Some(Echo {
+                waited: TIMEOUT,
+                seen: false
+            })
+        );
+    }
+
+    #[test]
+    fn resource_versions_that_are_not_numbers_are_never_taken_for_older_ones() {
+        // A server whose resourceVersions are opaque: nothing can be compared, so no state
+        // is skipped (fail open; the handlers' idempotency covers the rest).
+        let now = Instant::now();
+        let mut s = state(rules(), now);
+        s.on_cycle_end(
+            CycleEnd::Next {
+                delay: None,
+                rv: Some(7),
+            },
+            now,
+        );
+        let opaque = Observed::new(
+            Arc::new(json!({"metadata": {"uid": "u1", "resourceVersion": "a7f3"}})),
+            EventKind::Modified,
+        );
+        assert!(s.admit(&opaque, now).is_some(), "processed");
+        assert_eq!(s.take_echo(), None, "neither seen nor timed out");
     }
 }
