@@ -49,6 +49,7 @@
 
 pub mod build_cost;
 mod chart;
+mod convergence;
 mod measure;
 mod model;
 mod progress;

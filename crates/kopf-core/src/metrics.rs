@@ -54,6 +54,7 @@ struct Inner {
     objects: Family<Labels, Gauge>,
     paused: Family<Labels, Gauge>,
     own_write_seen: Family<Labels, Histogram>,
+    convergence: Family<Labels, Histogram>,
     api_requests: Family<Labels, Counter>,
     api_retries: Family<Labels, Counter>,
     write_failures: Family<Labels, Counter>,
@@ -117,6 +118,11 @@ impl Inner {
             self.paused.clone(),
         );
         self.registry.register(
+            "convergence_seconds",
+            "Time from the operator first seeing a change of an object (its creation, an update, its deletion; resume at the start) to its handlers' success being stored, by resource and cause",
+            self.convergence.clone(),
+        );
+        self.registry.register(
             "own_write_seen_seconds",
             "Time from the operator's own write of an object to its watch showing it (outcome=seen: a state of that resourceVersion or newer) or to giving up waiting (outcome=timeout: the object is read, or its older state processed)",
             self.own_write_seen.clone(),
@@ -166,6 +172,14 @@ impl Default for Metrics {
     }
 }
 
+/// Buckets up to an hour: convergence includes retries and their backoff.
+fn long_histogram() -> Histogram {
+    Histogram::new([
+        0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+        3600.0,
+    ])
+}
+
 fn histogram() -> Histogram {
     Histogram::new([
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -190,6 +204,7 @@ impl Metrics {
             objects: Family::default(),
             paused: Family::default(),
             own_write_seen: Family::new_with_constructor(histogram as fn() -> Histogram),
+            convergence: Family::new_with_constructor(long_histogram as fn() -> Histogram),
             api_requests: Family::default(),
             api_retries: Family::default(),
             write_failures: Family::default(),
@@ -279,6 +294,19 @@ impl Metrics {
     pub fn paused(&self, resource: &str, delta: i64) {
         let labels = vec![("resource", resource.to_string())];
         self.0.paused.get_or_create(&labels).inc_by(delta);
+    }
+
+    /// A change of an object of `resource` (`cause`: create, update, delete, resume) was
+    /// handled, and that stored, `took` after the operator first saw it.
+    pub fn converged(&self, resource: &str, cause: &str, took: Duration) {
+        let labels = vec![
+            ("resource", resource.to_string()),
+            ("cause", cause.to_string()),
+        ];
+        self.0
+            .convergence
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
     }
 
     /// The watch of `resource` showed the operator's own write after `waited` (`seen`), or

@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::uid::Uid;
 
@@ -17,17 +18,23 @@ pub(crate) const STARTED_AHEAD: usize = crate::lanes::DEFAULT_CAPACITY;
 #[derive(Default)]
 pub(crate) struct Backlog {
     order: VecDeque<Uid>,
-    bodies: HashMap<Uid, Box<[u8]>>,
+    /// Each waiting object's latest state, and when its first waiting state came.
+    bodies: HashMap<Uid, (Box<[u8]>, Instant)>,
 }
 
 impl Backlog {
     /// Keeps `body` for `uid` until its turn (a newer listed state replaces it in place).
-    pub(crate) fn push(&mut self, uid: &str, body: &Value) {
+    pub(crate) fn push(&mut self, uid: &str, body: &Value, seen: Instant) {
         let Ok(text) = serde_json::to_vec(body) else {
             return;
         };
         let key = Uid::from(uid);
-        if self.bodies.insert(key.clone(), text.into()).is_none() {
+        let seen = self.bodies.get(uid).map_or(seen, |(_, first)| *first);
+        if self
+            .bodies
+            .insert(key.clone(), (text.into(), seen))
+            .is_none()
+        {
             self.order.push_back(key);
         }
     }
@@ -43,14 +50,14 @@ impl Backlog {
     }
 
     /// The next object to start, in the listing's order.
-    pub(crate) fn pop(&mut self) -> Option<(String, Arc<Value>)> {
+    pub(crate) fn pop(&mut self) -> Option<(String, Arc<Value>, Instant)> {
         while let Some(key) = self.order.pop_front() {
-            let Some(text) = self.bodies.remove(key.as_str()) else {
+            let Some((text, seen)) = self.bodies.remove(key.as_str()) else {
                 // Forgotten meanwhile.
                 continue;
             };
             match serde_json::from_slice(&text) {
-                Ok(body) => return Some((key.as_str().to_string(), Arc::new(body))),
+                Ok(body) => return Some((key.as_str().to_string(), Arc::new(body), seen)),
                 Err(e) => tracing::error!(error = %e, "cannot read a waiting object back"),
             }
         }
@@ -73,16 +80,19 @@ mod tests {
     #[test]
     fn waiting_objects_come_back_in_order_newest_state_and_forgotten_ones_skipped() {
         let mut backlog = Backlog::default();
-        backlog.push("a", &json!({"n": 1}));
-        backlog.push("b", &json!({"n": 2}));
-        backlog.push("c", &json!({"n": 3}));
-        backlog.push("a", &json!({"n": 4}));
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_secs(1);
+        backlog.push("a", &json!({"n": 1}), t0);
+        backlog.push("b", &json!({"n": 2}), t0);
+        backlog.push("c", &json!({"n": 3}), t0);
+        backlog.push("a", &json!({"n": 4}), t1);
         assert!(backlog.forget("b"));
         assert!(!backlog.forget("b"));
         assert!(!backlog.is_empty());
-        let (uid, body) = backlog.pop().expect("a");
+        let (uid, body, seen) = backlog.pop().expect("a");
         assert_eq!((uid.as_str(), body.as_ref()), ("a", &json!({"n": 4})));
-        let (uid, _) = backlog.pop().expect("c");
+        assert_eq!(seen, t0, "since its first waiting state");
+        let (uid, _, _) = backlog.pop().expect("c");
         assert_eq!(uid, "c");
         assert!(backlog.pop().is_none());
         assert!(backlog.is_empty());

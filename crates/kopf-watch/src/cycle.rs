@@ -96,6 +96,21 @@ impl Cycle {
         }
     }
 
+    /// A change's handlers all succeeded and that is stored: its convergence, from `since`
+    /// (when the operator first saw the change), goes to the metrics.
+    fn converged(&self, reason: Reason, since: tokio::time::Instant) {
+        let (Some(metrics), Reason::Create | Reason::Update | Reason::Delete | Reason::Resume) =
+            (&self.metrics, reason)
+        else {
+            return;
+        };
+        metrics.converged(
+            &self.writes.resource.api_resource.plural,
+            reason.purpose(),
+            since.elapsed(),
+        );
+    }
+
     /// Touches the object so that its next state comes through the watch (Kopf's way of
     /// waking up after a delay), through the same plan as any cycle's writes.
     pub(crate) async fn touch(&self, body: &Value) -> CycleEnd {
@@ -119,6 +134,7 @@ impl Cycle {
         initial: bool,
         memo: &Memos,
         rejected: Arc<HashMap<String, String>>,
+        since: tokio::time::Instant,
     ) -> CycleEnd {
         use tracing::Instrument;
         let span = cycle_span(&observed.body, &self.writes.resource.api_resource.plural);
@@ -179,6 +195,7 @@ impl Cycle {
             record_cycle(&cycle, outcome.reason, outcome.done, &end);
             if outcome.done && stored {
                 self.books.handled(uid);
+                self.converged(outcome.reason, since);
             }
             let mut events = outcome.events;
             if stored

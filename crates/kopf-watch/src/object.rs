@@ -19,6 +19,9 @@ pub(crate) struct Observed {
     /// The cause the engine detected on this state to decide that it needs a cycle (for an
     /// object with no worker), so that the cycle does not detect it again.
     pub(crate) detected: Option<Arc<Detected>>,
+    /// When the operator received this state, or an earlier one that it replaced before a
+    /// worker took it (the start of its convergence, see `Cycle::run`).
+    pub(crate) seen: tokio::time::Instant,
 }
 
 impl Observed {
@@ -28,6 +31,7 @@ impl Observed {
             body,
             event,
             detected: None,
+            seen: tokio::time::Instant::now(),
         }
     }
 }

@@ -131,7 +131,14 @@ pub(super) fn object_name(i: usize) -> String {
 }
 
 /// The system's processes, started now (the clock starts with them).
-fn start(system: System, command: &[String], cluster: &Cluster) -> Result<Vec<OperatorRunner>> {
+/// Starts the system's processes; a kopf-rs process serves its metrics on the port at its
+/// index in `ports` (see [`metrics_ports`]).
+fn start(
+    system: System,
+    command: &[String],
+    cluster: &Cluster,
+    ports: &[u16],
+) -> Result<Vec<OperatorRunner>> {
     let replicas = system.replicas();
     Ok((0..replicas)
         .map(|i| {
@@ -139,13 +146,26 @@ fn start(system: System, command: &[String], cluster: &Cluster) -> Result<Vec<Op
                 1 => system.name().to_string(),
                 _ => format!("{}-{i}", system.name()),
             };
-            OperatorRunner::command(&command[0])
-                .args(&command[1..])
+            let mut runner = OperatorRunner::command(&command[0]).args(&command[1..]);
+            if let Some(port) = ports.get(i) {
+                runner = runner.args(["--metrics".to_string(), format!("127.0.0.1:{port}")]);
+            }
+            runner
                 .env("KUBECONFIG", cluster.kubeconfig())
                 .name(name)
                 .start()
         })
         .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// A metrics port per process of a kopf-rs system (none for the others).
+fn metrics_ports(system: System) -> Result<Vec<u16>> {
+    if !system.is_kopf_rs() {
+        return Ok(Vec::new());
+    }
+    (0..system.replicas())
+        .map(|_| super::convergence::free_port())
+        .collect()
 }
 
 /// Fails if a process of the system has exited.
@@ -179,7 +199,8 @@ pub(super) async fn measure_on(
     let replicas = system.replicas();
     let server = server_pid(cluster)?;
     let server_cpu_before = process_usage(server).0;
-    let mut operators = start(system, command, cluster)?;
+    let ports = metrics_ports(system)?;
+    let mut operators = start(system, command, cluster, &ports)?;
     let t0 = Instant::now();
     let deadline = t0 + plan.burst_timeout;
     let mut burst_seconds = None;
@@ -261,6 +282,11 @@ pub(super) async fn measure_on(
     measured.churn_requests_per_update = per_endpoint(&records, total);
     measured.churn_latency_ms = latencies(&records);
     drop(records);
+    if !ports.is_empty() {
+        measured.convergence = super::convergence::figures(&ports)
+            .await
+            .context("kopf-rs' convergence metrics")?;
+    }
 
     // Idle.
     control(&client, "DELETE", "requests").await?;
@@ -307,7 +333,7 @@ async fn during_burst(
     control(&client, "DELETE", "requests").await?;
     let (tx, mut progress) = tokio::sync::watch::channel(Progress::default());
     let watcher = tokio::spawn(watch_progress(api.clone(), rv, tx));
-    let mut operators = start(system, command, cluster)?;
+    let mut operators = start(system, command, cluster, &[])?;
     let t0 = Instant::now();
     let deadline = t0 + plan.burst_timeout;
     let mut churn = Churn::new(plan.churn_rate);

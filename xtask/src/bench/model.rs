@@ -54,6 +54,15 @@ impl System {
         }
     }
 
+    /// Whether the system is kopf-rs (its processes serve `--metrics`, with the
+    /// convergence histogram).
+    pub(super) fn is_kopf_rs(self) -> bool {
+        !matches!(
+            self,
+            System::Kopf | System::KubeRs | System::Limit | System::LimitStatus
+        )
+    }
+
     /// How many processes of the system run side by side (each with `--shards` this many).
     pub(super) fn replicas(self) -> usize {
         match self {
@@ -107,6 +116,9 @@ pub(super) struct Measured {
     /// "churn during burst", on a fresh server: the burst under churn, and the updates sent
     /// to already handled objects while the burst ran.
     pub(super) during: Option<During>,
+    /// kopf-rs' own convergence histogram after the churn, per cause: changes converged,
+    /// and the bucket bounds of their p50 and p99 (ms).
+    pub(super) convergence: BTreeMap<String, (f64, f64, f64)>,
 }
 
 /// The "churn during burst" scenario of one system.

@@ -96,6 +96,7 @@ fn scale_report(md: &mut String, scale: &Scale) {
         ));
     }
     during(md, results);
+    convergence(md, results);
     md.push_str(
         "\n### idle\n\n| system | RSS MB (all processes) | requests in 5 s |\n|---|---|---|\n",
     );
@@ -126,6 +127,22 @@ fn scale_report(md: &mut String, scale: &Scale) {
 
 fn p99(latency: &BTreeMap<&'static str, f64>) -> f64 {
     latency.get("p99").copied().unwrap_or(f64::NAN)
+}
+
+/// kopf-rs' own convergence histogram (`kopf_convergence_seconds` from `/metrics`).
+fn convergence(md: &mut String, results: &[Measured]) {
+    if results.iter().all(|m| m.convergence.is_empty()) {
+        return;
+    }
+    md.push_str("\n### convergence (kopf-rs' `/metrics`)\n\nFrom the operator first seeing a change to its handling stored (`kopf_convergence_seconds`), after the burst and the churn; p50 and p99 are the bounds of the histogram's buckets they fall in.\n\n| system | cause | changes | p50 ms ≤ | p99 ms ≤ |\n|---|---|---|---|---|\n");
+    for m in results {
+        for (cause, (count, p50, p99)) in &m.convergence {
+            md.push_str(&format!(
+                "| {} | {cause} | {count} | {p50} | {p99} |\n",
+                m.system
+            ));
+        }
+    }
 }
 
 /// The "churn during burst" table.

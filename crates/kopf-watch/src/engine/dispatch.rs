@@ -76,15 +76,23 @@ impl Dispatcher {
         if let Some(live) = &slot.live {
             // Counted before it is sent: the worker (maybe on another thread) may pick it
             // at once, and its `picked` must see the flag, or the gauge stays up forever.
+            let waiting = live.pending.load(Ordering::SeqCst);
             shared.queued(&live.pending);
-            live.tx.send_replace(Some(observed));
+            live.tx.send_modify(|latest| {
+                // A state the worker has not taken yet is replaced: its change waits since
+                // that one came.
+                if waiting && let Some(older) = latest {
+                    observed.seen = observed.seen.min(older.seen);
+                }
+                *latest = Some(observed);
+            });
             return;
         }
         if kind != EventKind::Deleted && settled(shared, slot, &uid, &mut observed) {
             return;
         }
         if kind == EventKind::Listed && shared.lanes.listed_waiting() >= STARTED_AHEAD {
-            self.backlog.push(&uid, &observed.body);
+            self.backlog.push(&uid, &observed.body, observed.seen);
             return;
         }
         start(shared, slot, &mut self.tasks, uid, observed);
@@ -101,7 +109,7 @@ impl Dispatcher {
     /// Starts the backlog's next objects while the listed ones ahead are few.
     pub(crate) fn feed(&mut self) {
         while !self.backlog.is_empty() && self.shared.lanes.listed_waiting() < STARTED_AHEAD {
-            let Some((uid, body)) = self.backlog.pop() else {
+            let Some((uid, body, seen)) = self.backlog.pop() else {
                 break;
             };
             // Gone meanwhile (a relist without it, another replica's range), or running.
@@ -112,7 +120,8 @@ impl Dispatcher {
             else {
                 continue;
             };
-            let observed = Observed::new(body, EventKind::Listed);
+            let mut observed = Observed::new(body, EventKind::Listed);
+            observed.seen = seen;
             start(&self.shared, slot, &mut self.tasks, uid, observed);
         }
     }

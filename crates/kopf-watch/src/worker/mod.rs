@@ -22,6 +22,7 @@ use crate::lanes::Lane;
 use crate::object::object_span;
 use crate::shared::{Ended, Inbox, Observed, Resume, Retired, StateSender, WorkerShared};
 use crate::spawning::Spawned;
+use crate::write::CycleEnd;
 use state::{After, Rules, Run, Turn, Woke, WorkerState};
 
 /// Conflicts in a row on one object after which they are worth a warning.
@@ -80,6 +81,7 @@ impl WorkerShared {
             pending,
             kick,
             spawned: None,
+            since: None,
             state: WorkerState::new(
                 self.rules(),
                 resume,
@@ -146,6 +148,8 @@ struct Worker<'a> {
     kick: Option<&'a Kick>,
     spawned: Option<Spawned>,
     state: WorkerState,
+    /// Since when a change waits to be handled (see `Cycle::converged`).
+    since: Option<Instant>,
 }
 
 impl Worker<'_> {
@@ -302,16 +306,26 @@ impl Worker<'_> {
         let end = match self.state.run(shared.books.was_handled(self.uid)) {
             Run::Touch => Box::pin(shared.cycle.touch(&observed.body)).await,
             Run::Cycle { initial, rejected } => {
+                let since = self.since.map_or(observed.seen, |s| s.min(observed.seen));
+                self.since = Some(since);
                 // Boxed: an idle worker (most of them, most of the time) then holds a
                 // small state, not room for a whole cycle.
-                let cycle =
-                    shared
-                        .cycle
-                        .run(self.uid, observed, initial, &self.state.memo, rejected);
+                let cycle = shared.cycle.run(
+                    self.uid,
+                    observed,
+                    initial,
+                    &self.state.memo,
+                    rejected,
+                    since,
+                );
                 shared.cycle.holding(&mut place, Box::pin(cycle)).await
             }
         };
         drop(place);
+        if matches!(end, CycleEnd::Next { delay: None, .. } | CycleEnd::Gone) {
+            // Handled (or gone): the next change waits from its own state.
+            self.since = None;
+        }
         let after = self.state.on_cycle_end(end, Instant::now());
         self.after(observed, after).await
     }
