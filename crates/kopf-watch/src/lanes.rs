@@ -2,22 +2,33 @@
 //! events, retries) go ahead of the states of a listing (the start, a relist after the watch
 //! was lost), so that a change made during a burst is handled while the burst goes on.
 //!
-//! Listed objects run at most `capacity` cycles at a time. Without a `--worker-limit`, a
-//! cycle stops counting once it has run for [`SLOW_CYCLE`] (a handler waiting on something
-//! slow holds no place), and changed objects do not wait at all; with a worker limit, every
-//! cycle counts, and changed objects are first in the queue.
+//! Cycles run at most `capacity` at a time, changed objects first in the queue. Without a
+//! `--worker-limit`, a cycle stops counting once it has run for [`SLOW_CYCLE`] (a handler
+//! waiting on something slow holds no place), up to [`MAX_SLOW`] such cycles at once (beyond,
+//! they keep their places): at most `capacity + MAX_SLOW` objects are processed at once by
+//! default. With a worker limit, every cycle counts.
+//!
+//! Listed objects are never starved by a flood of changes: once the first of them has waited
+//! [`LISTED_AGING`], places go to the changed and the listed objects in turn.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 /// Cycles of listed objects at a time, without a worker limit.
 pub(crate) const DEFAULT_CAPACITY: usize = 64;
 
 /// Without a worker limit, a cycle that has run this long gives its place to the next.
 pub(crate) const SLOW_CYCLE: Duration = Duration::from_secs(1);
+
+/// Without a worker limit, the most cycles that gave their place back while they go on.
+pub(crate) const MAX_SLOW: usize = 448;
+
+/// A listed object waiting this long gets every other place, changed objects waiting or not.
+pub(crate) const LISTED_AGING: Duration = Duration::from_secs(5);
 
 /// A state's priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,12 +48,18 @@ pub(crate) struct Lanes {
     strict: bool,
     /// Workers of listed objects started but not yet running (about to wait here).
     arriving: std::sync::atomic::AtomicUsize,
+    /// Slow cycles that gave their place back (see [`MAX_SLOW`]).
+    slow: std::sync::atomic::AtomicUsize,
 }
 
 struct State {
     free: usize,
     changed: VecDeque<oneshot::Sender<Place>>,
-    listed: VecDeque<oneshot::Sender<Place>>,
+    /// Each with when it began to wait.
+    listed: VecDeque<(oneshot::Sender<Place>, Instant)>,
+    /// A listed object has waited too long and a changed one got the last place: the next
+    /// is the listed one's.
+    listed_owed: bool,
 }
 
 /// A held place; it goes to the next waiter when dropped.
@@ -58,27 +75,21 @@ impl Lanes {
                 free: limit.unwrap_or(DEFAULT_CAPACITY).max(1),
                 changed: VecDeque::new(),
                 listed: VecDeque::new(),
+                listed_owed: false,
             }),
             moved: Notify::new(),
             strict: limit.is_some(),
             arriving: Default::default(),
+            slow: Default::default(),
         })
-    }
-
-    /// Whether every cycle holds its place to the end (a worker limit).
-    pub(crate) fn strict(&self) -> bool {
-        self.strict
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A place for a cycle in `lane` (None: it needs none).
+    /// A place for a cycle in `lane` (None only when the lanes are gone).
     pub(crate) async fn acquire(self: &Arc<Self>, lane: Lane) -> Option<Place> {
-        if lane == Lane::Changed && !self.strict {
-            return None;
-        }
         let rx = {
             let mut state = self.lock();
             let ahead = match lane {
@@ -94,7 +105,7 @@ impl Lanes {
             let (tx, rx) = oneshot::channel();
             match lane {
                 Lane::Changed => state.changed.push_back(tx),
-                Lane::Listed => state.listed.push_back(tx),
+                Lane::Listed => state.listed.push_back((tx, Instant::now())),
             }
             rx
         };
@@ -127,18 +138,50 @@ impl Lanes {
         self.moved.notified().await;
     }
 
+    /// Runs `cycle` holding `place`; without a worker limit, a cycle that runs longer than
+    /// [`SLOW_CYCLE`] gives its place to the next (it waits on something slow, not on the
+    /// CPU), unless [`MAX_SLOW`] cycles already did.
+    pub(crate) async fn hold<F: std::future::Future + Unpin>(
+        &self,
+        place: &mut Option<Place>,
+        mut cycle: F,
+    ) -> F::Output {
+        if place.is_none() || self.strict {
+            return cycle.await;
+        }
+        tokio::select! {
+            end = &mut cycle => end,
+            _ = tokio::time::sleep(SLOW_CYCLE) => {
+                let Some(_slow) = SlowCycle::count(&self.slow) else {
+                    return cycle.await;
+                };
+                drop(place.take());
+                cycle.await
+            }
+        }
+    }
+
+    /// The next waiter to get a place: changed objects first, unless a listed object has
+    /// waited [`LISTED_AGING`] and a changed one got the last place.
+    fn next_waiter(state: &mut State) -> Option<(oneshot::Sender<Place>, bool)> {
+        let aged = state
+            .listed
+            .front()
+            .is_some_and(|(_, since)| since.elapsed() >= LISTED_AGING);
+        let listed_first = state.changed.is_empty() || (aged && state.listed_owed);
+        state.listed_owed = aged && !listed_first;
+        if listed_first && let Some((tx, _)) = state.listed.pop_front() {
+            return Some((tx, true));
+        }
+        state.changed.pop_front().map(|tx| (tx, false))
+    }
+
     fn release(self: &Arc<Self>) {
         let mut state = self.lock();
         loop {
-            let (next, listed) = match state.changed.pop_front() {
-                Some(tx) => (tx, false),
-                None => match state.listed.pop_front() {
-                    Some(tx) => (tx, true),
-                    None => {
-                        state.free += 1;
-                        return;
-                    }
-                },
+            let Some((next, listed)) = Self::next_waiter(&mut state) else {
+                state.free += 1;
+                return;
             };
             let place = Place {
                 lanes: Some(self.clone()),
@@ -155,6 +198,25 @@ impl Lanes {
                 Err(mut place) => drop(place.lanes.take()),
             }
         }
+    }
+}
+
+/// One of the slow cycles that gave their place back, counted while it lasts.
+struct SlowCycle<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> SlowCycle<'a> {
+    /// Counted, unless [`MAX_SLOW`] are.
+    fn count(slow: &'a std::sync::atomic::AtomicUsize) -> Option<Self> {
+        use std::sync::atomic::Ordering::SeqCst;
+        slow.fetch_update(SeqCst, SeqCst, |n| (n < MAX_SLOW).then_some(n + 1))
+            .ok()
+            .map(|_| SlowCycle(slow))
+    }
+}
+
+impl Drop for SlowCycle<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -192,22 +254,88 @@ mod tests {
         assert_eq!(lanes.listed_waiting(), 0);
     }
 
-    #[tokio::test]
-    async fn without_a_limit_changed_objects_never_wait() {
+    #[tokio::test(start_paused = true)]
+    async fn without_a_limit_every_cycle_needs_a_place_and_slow_ones_give_it_back() {
         let lanes = Lanes::new(None);
         let mut held = Vec::new();
         for _ in 0..DEFAULT_CAPACITY {
             held.push(lanes.acquire(Lane::Listed).await.expect("a place"));
         }
-        assert!(lanes.acquire(Lane::Changed).await.is_none());
-        let waiting = tokio::spawn({
+        let changed = tokio::spawn({
             let lanes = lanes.clone();
-            async move { lanes.acquire(Lane::Listed).await.is_some() }
+            async move { lanes.acquire(Lane::Changed).await.is_some() }
         });
         tokio::task::yield_now().await;
-        assert_eq!(lanes.listed_waiting(), 1);
-        held.pop();
-        assert!(waiting.await.expect("joined"));
+        assert!(
+            !changed.is_finished(),
+            "a changed object waits for a place too"
+        );
+        // A slow cycle gives its place back: the changed object gets it.
+        let mut place = held.pop();
+        let slow = tokio::spawn({
+            let lanes = lanes.clone();
+            async move {
+                lanes
+                    .hold(
+                        &mut place,
+                        Box::pin(tokio::time::sleep(Duration::from_secs(10))),
+                    )
+                    .await;
+            }
+        });
+        assert!(changed.await.expect("joined"));
+        assert_eq!(lanes.slow.load(std::sync::atomic::Ordering::SeqCst), 1);
+        slow.await.expect("joined");
+        assert_eq!(lanes.slow.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_cycles_keep_their_places_beyond_the_bound() {
+        let lanes = Lanes::new(None);
+        lanes
+            .slow
+            .store(MAX_SLOW, std::sync::atomic::Ordering::SeqCst);
+        let mut place = lanes.acquire(Lane::Changed).await;
+        lanes
+            .hold(&mut place, Box::pin(tokio::time::sleep(SLOW_CYCLE * 3)))
+            .await;
+        assert!(
+            place.is_some(),
+            "kept to the end: {MAX_SLOW} slow cycles already run"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_listed_object_that_waited_long_enough_gets_every_other_place() {
+        let lanes = Lanes::new(Some(1));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let wait = |lane: Lane, name: &'static str| {
+            let (lanes, order) = (lanes.clone(), order.clone());
+            tokio::spawn(async move {
+                let place = lanes.acquire(lane).await;
+                order.lock().expect("lock").push(name);
+                // Each cycle holds its place for 2 s.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                drop(place);
+            })
+        };
+        let first = lanes.acquire(Lane::Changed).await;
+        let mut waiting = vec![wait(Lane::Listed, "l1"), wait(Lane::Listed, "l2")];
+        tokio::task::yield_now().await;
+        for name in ["c1", "c2", "c3", "c4", "c5", "c6"] {
+            waiting.push(wait(Lane::Changed, name));
+        }
+        tokio::task::yield_now().await;
+        drop(first);
+        for t in waiting {
+            t.await.expect("joined");
+        }
+        // Changed objects first while the listed ones have waited less than 5 s (places at
+        // 0, 2 and 4 s), then in turn: the listed ones are not starved by the changes.
+        assert_eq!(
+            order.lock().expect("lock").clone(),
+            vec!["c1", "c2", "c3", "c4", "l1", "c5", "l2", "c6"]
+        );
     }
 
     #[tokio::test]

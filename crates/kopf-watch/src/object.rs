@@ -22,6 +22,9 @@ pub(crate) struct Observed {
     /// When the operator received this state, or an earlier one that it replaced before a
     /// worker took it (the start of its convergence, see `Cycle::run`).
     pub(crate) seen: tokio::time::Instant,
+    /// It came from a listing, or replaced a listed state before a worker took it (its
+    /// resume handlers are due all the same).
+    pub(crate) listed: bool,
 }
 
 impl Observed {
@@ -32,6 +35,7 @@ impl Observed {
             event,
             detected: None,
             seen: tokio::time::Instant::now(),
+            listed: event == EventKind::Listed,
         }
     }
 }

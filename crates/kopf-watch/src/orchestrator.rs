@@ -221,8 +221,10 @@ impl Orchestrator {
             .persistence(self.persistence.clone())
             .stack(self.stack.clone())
             .gate(self.gate.clone());
-            // At start-up, every handler waits for the indexed resources' first listings.
-            if initial && engine.has_indexes() {
+            // At start-up, every handler waits for every watch's first listing: its own
+            // resource's, the indexed ones', the owned and related kinds' (a handler never
+            // works on a partial view of what the operator watches).
+            if initial {
                 self.settings.gate.expect(&engine.gate_key());
             }
             engines.push((key, plural, engine));
@@ -263,6 +265,7 @@ impl Orchestrator {
         let plan = self.plan(&all, true)?;
         let mut running = BTreeMap::new();
         self.reconcile(&mut running, plan, true).await;
+        let held = tokio::spawn(self.settings.gate.clone().warn_while_held());
         let mut shutdown = std::pin::pin!(shutdown);
         let failure = async {
             match failures.as_mut() {
@@ -288,6 +291,7 @@ impl Orchestrator {
                 _ => None,
             };
         }
+        held.abort();
         // All engines stop at once (each stops its daemons within their own timeouts).
         let stops: Vec<_> = std::mem::take(&mut running)
             .into_values()

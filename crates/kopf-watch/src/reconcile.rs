@@ -68,12 +68,12 @@ impl Cycle {
                 Some(sem) => sem.clone().acquire_owned().await.ok(),
                 None => None,
             };
-            let _worker_place = self.lanes.acquire(crate::lanes::Lane::Changed).await;
+            let mut place = self.lanes.acquire(crate::lanes::Lane::Changed).await;
             let failures = schedule.failures;
             tracing::debug!("Reconciling ({trigger}).");
-            let ran = self
-                .reconcile_call(spec, body, trigger, failures, memo)
-                .await;
+            let call = Box::pin(self.reconcile_call(spec, body, trigger, failures, memo));
+            let ran = self.lanes.hold(&mut place, call).await;
+            drop(place);
             let (next, failures_after) = next_after(&ran.result, failures, &spec.config.backoff);
             schedule.failures = failures_after;
             let outcome = log_reconciled(&spec.id, &ran.result, next, failures_after);

@@ -1,6 +1,6 @@
 //! How resources are watched and objects processed ([`Settings`], the same for every
-//! resource of an operator), and the [`IndexGate`] that holds handlers back until the
-//! indexed resources are indexed.
+//! resource of an operator), and the [`IndexGate`] that holds handlers back at the start
+//! until every watched resource is listed (and indexed).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -67,7 +67,8 @@ pub struct Settings {
     pub extensions: Extensions,
     /// The operator's indexes (index handlers fill them).
     pub indexes: Indexes,
-    /// Handlers wait here until every indexed resource has been listed and indexed.
+    /// Handlers wait here at the start until every watched resource has been listed once
+    /// (and indexed).
     pub gate: IndexGate,
     /// Where the engine reports queue depth, tracked objects and its watch's health.
     pub metrics: Option<Metrics>,
@@ -87,8 +88,12 @@ pub struct Settings {
 /// The annotation that pauses one object, unless the settings name another.
 pub const DEFAULT_PAUSED_ANNOTATION: &str = "kopf.dev/paused";
 
-/// Holds handlers back until the initial listing of every indexed resource has been
-/// indexed (Kopf's "operator indexed" condition).
+/// How long handlers wait for the first listings before it is worth a warning (and again).
+pub const HELD_WARNING: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Holds handlers back at the start until every watched resource (handled, indexed, owned
+/// or related) has been listed once, and indexed (Kopf's "operator indexed" condition,
+/// extended to every watch, as controller-runtime waits for its caches to sync).
 #[derive(Clone, Debug)]
 pub struct IndexGate(Arc<watch::Sender<HashSet<String>>>);
 
@@ -115,6 +120,26 @@ impl IndexGate {
     pub async fn wait(&self) {
         let mut rx = self.0.subscribe();
         let _ = rx.wait_for(HashSet::is_empty).await;
+    }
+
+    /// Warns every [`HELD_WARNING`] while something is pending, naming what (a watch that
+    /// cannot list holds every handler back); ends when nothing is.
+    pub async fn warn_while_held(self) {
+        loop {
+            tokio::select! {
+                _ = self.wait() => return,
+                _ = kopf_core::clock::sleep(HELD_WARNING, "the warning that handlers wait for listings") => {}
+            }
+            let mut pending: Vec<String> = self.0.borrow().iter().cloned().collect();
+            if pending.is_empty() {
+                return;
+            }
+            pending.sort();
+            tracing::warn!(
+                "No handler runs yet: they wait for the first listing of {} (see the errors of those watches above).",
+                pending.join(", ")
+            );
+        }
     }
 }
 

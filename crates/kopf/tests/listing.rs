@@ -35,10 +35,12 @@ fn record(calls: &Calls, created: &Arc<AtomicU32>, id: &str, cause: &Cause) {
 /// The listing of 302 objects is slowed to 10 ms per object (a streaming list, whose
 /// initial events the fake server delays): about 3 s. Once the early watch has opened
 /// (after 250 ms), two objects handled before change: `a-first` after it was listed,
-/// `z-last` before (it is listed last). Both
-/// changes are handled while fewer than half of the listing's objects are created, where
-/// they would wait for all of them; `z-last` still gets its resume handler, once, and its
-/// older listed state is dropped (one update, one resume, no other call).
+/// `z-last` before (it is listed last). At the start, no handler runs before the listing
+/// ends (the sync gate); then both changes are handled while fewer than half of the
+/// listing's objects are created, where they would wait for all of them; both still get
+/// their resume handler, once (`a-first`'s listed state was replaced before a worker took
+/// it), and `z-last`'s older listed state is dropped (one update, one resume, no other
+/// call).
 #[tokio::test(start_paused = true)]
 async fn changes_during_a_long_listing_are_handled_before_it_ends_and_once() {
     let server = common::paused_server().await;

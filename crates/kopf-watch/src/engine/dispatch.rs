@@ -80,9 +80,10 @@ impl Dispatcher {
             shared.queued(&live.pending);
             live.tx.send_modify(|latest| {
                 // A state the worker has not taken yet is replaced: its change waits since
-                // that one came.
+                // that one came, and a listed one's resume handlers are still due.
                 if waiting && let Some(older) = latest {
                     observed.seen = observed.seen.min(older.seen);
+                    observed.listed |= older.listed;
                 }
                 *latest = Some(observed);
             });

@@ -176,7 +176,7 @@ impl Engine {
         Ok(Run {
             plural,
             name,
-            indexing: indexed.then_some((index_gate, gate_key)),
+            synced: (index_gate, gate_key),
             arrival,
             gate,
             standing: GateStage::default(),
@@ -220,8 +220,9 @@ struct Run {
     plural: String,
     /// `plural.group` (the gate's log lines).
     name: String,
-    /// With index handlers: the gate the other engines wait on, and this engine's key in it.
-    indexing: Option<(IndexGate, String)>,
+    /// The gate every handler waits on at the start, and this engine's key in it (done
+    /// with its first listing, indexed).
+    synced: (IndexGate, String),
     /// How its objects are read as they arrive.
     arrival: Arrival,
     /// The operator's gate.
@@ -426,8 +427,7 @@ impl Run {
             }
             self.standing.relisted();
         }
-        if let Some((gate, key)) = &self.indexing {
-            gate.done(key);
-        }
+        let (gate, key) = &self.synced;
+        gate.done(key);
     }
 }

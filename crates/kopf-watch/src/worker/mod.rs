@@ -65,7 +65,8 @@ impl WorkerShared {
         resume: Option<Box<Resume>>,
     ) -> Option<Resume> {
         let Inbox { rx, tx } = inbox;
-        // Nothing runs before the indexed resources are indexed (events meanwhile coalesce).
+        // Nothing runs before every watch of the operator has listed once, and the indexed
+        // resources are indexed (events meanwhile coalesce).
         loop {
             tokio::select! {
                 _ = self.settings.gate.wait() => break,

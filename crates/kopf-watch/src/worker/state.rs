@@ -204,7 +204,7 @@ impl WorkerState {
             }
             return Turn::Nobody;
         }
-        self.listed |= observed.event == EventKind::Listed;
+        self.listed |= observed.listed;
         if self.rules.reconcile.is_some() {
             if observed.event == EventKind::Deleted
                 || kopf_core::finalizers::is_deleting(&observed.body)
