@@ -93,6 +93,20 @@ pub enum HierarchyError {
         /// The JSON type needed there.
         expected: &'static str,
     },
+    /// The child already has another controller: an object has at most one (the API server
+    /// refuses a second), and taking over another controller's child is a mistake unless
+    /// meant.
+    #[error(
+        "the child is already controlled by {kind} {name:?} (uid {uid}): an object has one controller, and the API server would refuse a second; leave the child to it, or remove that owner reference first (remove_owner_reference) if taking it over is meant"
+    )]
+    ControlledByAnother {
+        /// The other controller's kind.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// Its uid.
+        uid: String,
+    },
 }
 
 fn owner_field_hint(field: &str) -> &'static str {
@@ -406,6 +420,25 @@ fn append_reference(body: &mut Value, reference: Value) -> Result<(), HierarchyE
         Value::Array(refs) => refs,
         other => return Err(malformed("metadata.ownerReferences", other, "a list")),
     };
+    let controls = |r: &Value| r.get("controller").and_then(Value::as_bool) == Some(true);
+    if controls(&reference)
+        && let Some(other) = refs
+            .iter()
+            .find(|r| controls(r) && r.get("uid") != uid.as_ref())
+    {
+        let text = |key: &str| {
+            other
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        return Err(HierarchyError::ControlledByAnother {
+            kind: text("kind"),
+            name: text("name"),
+            uid: text("uid"),
+        });
+    }
     if !refs
         .iter()
         .any(|existing| existing.get("uid") == uid.as_ref())
@@ -627,7 +660,7 @@ mod tests {
     fn remove_drops_matching_and_empty_list() {
         let mut child = json!({"metadata": {"name": "c"}});
         append_owner_reference(&mut child, &owner(), true, true).unwrap();
-        append_owner_reference(&mut child, &owner_with_uid("uid-2"), true, true).unwrap();
+        append_owner_reference(&mut child, &owner_with_uid("uid-2"), false, false).unwrap();
 
         remove_owner_reference(&mut child, &owner()).unwrap();
         let refs = child["metadata"]["ownerReferences"].as_array().unwrap();
@@ -947,5 +980,35 @@ mod tests {
             err.to_string(),
             "the child's metadata.ownerReferences is an object, not a list"
         );
+    }
+
+    #[test]
+    fn a_child_controlled_by_another_owner_is_not_adopted() {
+        let owner = json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "parent", "namespace": "ns", "uid": "u-parent"}});
+        let mut child = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "c", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                "uid": "u-rs", "controller": true}]}});
+        let before = child.clone();
+        let error = adopt(&mut child, &owner).expect_err("controlled by the ReplicaSet");
+        assert!(
+            matches!(&error, HierarchyError::ControlledByAnother { kind, name, uid }
+                if kind == "ReplicaSet" && name == "rs" && uid == "u-rs"),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("remove_owner_reference"),
+            "{error}"
+        );
+        assert_eq!(child, before, "unchanged");
+        let error = append_owner_reference(&mut child, &owner, true, true).expect_err("same");
+        assert!(matches!(error, HierarchyError::ControlledByAnother { .. }));
+
+        // Co-owning (not as the controller) is fine, and adopting one's own child again too.
+        append_owner_reference(&mut child, &owner, false, false).expect("a co-owner");
+        let mut own = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
+        adopt(&mut own, &owner).expect("adopted");
+        adopt(&mut own, &owner).expect("again: the same controller");
     }
 }

@@ -71,7 +71,7 @@ mod tools;
 
 use parse::*;
 pub use storage::Storage;
-pub use tools::{CrdArgs, CrdOutput, OlmArgs, RbacArgs};
+pub use tools::{CrdArgs, CrdOutput, OlmArgs, RbacArgs, UninstallArgs};
 
 // What the commands do, for the `kopf` command and tools that run them in-process.
 pub use crate::fake::fake_apiserver;
@@ -322,6 +322,11 @@ pub enum Command {
     /// Write an Operator Lifecycle Manager bundle: the ClusterServiceVersion (the image's
     /// deployment, the RBAC of `rbac`, the owned CRDs), the CRDs, metadata/annotations.yaml.
     Olm(OlmArgs),
+    /// Take the operator's state off every object it handles: its finalizer, its
+    /// annotations (progress, diff-base) and its status storage, so that the operator can
+    /// be removed and its objects, namespaces and CRDs deleted without getting stuck. Stop
+    /// the operator first (it would put its finalizer back). Prints what it changed.
+    Uninstall(UninstallArgs),
     /// Run the in-memory Kubernetes API server until SIGINT/SIGTERM.
     FakeApiserver(FakeApiserverArgs),
     /// Print [`About::probe_answer`] and exit: how `kopf run` and `kopf rbac` tell a kopf-rs
@@ -1125,7 +1130,11 @@ mod tests {
                 later(Duration::from_millis(a.crd_establish_delay_ms));
                 later(Duration::from_millis(a.pod_job_run_ms));
             }
-            Command::Rbac(_) | Command::Crd(_) | Command::Olm(_) | Command::Probe => {}
+            Command::Rbac(_)
+            | Command::Crd(_)
+            | Command::Olm(_)
+            | Command::Uninstall(_)
+            | Command::Probe => {}
         }
     }
 

@@ -129,6 +129,7 @@ mod rbac;
 mod running;
 mod serve;
 mod signals;
+pub mod uninstall;
 
 // The attribute macros expand to `::kopf::...` paths, also inside this crate's own tests.
 extern crate self as kopf;

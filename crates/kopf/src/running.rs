@@ -43,6 +43,7 @@ impl Operator {
             cli::Command::Rbac(args) => self.print_rbac(args).await,
             cli::Command::Crd(args) => self.print_crds(&args),
             cli::Command::Olm(args) => self.write_olm_bundle(&args).await,
+            cli::Command::Uninstall(args) => self.print_uninstall(args).await,
             cli::Command::FakeApiserver(args) => fake_apiserver(args).await,
             cli::Command::Probe => {
                 use std::io::Write;

@@ -44,11 +44,15 @@ async fn a_refused_object_patch_is_logged_with_the_servers_message() {
     // A delete handler: the finalizer goes with the handler's patch, in the guarded JSON
     // patch.
     let op = Operator::new()
-        .on_create("kopfexamples", "create_fn", |patch: kopf::handler::Patch| {
-            let blob = "x".repeat(300 * 1024);
-            patch.merge(json!({"metadata": {"annotations": {"example.com/blob": blob}}}));
-            async { Ok::<_, HandlerError>(()) }
-        })
+        .on_create(
+            "kopfexamples",
+            "create_fn",
+            |patch: kopf::handler::Patch| {
+                let blob = "x".repeat(300 * 1024);
+                patch.merge(json!({"metadata": {"annotations": {"example.com/blob": blob}}}));
+                async { Ok::<_, HandlerError>(()) }
+            },
+        )
         .on_delete("kopfexamples", "delete_fn", || async {
             Ok::<_, HandlerError>(())
         });

@@ -5,6 +5,26 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
+/// Options of `uninstall`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct UninstallArgs {
+    /// Say what would be taken off, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Only objects in this namespace (repeatable); cluster-scoped resources are always
+    /// looked at.
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        value_name = "NS",
+        required_unless_present = "all_namespaces"
+    )]
+    pub namespaces: Vec<String>,
+    /// Objects in every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespaces")]
+    pub all_namespaces: bool,
+}
+
 /// Options of `rbac`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RbacArgs {
