@@ -179,28 +179,41 @@ impl Cycle {
                 .writes
                 .apply(written, &outcome.plan, &outcome.delivered, outcome.delay)
                 .await;
-            // Outcomes are reported once the writes went through: a result the API server
-            // refused is not a success, and a cause whose writes failed is not processed.
-            let stored = matches!(end, CycleEnd::Next { .. });
-            log_handlers(&outcome, &end);
             record_cycle(&cycle, outcome.reason, outcome.done, &end);
-            if outcome.done && stored {
-                self.books.handled(uid);
-                self.converged(outcome.reason, since);
-            }
-            let mut events = outcome.events;
-            if stored
-                && let Some(unstored) = &outcome.unstored_diff_base
-                && let Some(report) = self.oversized.keep(uid, unstored)
-            {
-                tracing::error!("{}", report.message);
-                events.push(report);
-            }
-            self.poster.post(uid, body, events).await;
+            self.report(uid, body, outcome, &end, since).await;
             end
         }
         .instrument(span)
         .await
+    }
+
+    /// What a cycle tells once its writes are done: outcomes are reported once the writes
+    /// went through (a result the API server refused is not a success, and a cause whose
+    /// writes failed is not processed), then its convergence, a diff-base too large to be
+    /// stored, and its Events.
+    async fn report(
+        &self,
+        uid: &str,
+        body: &Value,
+        outcome: CycleOutcome,
+        end: &CycleEnd,
+        since: tokio::time::Instant,
+    ) {
+        let stored = matches!(end, CycleEnd::Next { .. });
+        log_handlers(&outcome, end);
+        if outcome.done && stored {
+            self.books.handled(uid);
+            self.converged(outcome.reason, since);
+        }
+        let mut events = outcome.events;
+        if stored
+            && let Some(unstored) = &outcome.unstored_diff_base
+            && let Some(report) = self.oversized.keep(uid, unstored)
+        {
+            tracing::error!("{}", report.message);
+            events.push(report);
+        }
+        self.poster.post(uid, body, events).await;
     }
 }
 
