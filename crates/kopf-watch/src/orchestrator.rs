@@ -265,7 +265,12 @@ impl Orchestrator {
         let plan = self.plan(&all, true)?;
         let mut running = BTreeMap::new();
         self.reconcile(&mut running, plan, true).await;
-        let held = tokio::spawn(self.settings.gate.clone().warn_while_held());
+        let held = tokio::spawn(
+            self.settings
+                .gate
+                .clone()
+                .warn_while_held(self.gate.clone()),
+        );
         let mut shutdown = std::pin::pin!(shutdown);
         let failure = async {
             match failures.as_mut() {

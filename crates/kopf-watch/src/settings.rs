@@ -123,8 +123,9 @@ impl IndexGate {
     }
 
     /// Warns every [`HELD_WARNING`] while something is pending, naming what (a watch that
-    /// cannot list holds every handler back); ends when nothing is.
-    pub async fn warn_while_held(self) {
+    /// cannot list holds every handler back), unless the operator itself is paused or stands
+    /// by (`operator`: its watches wait for that); ends when nothing is pending.
+    pub async fn warn_while_held(self, operator: kopf_core::gate::Gate) {
         loop {
             tokio::select! {
                 _ = self.wait() => return,
@@ -133,6 +134,9 @@ impl IndexGate {
             let mut pending: Vec<String> = self.0.borrow().iter().cloned().collect();
             if pending.is_empty() {
                 return;
+            }
+            if !operator.is_open() {
+                continue;
             }
             pending.sort();
             tracing::warn!(
