@@ -107,3 +107,50 @@ async fn a_write_not_back_by_the_consistency_timeout_counts_as_a_timeout() {
     );
     running.stop().await;
 }
+
+/// A cycle whose writes would change nothing sends nothing (P19: in every write mode): a
+/// restart's resume handler that returns what it returned before, on an object whose
+/// diff-base is stored, makes no write at all.
+#[tokio::test(start_paused = true)]
+async fn a_cycle_that_would_change_nothing_sends_nothing() {
+    let server = paused_server().await;
+    let resumed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let op = || {
+        let r = resumed.clone();
+        Operator::new()
+            .on_create("kopfexamples", "create_fn", || async {
+                Ok::<_, HandlerError>(json!("created"))
+            })
+            .on_resume("kopfexamples", "resume_fn", move || {
+                r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok::<_, HandlerError>(json!("the same")) }
+            })
+    };
+    kex_api(&server)
+        .create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    let running = Running::start(&server, op()).await;
+    running.settled().await;
+    running.stop().await;
+    let running = Running::start(&server, op()).await;
+    running.settled().await;
+    running.stop().await;
+    // The third start: the resume handler runs again, with the result it stored the last
+    // time.
+    let mark = server.requests().len();
+    let third = Running::start(&server, op()).await;
+    third.settled().await;
+    third.stop().await;
+    let writes: Vec<String> = server.requests()[mark..]
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(writes, Vec::<String>::new(), "no write");
+    assert_eq!(
+        resumed.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the resume handler ran at the second start and at the third"
+    );
+}
