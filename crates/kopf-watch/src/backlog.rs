@@ -39,9 +39,10 @@ impl Backlog {
         }
     }
 
-    /// Forgets a waiting object (a newer state of it came, or it left); whether it waited.
-    pub(crate) fn forget(&mut self, uid: &str) -> bool {
-        self.bodies.remove(uid).is_some()
+    /// Forgets a waiting object (a newer state of it came, or it left); when its first
+    /// waiting state came, if it waited.
+    pub(crate) fn forget(&mut self, uid: &str) -> Option<Instant> {
+        self.bodies.remove(uid).map(|(_, seen)| seen)
     }
 
     /// Whether nothing waits.
@@ -86,8 +87,8 @@ mod tests {
         backlog.push("b", &json!({"n": 2}), t0);
         backlog.push("c", &json!({"n": 3}), t0);
         backlog.push("a", &json!({"n": 4}), t1);
-        assert!(backlog.forget("b"));
-        assert!(!backlog.forget("b"));
+        assert_eq!(backlog.forget("b"), Some(t0));
+        assert_eq!(backlog.forget("b"), None);
         assert!(!backlog.is_empty());
         let (uid, body, seen) = backlog.pop().expect("a");
         assert_eq!((uid.as_str(), body.as_ref()), ("a", &json!({"n": 4})));

@@ -44,7 +44,8 @@ pub(crate) struct Lanes {
     state: Mutex<State>,
     /// A listed object got its place (the engine starts more from its backlog).
     moved: Notify,
-    /// Every cycle counts, and waits (a worker limit); otherwise changed objects never wait.
+    /// Every cycle holds its place to its end (a worker limit); otherwise a slow one gives it
+    /// back (see [`Lanes::hold`]).
     strict: bool,
     /// Workers of listed objects started but not yet running (about to wait here).
     arriving: std::sync::atomic::AtomicUsize,

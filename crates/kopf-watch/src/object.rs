@@ -25,6 +25,9 @@ pub(crate) struct Observed {
     /// It came from a listing, or replaced a listed state before a worker took it (its
     /// resume handlers are due all the same).
     pub(crate) listed: bool,
+    /// Its worker has taken it from the channel (a newer state replacing it then starts a
+    /// change of its own).
+    pub(crate) taken: bool,
 }
 
 impl Observed {
@@ -36,6 +39,7 @@ impl Observed {
             detected: None,
             seen: tokio::time::Instant::now(),
             listed: event == EventKind::Listed,
+            taken: false,
         }
     }
 }

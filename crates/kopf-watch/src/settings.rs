@@ -23,9 +23,9 @@ pub struct Settings {
     /// Which namespaces are served: exact names get one watch each; globs and negations
     /// filter one cluster-wide watch; empty serves all namespaces.
     pub namespaces: NamespaceSelector,
-    /// At most this many objects are processed at the same time, changed objects before
-    /// listed ones (None: listed objects 64 at a time, each counted for at most a second;
-    /// changed objects at once).
+    /// At most this many objects of a resource are processed at the same time, changed
+    /// objects before listed ones (in turn once a listed one waited 5 s). None: 64 at a
+    /// time, each counted for at most a second, and at most 448 slow ones beyond.
     pub worker_limit: Option<usize>,
     /// Events about one object: up to `event_burst` at once, then one per `event_interval`.
     pub event_interval: Duration,

@@ -495,9 +495,9 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 0.0.0.0:9090).
     #[arg(long, env = "KOPF_RUN_METRICS", value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
-    /// At most this many objects are processed at the same time, changed objects first
-    /// (0: no strict limit: 64 listed objects at a time, changed objects at once; at most
-    /// 1000000).
+    /// At most this many objects of a resource are processed at the same time, changed
+    /// objects first (0: the default bound: 64 at a time, a cycle slower than a second
+    /// giving its place back, at most 448 such; at most 1000000).
     #[arg(long, env = "KOPF_RUN_WORKER_LIMIT", value_name = "N", default_value_t = 0, value_parser = parse_worker_limit, allow_negative_numbers = true)]
     pub worker_limit: usize,
     /// Requests per second to the API server, on average (0: no limit).

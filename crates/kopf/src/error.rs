@@ -87,6 +87,15 @@ pub enum Error {
         /// What failed, in words.
         cause: String,
     },
+    /// `uninstall` could not take the operator's state off some objects (each is named in
+    /// its report, with why); the others were cleaned.
+    #[error(
+        "uninstall could not clean {failed} object(s) (listed above with why); run it again once that is fixed"
+    )]
+    Uninstall {
+        /// How many.
+        failed: usize,
+    },
     /// The output of a command (rbac, fake-apiserver) cannot be written.
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),

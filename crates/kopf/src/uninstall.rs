@@ -53,6 +53,8 @@ pub struct UninstallReport {
     pub cleaned: Vec<Cleaned>,
     /// Objects looked at in all.
     pub objects: usize,
+    /// Objects whose state could not be taken off, and why (the others were cleaned).
+    pub failed: Vec<(Cleaned, String)>,
 }
 
 /// What of an object is the operator's own, from its persistence settings.
@@ -179,6 +181,7 @@ impl Operator {
             resources: resources.iter().map(resource_name).collect(),
             cleaned: Vec::new(),
             objects: 0,
+            failed: Vec::new(),
         };
         for resource in &resources {
             for api in apis(client, resource, args) {
@@ -212,7 +215,11 @@ impl Operator {
         let report = self.uninstall(&client, &args).await?;
         std::io::stdout()
             .write_all(report.to_string().as_bytes())
-            .map_err(Error::Output)
+            .map_err(Error::Output)?;
+        match report.failed.len() {
+            0 => Ok(()),
+            failed => Err(Error::Uninstall { failed }),
+        }
     }
 }
 
@@ -250,12 +257,14 @@ async fn clean_all(
             let Some(found) = ours.found(&name, &body) else {
                 continue;
             };
-            let cleaned = if dry_run {
-                found
-            } else {
-                clean_one(api, resource, ours, body, found).await?
-            };
-            report.cleaned.push(cleaned);
+            if dry_run {
+                report.cleaned.push(found);
+                continue;
+            }
+            match clean_one(api, resource, ours, body, found.clone()).await {
+                Ok(cleaned) => report.cleaned.push(cleaned),
+                Err(e) => report.failed.push((found, e.to_string())),
+            }
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -383,6 +392,13 @@ impl std::fmt::Display for UninstallReport {
             for r in &rows {
                 writeln!(f, "{}", line(r.iter().map(String::as_str).collect()))?;
             }
+        }
+        for (c, why) in &self.failed {
+            let ns = c
+                .namespace
+                .as_deref()
+                .map_or(String::new(), |n| format!("{n}/"));
+            writeln!(f, "FAILED {} {ns}{}: {why}", c.resource, c.name)?;
         }
         let verb = if self.dry_run {
             "would be cleaned (dry run: nothing was changed)"

@@ -131,3 +131,36 @@ async fn a_diff_base_that_fits_again_is_stored_again() {
     assert_eq!(counts(&calls), [1, 2, 0]);
     running.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_spec_that_grows_too_large_is_updated_once_and_reported_once() {
+    let server = paused_server().await;
+    let calls: [Arc<AtomicUsize>; 3] = Default::default();
+    let running = Running::start(&server, operator(&calls)).await;
+    let api = kex_api(&server);
+    api.create(
+        &PostParams::default(),
+        &obj("big", json!({"field": "small"})),
+    )
+    .await
+    .expect("create");
+    running.settled().await;
+    // It grows beyond the annotation's budget: its older diff-base (which fitted) must not be
+    // taken for the last handled state again and again.
+    let patch = json!({"spec": {"field": "x".repeat(1_400_000)}});
+    api.patch("big", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("grow");
+    running.advance(Duration::from_secs(60)).await;
+    assert_eq!(counts(&calls), [1, 1, 0], "one update in a minute");
+    patch_spec(&api, "y").await;
+    running.advance(Duration::from_secs(60)).await;
+    assert_eq!(counts(&calls), [1, 2, 0], "and one for the next change");
+    assert_eq!(
+        running
+            .logged_at("ERROR", "The diff-base of this object")
+            .len(),
+        1
+    );
+    running.stop().await;
+}

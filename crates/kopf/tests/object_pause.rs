@@ -327,3 +327,41 @@ async fn a_paused_object_is_not_reconciled_even_when_requeued() {
     assert!(lock(&seen).len() >= at_pause + 2, "requeued again");
     running.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_object_listed_at_a_start_gets_its_resume_handler_once_resumed() {
+    let server = paused_server().await;
+    let resumed = Arc::new(AtomicUsize::new(0));
+    let op = || {
+        let r = resumed.clone();
+        Operator::new()
+            .on_create("kopfexamples", "create_fn", || async {
+                Ok::<_, HandlerError>(())
+            })
+            .on_resume("kopfexamples", "resume_fn", move || {
+                r.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, HandlerError>(()) }
+            })
+    };
+    let api = kex_api(&server);
+    api.create(&PostParams::default(), &obj("k", json!({"field": "a"})))
+        .await
+        .expect("create");
+    let running = Running::start(&server, op()).await;
+    running.settled().await;
+    running.stop().await;
+
+    // Paused while the operator is down, then listed at its next start: held.
+    annotate(&api, "k", "kopf.dev/paused", json!("true")).await;
+    let running = Running::start(&server, op()).await;
+    running.advance(Duration::from_secs(60)).await;
+    assert_eq!(resumed.load(Ordering::SeqCst), 0, "not while paused");
+    annotate(&api, "k", "kopf.dev/paused", Value::Null).await;
+    running.settled().await;
+    assert_eq!(
+        resumed.load(Ordering::SeqCst),
+        1,
+        "its resume handler, once resumed"
+    );
+    running.stop().await;
+}

@@ -223,3 +223,41 @@ fn the_command_needs_namespaces_or_all_of_them() {
         "one or the other"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_object_that_cannot_be_cleaned_is_reported_and_the_others_are_cleaned() {
+    use kopf::testing::{FaultRule, RequestPattern};
+    let server = paused_server().await;
+    let client = server.client();
+    for name in ["one", "two"] {
+        kopfexamples(&client, "default")
+            .create(&PostParams::default(), &obj(name, json!({"field": "a"})))
+            .await
+            .expect("create");
+    }
+    let running = Running::start(&server, operator()).await;
+    running.settled().await;
+    running.stop().await;
+    server.inject_fault(FaultRule {
+        pattern: RequestPattern::any()
+            .verb("patch")
+            .resource("kopfexamples")
+            .name("one"),
+        code: 403,
+        count: None,
+        retry_after: None,
+        message: Some("patching is forbidden here".into()),
+    });
+    let report = operator()
+        .uninstall(&client, &args(&["default"], false))
+        .await
+        .expect("a report");
+    assert_eq!(report.cleaned.len(), 1, "{report}");
+    assert_eq!(report.cleaned[0].name, "two");
+    assert_eq!(report.failed.len(), 1, "{report}");
+    let text = report.to_string();
+    assert!(
+        text.contains("FAILED kopfexamples.kopf.dev default/one") && text.contains("forbidden"),
+        "{text}"
+    );
+}

@@ -241,6 +241,17 @@ fn store_diff_base(
                 essence: new.clone(),
                 annotations_size: size,
             });
+            // An older diff-base that fitted goes: left there, it would be taken for the last
+            // handled state (the one kept in memory is the engine's to put back).
+            let key = settings.annotation();
+            if body
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(&key))
+                .is_some()
+            {
+                out.plan
+                    .merge(&serde_json::json!({"metadata": {"annotations": {key: null}}}));
+            }
             return;
         }
     }

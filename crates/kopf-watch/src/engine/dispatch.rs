@@ -63,10 +63,11 @@ impl Dispatcher {
         let mut observed = Observed::new(body, kind);
         let shared = &self.shared;
         let slot = slot(shared, &mut self.slots, &uid);
-        if self.backlog.forget(&uid) {
+        if let Some(seen) = self.backlog.forget(&uid) {
             // A newer state replaces a waiting listed one, which stays listed (its resume
-            // handlers are still due).
+            // handlers are still due), and its change waits since that one came.
             slot.listed();
+            observed.seen = observed.seen.min(seen);
         }
         if slot.live.as_ref().is_some_and(|l| l.tx.is_closed()) {
             // Its worker is gone without retiring (ended for good, or its task failed):
@@ -76,12 +77,11 @@ impl Dispatcher {
         if let Some(live) = &slot.live {
             // Counted before it is sent: the worker (maybe on another thread) may pick it
             // at once, and its `picked` must see the flag, or the gauge stays up forever.
-            let waiting = live.pending.load(Ordering::SeqCst);
             shared.queued(&live.pending);
             live.tx.send_modify(|latest| {
                 // A state the worker has not taken yet is replaced: its change waits since
                 // that one came, and a listed one's resume handlers are still due.
-                if waiting && let Some(older) = latest {
+                if let Some(older) = latest.as_ref().filter(|o| !o.taken) {
                     observed.seen = observed.seen.min(older.seen);
                     observed.listed |= older.listed;
                 }

@@ -176,7 +176,7 @@ impl Engine {
         Ok(Run {
             plural,
             name,
-            synced: (index_gate, gate_key),
+            synced: Synced(index_gate, gate_key),
             arrival,
             gate,
             standing: GateStage::default(),
@@ -213,6 +213,23 @@ enum Flow {
     Stop,
 }
 
+/// An engine's key in the gate every handler waits on at the start: done with its first
+/// listing, or when the engine ends without one (a resource no longer served), so that it
+/// never holds the others back for good.
+struct Synced(IndexGate, String);
+
+impl Synced {
+    fn done(&self) {
+        self.0.done(&self.1);
+    }
+}
+
+impl Drop for Synced {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
 /// One engine's stages, wired: the source's events go through the gate to the dispatcher;
 /// shard changes, reconcile requests and the workers' ends come in beside them.
 struct Run {
@@ -222,7 +239,7 @@ struct Run {
     name: String,
     /// The gate every handler waits on at the start, and this engine's key in it (done
     /// with its first listing, indexed).
-    synced: (IndexGate, String),
+    synced: Synced,
     /// How its objects are read as they arrive.
     arrival: Arrival,
     /// The operator's gate.
@@ -427,7 +444,6 @@ impl Run {
             }
             self.standing.relisted();
         }
-        let (gate, key) = &self.synced;
-        gate.done(key);
+        self.synced.done();
     }
 }

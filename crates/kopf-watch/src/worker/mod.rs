@@ -161,7 +161,7 @@ impl Worker<'_> {
             let news = self.state.has_fetched() || self.rx.has_changed().unwrap_or(false);
             let observed = match self.state.take_fetched() {
                 Some(fresh) => fresh,
-                None => self.rx.borrow_and_update().clone()?,
+                None => self.take()?,
             };
             // Boxed: a worker that waits (for its daemons, a retry, its own write) then
             // holds the wait's few fields, not room for a whole step.
@@ -183,6 +183,24 @@ impl Worker<'_> {
                 return None;
             }
         }
+    }
+
+    /// The latest state from the channel, marked there as taken (see `Observed::taken`);
+    /// None: the engine ended the worker.
+    fn take(&mut self) -> Option<Observed> {
+        let observed = self.rx.borrow_and_update().clone()?;
+        if let Some(tx) = self.tx.upgrade() {
+            tx.send_if_modified(|latest| {
+                if let Some(o) = latest
+                    && Arc::ptr_eq(&o.body, &observed.body)
+                {
+                    o.taken = true;
+                }
+                // Not a new state: the worker is not woken.
+                false
+            });
+        }
+        Some(observed)
     }
 
     /// An idle worker that stays for its daemons and timers: the state its channel keeps
@@ -245,10 +263,22 @@ impl Worker<'_> {
     /// annotation is off, or the object is gone from the API).
     async fn held(&mut self, observed: &Observed) -> Option<Flow> {
         let pauses = self.shared.pauses.as_ref()?;
-        if observed.event == EventKind::Deleted || !pauses.hold(self.uid, &observed.body).await {
+        if observed.event == EventKind::Deleted {
+            // Gone from the API: not paused any more, and nothing to hold.
+            pauses.forget(self.uid);
             return None;
         }
-        self.state.hold();
+        // A state older than our own write or a read says nothing about the pause: left
+        // alone while paused, else the cause handlers skip it as usual.
+        if self.state.is_stale(observed, Instant::now()) {
+            return pauses.is_paused(self.uid).then_some(Flow::Wait);
+        }
+        if !pauses.hold(self.uid, &observed.body).await {
+            return None;
+        }
+        self.state.hold(observed);
+        // Nothing waits for this worker while it holds the state (the queue's gauge).
+        self.shared.books.picked(self.pending);
         if let Some(s) = &mut self.spawned {
             Box::pin(s.daemons.stop_all(StopReason::Paused)).await;
         }

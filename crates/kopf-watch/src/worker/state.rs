@@ -224,16 +224,10 @@ impl WorkerState {
     /// older than a read are skipped for good; a DELETED event is never stale. Listed
     /// objects wait behind changed ones.
     pub(crate) fn admit(&mut self, observed: &Observed, now: Instant) -> Option<Lane> {
-        let have = rv(&observed.body);
-        let older = |than: u64| have.is_some_and(|have| have < than);
-        let stale = observed.event != EventKind::Deleted
-            && (self
-                .expected
-                .is_some_and(|(want, deadline)| older(want) && now < deadline)
-                || self.floor.is_some_and(older));
-        if stale {
+        if self.is_stale(observed, now) {
             return None;
         }
+        let have = rv(&observed.body);
         if let Some((want, _)) = self.expected.take()
             && observed.event != EventKind::Deleted
             && let Some(have) = have
@@ -246,6 +240,18 @@ impl WorkerState {
         } else {
             Lane::Changed
         })
+    }
+
+    /// Whether a state is older than our last write (until its deadline at `now`) or than a
+    /// read: it is skipped. A DELETED event is never stale.
+    pub(crate) fn is_stale(&self, observed: &Observed, now: Instant) -> bool {
+        let have = rv(&observed.body);
+        let older = |than: u64| have.is_some_and(|have| have < than);
+        observed.event != EventKind::Deleted
+            && (self
+                .expected
+                .is_some_and(|(want, deadline)| older(want) && now < deadline)
+                || self.floor.is_some_and(older))
     }
 
     /// How an admitted state runs (`handled`: the object's cause handlers finished once).
@@ -399,7 +405,9 @@ impl WorkerState {
     /// The object is paused by hand: nothing is due until it is resumed (no retry, no
     /// re-check, no reconcile; the next state after the pause is processed as usual, with
     /// what changed meanwhile).
-    pub(crate) fn hold(&mut self) {
+    pub(crate) fn hold(&mut self, observed: &Observed) {
+        // A listed state's resume handlers are due once it is resumed.
+        self.listed |= observed.listed;
         self.retry_at = None;
         self.woken = false;
         self.recheck = false;

@@ -12,7 +12,7 @@ pub struct UninstallArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Only objects in this namespace (repeatable); cluster-scoped resources are always
-    /// looked at.
+    /// looked at. None given (from code: `UninstallArgs::default()`): every namespace.
     #[arg(
         short = 'n',
         long = "namespace",

@@ -349,10 +349,11 @@ impl Operator {
         )
     }
 
-    /// Process at most this many objects at the same time; objects that changed go ahead of
-    /// those of a listing. Without it, listed objects are processed 64 at a time (a cycle
-    /// waiting on something slow for more than a second no longer counts) and changed
-    /// objects at once.
+    /// Process at most this many objects of a resource at the same time, whatever they wait
+    /// on; objects that changed go ahead of those of a listing (in turn with them once a
+    /// listed one has waited 5 s). Without it, objects are processed 64 at a time, a cycle
+    /// waiting on something slow for more than a second giving its place to the next, up to
+    /// 448 such slow cycles (see `docs/scale.md`).
     pub fn worker_limit(mut self, limit: usize) -> Self {
         self.settings.worker_limit = Some(limit);
         self
