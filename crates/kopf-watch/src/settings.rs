@@ -122,7 +122,7 @@ impl IndexGate {
         let _ = rx.wait_for(HashSet::is_empty).await;
     }
 
-    /// Warns every [`HELD_WARNING`] while something is pending, naming what (a watch that
+    /// Warns every minute while something is pending, naming what (a watch that
     /// cannot list holds every handler back), unless the operator itself is paused or stands
     /// by (`operator`: its watches wait for that); ends when nothing is pending.
     pub async fn warn_while_held(self, operator: kopf_core::gate::Gate) {
