@@ -16,17 +16,8 @@ use common::{Running, kex_api, obj, paused_server};
 
 /// The histogram's `_sum` and `_count` for a cause.
 fn converged(metrics: &Metrics, cause: &str) -> (f64, u64) {
-    let text = metrics.encode();
-    let value = |suffix: &str| {
-        let key = format!(
-            "kopf_convergence_seconds_{suffix}{{resource=\"kopfexamples\",cause=\"{cause}\"}} "
-        );
-        text.lines()
-            .find_map(|l| l.strip_prefix(key.as_str()))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (value("sum"), value("count") as u64)
+    let labels = format!("resource=\"kopfexamples\",cause=\"{cause}\"");
+    common::histogram(metrics, "kopf_convergence_seconds", &labels)
 }
 
 #[tokio::test(start_paused = true)]

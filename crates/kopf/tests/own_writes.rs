@@ -25,17 +25,8 @@ async fn handled(server: &kopf::testing::FakeApiServer) {
 
 /// The histogram's `_sum` and `_count` for an outcome.
 fn waits(metrics: &Metrics, outcome: &str) -> (f64, u64) {
-    let text = metrics.encode();
-    let value = |suffix: &str| {
-        let key = format!(
-            "kopf_own_write_seen_seconds_{suffix}{{resource=\"kopfexamples\",outcome=\"{outcome}\"}} "
-        );
-        text.lines()
-            .find_map(|l| l.strip_prefix(key.as_str()))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (value("sum"), value("count") as u64)
+    let labels = format!("resource=\"kopfexamples\",outcome=\"{outcome}\"");
+    common::histogram(metrics, "kopf_own_write_seen_seconds", &labels)
 }
 
 #[tokio::test(start_paused = true)]

@@ -353,3 +353,17 @@ pub fn owned_configmap(owner: &Value, field: &str) -> k8s_openapi::api::core::v1
     }))
     .expect("a ConfigMap")
 }
+
+/// A histogram's `_sum` and `_count` in the metrics' text, for its labels as encoded
+/// (`resource="kopfexamples",cause="create"`); zeros when it has no such series yet.
+pub fn histogram(metrics: &kopf::metrics::Metrics, name: &str, labels: &str) -> (f64, u64) {
+    let text = metrics.encode();
+    let value = |suffix: &str| {
+        let key = format!("{name}_{suffix}{{{labels}}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (value("sum"), value("count") as u64)
+}
