@@ -9,7 +9,7 @@ use clap::ValueEnum;
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct UninstallArgs {
     /// Say what would be taken off, and write nothing.
-    #[arg(long)]
+    #[arg(long, env = "KOPF_UNINSTALL_DRY_RUN")]
     pub dry_run: bool,
     /// Only objects in this namespace (repeatable); cluster-scoped resources are always
     /// looked at. None given (from code: `UninstallArgs::default()`): every namespace.
@@ -17,11 +17,18 @@ pub struct UninstallArgs {
         short = 'n',
         long = "namespace",
         value_name = "NS",
+        env = "KOPF_UNINSTALL_NAMESPACE",
+        value_delimiter = ',',
         required_unless_present = "all_namespaces"
     )]
     pub namespaces: Vec<String>,
     /// Objects in every namespace.
-    #[arg(short = 'A', long, conflicts_with = "namespaces")]
+    #[arg(
+        short = 'A',
+        long,
+        env = "KOPF_UNINSTALL_ALL_NAMESPACES",
+        conflicts_with = "namespaces"
+    )]
     pub all_namespaces: bool,
 }
 
