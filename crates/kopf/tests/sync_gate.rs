@@ -82,3 +82,30 @@ async fn a_watch_that_does_not_list_is_named_every_minute() {
     );
     running.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn while_the_gate_holds_a_listing_waits_in_the_backlog_not_in_workers() {
+    let server = paused_server().await;
+    common::create_new(&kex_api(&server), 300).await;
+    server.add_latency(slow_configmap_listing(), Duration::from_secs(10));
+    let metrics = kopf::metrics::Metrics::new();
+    let ran: Ran = Arc::default();
+    let op = operator(&ran, Instant::now()).metrics(metrics.clone());
+    let running = Running::start(&server, op).await;
+    running.advance(Duration::from_secs(5)).await;
+    // Each started worker is a state waiting for it (the queue's gauge): as many as the
+    // places, the rest of the listing waits as text (before: all 300, each with its body).
+    let queued = metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix("kopf_queue_depth{resource=\"kopfexamples\"} "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        (1..=64).contains(&queued),
+        "{queued} workers started while the gate holds"
+    );
+    running.advance(Duration::from_secs(10)).await;
+    assert!(ran.lock().expect("lock").is_some(), "then they run");
+    running.stop().await;
+}

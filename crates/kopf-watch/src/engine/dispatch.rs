@@ -375,10 +375,21 @@ fn start(
     if listed {
         shared.lanes.arriving();
     }
+    let mut closed = inbox.rx.clone();
     tasks.spawn(async move {
         if listed {
+            // A listed object's worker waiting at the start gate still counts as arriving:
+            // the backlog starts no more of them meanwhile (or every object of the listing
+            // would wait there with its body).
+            loop {
+                tokio::select! {
+                    _ = shared.settings.gate.wait() => break,
+                    changed = closed.changed() => if changed.is_err() { break },
+                }
+            }
             shared.lanes.arrived();
         }
+        drop(closed);
         shared.work(uid, inbox, pending, kick, resume).await
     });
 }
