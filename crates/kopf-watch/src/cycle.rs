@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::books::Books;
 use crate::conditions::ApiConditionsSync;
 use crate::events::Poster;
-use crate::lanes::{Lanes, Place};
+use crate::lanes::Lanes;
 use crate::object::{Observed, cycle_span, object_span};
 use crate::raw::RawObject;
 use crate::write::{CycleEnd, Writes};
@@ -44,16 +44,6 @@ pub(crate) struct Cycle {
 }
 
 impl Cycle {
-    /// Runs a cycle holding its place; without a worker limit, a cycle that runs longer than
-    /// [`SLOW_CYCLE`](crate::lanes::SLOW_CYCLE) gives its place to the next (it waits on something slow, not on the CPU).
-    pub(crate) async fn holding<F: std::future::Future + Unpin>(
-        &self,
-        place: &mut Option<Place>,
-        cycle: F,
-    ) -> F::Output {
-        self.lanes.hold(place, cycle).await
-    }
-
     /// The object as the API server has it now (one GET), for a worker whose own write has
     /// not come back through the watch within the consistency timeout.
     pub(crate) async fn read_fresh(&self, body: &Value) -> Fresh {

@@ -349,7 +349,7 @@ impl Worker<'_> {
                     rejected,
                     since,
                 );
-                shared.cycle.holding(&mut place, Box::pin(cycle)).await
+                shared.lanes.hold(&mut place, Box::pin(cycle)).await
             }
         };
         drop(place);

@@ -846,7 +846,7 @@ mod tests {
     #[test]
     fn the_wait_for_an_own_write_ends_seen_with_its_resource_version_or_newer() {
         let now = Instant::now();
-        let mut s = state_with(rules(), Resume::default(), MemoSeed::default(), now);
+        let mut s = state(rules(), now);
         s.on_cycle_end(
             CycleEnd::Next {
                 delay: None,
@@ -878,7 +878,7 @@ mod tests {
     #[test]
     fn the_wait_for_an_own_write_times_out_at_the_deadline() {
         let now = Instant::now();
-        let mut s = state_with(rules(), Resume::default(), MemoSeed::default(), now);
+        let mut s = state(rules(), now);
         s.on_cycle_end(
             CycleEnd::Next {
                 delay: None,
